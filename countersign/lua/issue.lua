@@ -1,0 +1,24 @@
+-- issue: create the confirmation card of an action unless the action already exists.
+-- KEYS[1]  cs:{A}:card
+-- KEYS[2]  cs:{A}:run
+-- ARGV[1]  binding (keyed hash of tenant, actor, subject, session, admin context)
+-- ARGV[2]  tool name
+-- ARGV[3]  card body (canonical JSON)
+-- ARGV[4]  card MAC
+-- ARGV[5]  key id
+-- ARGV[6]  card TTL, milliseconds
+-- returns  {"issued"}                              the card was created
+--          {"card", kid, body, mac}                a card was already ready: the same card
+--          {"run", state, kid, out, omac, reason, binding, tool}
+--                                                  the action was claimed already: its record
+local st = redis.call('HMGET', KEYS[2], 'st', 'kid', 'out', 'omac', 'reason', 'b', 'tool')
+if st[1] then
+  return {'run', st[1], st[2] or '', st[3] or '', st[4] or '', st[5] or '', st[6] or '', st[7] or ''}
+end
+local card = redis.call('HMGET', KEYS[1], 'kid', 'body', 'mac')
+if card[2] then
+  return {'card', card[1] or '', card[2], card[3] or ''}
+end
+redis.call('HSET', KEYS[1], 'b', ARGV[1], 'tool', ARGV[2], 'body', ARGV[3], 'mac', ARGV[4], 'kid', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+return {'issued'}

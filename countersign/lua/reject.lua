@@ -1,0 +1,27 @@
+-- reject: ready -> rejected; a short settled record so a late Confirm gets REJECTED.
+-- KEYS[1]  cs:{A}:card
+-- KEYS[2]  cs:{A}:run
+-- ARGV[1]  the caller's binding
+-- ARGV[2]  outcome: the serialized countersign.v1.Action in state REJECTED
+-- ARGV[3]  outcome MAC
+-- ARGV[4]  run record TTL, milliseconds
+-- returns  {"rejected"}                              the card is gone; the record says REJECTED
+--          {"run", state, kid, out, omac, reason, binding, tool}
+--                                                  claimed or settled before: that record
+--          {"expired"} | {"forbidden"}
+local run = redis.call('HMGET', KEYS[2], 'st', 'b', 'kid', 'out', 'omac', 'reason', 'tool')
+if run[1] then
+  if run[2] ~= ARGV[1] then return {'forbidden'} end
+  return {'run', run[1], run[3] or '', run[4] or '', run[5] or '', run[6] or '', run[2], run[7] or ''}
+end
+local card = redis.call('HMGET', KEYS[1], 'b', 'tool', 'body', 'mac', 'kid')
+if not card[1] then return {'expired'} end
+if card[1] ~= ARGV[1] then return {'forbidden'} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[2], 'st', 'settled', 'b', card[1], 'tool', card[2], 'kid', card[5],
+           'card', card[3], 'cmac', card[4], 'out', ARGV[2], 'omac', ARGV[3], 'reason', 'REJECTED',
+           'settled_at', now)
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return {'rejected'}

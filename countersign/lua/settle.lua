@@ -1,0 +1,32 @@
+-- settle: running|unknown -> settled (or -> unknown), only by the holder of the claim id.
+-- KEYS[1]  cs:{A}:run
+-- KEYS[2]  cs:{A}:cont   (the action's continuation; may not exist)
+-- ARGV[1]  claim id of the caller
+-- ARGV[2]  new state: "settled" or "unknown"
+-- ARGV[3]  outcome: the serialized countersign.v1.Action
+-- ARGV[4]  outcome MAC
+-- ARGV[5]  reason (UPPER_SNAKE, empty when succeeded)
+-- ARGV[6]  receipt status: "SUCCEEDED" wakes the continuation (pending -> ready)
+-- ARGV[7]  run record TTL (replay window), milliseconds
+-- returns  {"ok"}               recorded
+--          {"lost", state}      the caller does not hold the claim (someone else settled or fenced it)
+--          {"gone"}             no record: expired or lost by the store
+local run = redis.call('HMGET', KEYS[1], 'st', 'claim', 'out')
+if not run[1] then return {'gone'} end
+if run[2] ~= ARGV[1] then return {'lost', run[1]} end
+if run[1] == 'settled' then
+  if run[3] == ARGV[3] then return {'ok'} end
+  return {'lost', run[1]}
+end
+if run[1] ~= 'running' and run[1] ~= 'unknown' then return {'lost', run[1]} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[1], 'st', ARGV[2], 'out', ARGV[3], 'omac', ARGV[4], 'reason', ARGV[5],
+           'settled_at', now)
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+if ARGV[2] == 'settled' and ARGV[6] == 'SUCCEEDED' then
+  if redis.call('HGET', KEYS[2], 'st') == 'pending' then
+    redis.call('HSET', KEYS[2], 'st', 'ready')
+  end
+end
+return {'ok'}

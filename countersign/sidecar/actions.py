@@ -1,0 +1,139 @@
+"""Action ids, confirmation tokens, bindings and record MACs: everything keyed by the server key.
+
+* The action id is derived, not random (DESIGN §7): an HMAC of who, where, which tool and the
+  canonical normalised arguments, so the model retrying a call in the same turn lands on the
+  same action.
+* The token is ``cs1.<kid>.<A>.<mac>`` with ``mac = HMAC(key, "confirm:" + A)``. Nothing of it is
+  stored; it is checked in constant time before Redis is touched.
+* Owner and subject are stored only as a keyed hash (the binding); every record is MAC'd.
+
+Canonical JSON is RFC 8785 (JCS) wherever something is hashed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import rfc8785
+
+from countersign.sidecar.errors import InvalidArgument, SettingsError
+
+TOKEN_PREFIX = "cs1"
+MIN_KEY_BYTES = 32
+_KID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+_ACTION_ID = re.compile(r"^[0-9a-f]{32}$")
+_TOKEN_MAX = 128
+
+
+def canonical(value: Any) -> bytes:
+    """RFC 8785 canonical JSON bytes of a JSON value (raises ValueError on non-I-JSON values)."""
+    try:
+        return rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, TypeError) as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def is_action_id(value: str) -> bool:
+    return bool(_ACTION_ID.match(value))
+
+
+@dataclass(frozen=True)
+class Keyring:
+    """The HMAC keys: one active key signs, every listed key verifies (so keys rotate)."""
+
+    active: str
+    keys: dict[str, bytes]
+    generated: bool = False
+
+    @classmethod
+    def from_file(cls, path: str) -> Keyring:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise SettingsError(f"keys file {path}: cannot read: {exc}") from exc
+        if not isinstance(doc, dict) or not isinstance(doc.get("keys"), dict) or not doc["keys"]:
+            raise SettingsError(f'keys file {path}: expected {{"active": kid, "keys": {{kid: hex}}}}')
+        keys: dict[str, bytes] = {}
+        for kid, secret in doc["keys"].items():
+            if not isinstance(kid, str) or not _KID.match(kid):
+                raise SettingsError(f"keys file {path}: key id {kid!r} must match {_KID.pattern}")
+            try:
+                raw = bytes.fromhex(secret) if isinstance(secret, str) else b""
+            except ValueError:
+                raw = b""
+            if len(raw) < MIN_KEY_BYTES:
+                raise SettingsError(
+                    f"keys file {path}: key {kid!r} must be hex of at least {MIN_KEY_BYTES} bytes"
+                )
+            keys[kid] = raw
+        active = doc.get("active")
+        if active not in keys:
+            raise SettingsError(f"keys file {path}: active key {active!r} is not among the keys")
+        return cls(active=str(active), keys=keys)
+
+    @classmethod
+    def generate(cls) -> Keyring:
+        return cls(active="gen", keys={"gen": os.urandom(MIN_KEY_BYTES)}, generated=True)
+
+    def _hmac(self, kid: str, label: str, data: bytes) -> bytes:
+        return hmac.new(self.keys[kid], label.encode() + b":" + data, hashlib.sha256).digest()
+
+    # -- action ids and tokens ---------------------------------------------------------------
+
+    def action_id(self, parts: list[Any]) -> str:
+        """The derived action id: 128 bits of HMAC over the canonical parts, in hex."""
+        return self._hmac(self.active, "action", canonical(parts))[:16].hex()
+
+    def derived_id(self, label: str, action_id: str) -> str:
+        """An id derived from an action (for example its compensation or continuation)."""
+        return self._hmac(self.active, label, action_id.encode())[:16].hex()
+
+    def token(self, action_id: str, kid: str | None = None, label: str = "confirm") -> str:
+        kid = kid or self.active
+        return f"{TOKEN_PREFIX}.{kid}.{action_id}.{_b64(self._hmac(kid, label, action_id.encode()))}"
+
+    def parse_token(self, token: str, label: str = "confirm") -> tuple[str, str]:
+        """Check a token in constant time; return (kid, action id) or raise CONFIRMATION_TOKEN_INVALID."""
+        bad = InvalidArgument("CONFIRMATION_TOKEN_INVALID", "the confirmation token is malformed or forged")
+        if not token or len(token) > _TOKEN_MAX:
+            raise bad
+        parts = token.split(".")
+        if len(parts) != 4 or parts[0] != TOKEN_PREFIX:
+            raise bad
+        _, kid, action_id, mac = parts
+        if kid not in self.keys or not _ACTION_ID.match(action_id):
+            raise bad
+        expected = _b64(self._hmac(kid, label, action_id.encode()))
+        if not hmac.compare_digest(expected.encode(), mac.encode("utf-8", "replace")):
+            raise bad
+        return kid, action_id
+
+    # -- bindings and record MACs ------------------------------------------------------------
+
+    def binding(self, kid: str, owner: list[str]) -> str:
+        """A keyed hash of (tenant, actor, subject, session): stored instead of the ids."""
+        return self._hmac(kid, "bind", canonical(owner))[:16].hex()
+
+    def mac(self, kid: str, kind: str, payload: bytes) -> str:
+        return _b64(self._hmac(kid, "record:" + kind, payload))
+
+    def verify(self, kid: str, kind: str, payload: bytes, mac: str) -> bool:
+        if kid not in self.keys:
+            return False
+        return hmac.compare_digest(self.mac(kid, kind, payload).encode(), mac.encode("utf-8", "replace"))

@@ -1,0 +1,150 @@
+"""Wiring: settings -> keys, registry, store, adapters, pipeline, gRPC server, metrics; and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from countersign.adapters.base import Adapter
+from countersign.adapters.grpc import GrpcAdapter
+from countersign.adapters.http import HttpAdapter
+from countersign.sidecar import registry as registry_mod
+from countersign.sidecar.actions import Keyring
+from countersign.sidecar.embedded_redis import EmbeddedRedis
+from countersign.sidecar.errors import SettingsError
+from countersign.sidecar.execute import Timing
+from countersign.sidecar.observability.metrics import Metrics
+from countersign.sidecar.pipeline import Pipeline
+from countersign.sidecar.server import SERVICES, Continuations, Gateway, ReplyGuard
+from countersign.sidecar.settings import Settings
+from countersign.sidecar.store import Store
+from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
+
+log = logging.getLogger("countersign")
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise SettingsError(f"{addr!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class Sidecar:
+    settings: Settings
+    server: grpc.aio.Server
+    health: HealthServicer
+    pipeline: Pipeline
+    store: Store
+    adapters: dict[str, Adapter]
+    address: str
+    metrics_address: str = ""
+    embedded: EmbeddedRedis | None = None
+    closers: list[Any] = field(default_factory=list)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Health NOT_SERVING first, then let in-flight calls finish, then release everything."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(self.settings.grace if grace is None else grace)
+        pending = list(self.pipeline.executor.background)
+        if pending:
+            await asyncio.wait(pending, timeout=self.settings.grace)
+        for adapter in self.adapters.values():
+            await adapter.close()
+        await self.store.close()
+        for close in self.closers:
+            close()
+        if self.embedded is not None:
+            self.embedded.stop()
+
+
+def load_keys(settings: Settings) -> Keyring:
+    if settings.keys_file:
+        return Keyring.from_file(settings.keys_file)
+    log.warning(json.dumps({"event": "generated_key", "message":
+        "COUNTERSIGN_KEYS_FILE is not set: a random key was generated. Tokens will not survive a "
+        "restart and will not work across replicas. Do not run like this in production."}))
+    return Keyring.generate()
+
+
+async def start(settings: Settings) -> Sidecar:
+    """Build and start everything; raise SettingsError / RegistryError before listening if anything is wrong."""
+    keyring = load_keys(settings)
+    registry = registry_mod.load(settings.registry)
+    embedded = None
+    url = settings.redis_url
+    if not url:
+        embedded = EmbeddedRedis().start()
+        url = embedded.url
+    try:
+        store = Store.from_url(url, socket_timeout=settings.redis_timeout,
+                               connect_timeout=settings.redis_connect_timeout, retries=settings.redis_retries)
+    except ValueError as exc:
+        raise SettingsError(f"--redis-url: {exc}") from exc
+    metrics = Metrics(frozenset(registry.tools))
+    adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
+    timing = Timing(lease_ms=int(settings.lease * 1000), replay_ms=int(settings.replay_ttl * 1000),
+                    downstream_deadline=settings.downstream_deadline)
+    pipeline = Pipeline(registry=registry, store=store, keyring=keyring, adapters=adapters, timing=timing,
+                        confirm_ttl_ms=int(settings.confirm_ttl * 1000), max_wait=settings.max_wait,
+                        metrics=metrics)
+
+    options = [("grpc.max_receive_message_length", settings.max_message_bytes),
+               ("grpc.max_send_message_length", settings.max_message_bytes),
+               ("grpc.so_reuseport", 0)]
+    server = grpc.aio.server(options=options)
+    gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server(Gateway(pipeline), server)
+    continuation_pb2_grpc.add_ContinuationServiceServicer_to_server(Continuations(pipeline), server)
+    guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server(ReplyGuard(pipeline), server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server)
+
+    if settings.listen.startswith("unix:"):
+        server.add_insecure_port(settings.listen)
+        address = settings.listen
+    else:
+        host, port = split_addr(settings.listen)
+        bound = server.add_insecure_port(f"{host}:{port}")
+        if bound == 0:
+            raise SettingsError(f"cannot listen on {settings.listen}")
+        address = f"{host}:{bound}"
+    sidecar = Sidecar(settings, server, health, pipeline, store, adapters, address, embedded=embedded)
+    if settings.metrics_listen:
+        host, port = split_addr(settings.metrics_listen)
+        httpd, _thread = start_http_server(port, addr=host, registry=metrics.registry)
+        sidecar.metrics_address = f"{host}:{httpd.server_address[1]}"
+        sidecar.closers.append(httpd.shutdown)
+    await server.start()
+    for name in ("", *SERVICES):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return sidecar
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGTERM/SIGINT; print one JSON line with the bound addresses once listening."""
+    sidecar = await start(settings)
+    print(json.dumps({"event": "listening", "grpc": sidecar.address, "metrics": sidecar.metrics_address,
+                      "redis": "embedded" if sidecar.embedded else "external",
+                      "policy_version": sidecar.pipeline.registry.policy_version}), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info(json.dumps({"event": "stopping", "grace_seconds": settings.grace}))
+    await sidecar.stop()
+    print(json.dumps({"event": "stopped"}), file=sys.stderr, flush=True)

@@ -1,0 +1,100 @@
+"""Confirmation cards: sealed (MAC'd) records of what exactly the user is asked to countersign.
+
+A card binds the server-prepared canonical arguments to owner (as a keyed hash), tool,
+capability, risk, policy version, admin context and expiry (I2). A card whose record changed in
+Redis fails its MAC check: DATA_LOSS, CONFIRMATION_TAMPERED, and nothing executes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import json_format
+
+from countersign.sidecar.actions import Keyring, canonical, sha256_hex
+from countersign.sidecar.errors import DataLoss
+from countersign.sidecar.registry import RISKS, Tool
+from countersign.sidecar.store import CardRecord
+from countersign.v1 import common_pb2, gateway_pb2
+
+VERSION = 1
+RISK_ENUM = {r: i + 1 for i, r in enumerate(RISKS)}
+
+
+@dataclass(frozen=True)
+class Card:
+    """An opened (verified) card."""
+
+    action_id: str
+    kid: str
+    binding: str
+    tool: str
+    capability: str
+    risk: str
+    confirmation: str
+    policy_version: str
+    arguments: dict[str, Any]
+    arguments_json: str        # canonical
+    resource_version: str
+    preview: dict[str, Any]
+    issued_at_ms: int
+    expires_at_ms: int
+
+
+def owner(context: common_pb2.CallContext) -> list[str]:
+    """What a card is bound to, besides the tool: who, for whom, where, under which admin context."""
+    return [context.tenant_id, context.actor_id, context.subject_id, context.session_id,
+            context.admin_context_id]
+
+
+def seal(
+    keyring: Keyring, *, action_id: str, binding: str, tool: Tool, policy_version: str,
+    arguments: dict[str, Any], resource_version: str, preview: common_pb2.Preview,
+    now_ms: int, ttl_ms: int,
+) -> CardRecord:
+    args_json = canonical(arguments).decode()
+    body = {
+        "v": VERSION, "action_id": action_id, "kid": keyring.active, "b": binding, "tool": tool.name,
+        "capability": tool.capability, "risk": tool.risk, "confirmation": tool.confirmation,
+        "policy_version": policy_version, "args": arguments, "args_sha256": sha256_hex(args_json.encode()),
+        "resource_version": resource_version,
+        "preview": json_format.MessageToDict(preview, preserving_proto_field_name=True),
+        "issued_at_ms": now_ms, "expires_at_ms": now_ms + ttl_ms,
+    }
+    raw = canonical(body)
+    return CardRecord(keyring.active, tool.name, raw, keyring.mac(keyring.active, "card", raw), binding)
+
+
+def open_card(keyring: Keyring, action_id: str, record: CardRecord) -> Card:
+    """Verify the record's MAC and that it is this action's; raise CONFIRMATION_TAMPERED if not."""
+    tampered = DataLoss("CONFIRMATION_TAMPERED", "the stored confirmation was changed; nothing was executed")
+    if not keyring.verify(record.kid, "card", record.body, record.mac):
+        raise tampered
+    try:
+        body = json.loads(record.body)
+    except ValueError as exc:
+        raise tampered from exc
+    if (body.get("action_id") != action_id or body.get("kid") != record.kid or body.get("tool") != record.tool
+            or (record.binding and body.get("b") != record.binding)):
+        raise tampered
+    args = body["args"]
+    return Card(
+        action_id=action_id, kid=record.kid, binding=body["b"], tool=body["tool"],
+        capability=body["capability"], risk=body["risk"], confirmation=body["confirmation"],
+        policy_version=body["policy_version"], arguments=args, arguments_json=canonical(args).decode(),
+        resource_version=body.get("resource_version", ""), preview=body.get("preview", {}),
+        issued_at_ms=int(body["issued_at_ms"]), expires_at_ms=int(body["expires_at_ms"]),
+    )
+
+
+def to_proto(keyring: Keyring, card: Card) -> gateway_pb2.ConfirmationCard:
+    out = gateway_pb2.ConfirmationCard(
+        token=keyring.token(card.action_id, card.kid), action_id=card.action_id,
+        capability_id=card.capability, tool_name=card.tool, risk=RISK_ENUM.get(card.risk, 0),
+        prepared_arguments_json=card.arguments_json,
+    )
+    json_format.ParseDict(card.preview, out.preview)
+    out.expires_at.FromMilliseconds(card.expires_at_ms)
+    return out

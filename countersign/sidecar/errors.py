@@ -1,0 +1,106 @@
+"""The one error tree of the sidecar: each error carries a stable reason and a gRPC status.
+
+    CountersignError                    (reason, grpc code; the reason is also the metric label
+     │                                   and the google.rpc.ErrorInfo reason, domain "countersign")
+     ├── InvalidArgument                INVALID_ARGUMENT: ARGS_INVALID (with field violations),
+     │                                   CONFIRMATION_TOKEN_INVALID, REQUEST_INVALID
+     ├── NotFound                       NOT_FOUND: TOOL_NOT_FOUND, CONFIRMATION_EXPIRED, ACTION_NOT_FOUND
+     ├── PermissionDenied               PERMISSION_DENIED: ROLE_NOT_ALLOWED, ADMIN_READONLY,
+     │                                   SUBJECT_NOT_ALLOWED, SESSION_MODE_FORBIDS,
+     │                                   CONFIRMATION_BINDING_MISMATCH
+     ├── FailedPrecondition             FAILED_PRECONDITION: TOOL_CONFIRMATION_REQUIRED, POLICY_CHANGED,
+     │                                   a prepare refusal's own reason (e.g. TODO_DUE_AT_SUSPICIOUS)
+     ├── DataLoss                       DATA_LOSS: CONFIRMATION_TAMPERED, RECORD_TAMPERED
+     ├── Unavailable                    UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE,
+     │                                   REPLICAS_NOT_ACKNOWLEDGED
+     └── Unimplemented                  UNIMPLEMENTED: NOT_IMPLEMENTED
+
+Stages raise these; only the server turns them into a status. Nothing else is allowed to
+reach a caller as INTERNAL for bad input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+DOMAIN = "countersign"
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One problem with one argument, for google.rpc.BadRequest."""
+
+    field: str
+    description: str
+
+
+class CountersignError(Exception):
+    """Base of every error a caller may see."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(
+        self,
+        reason: str,
+        message: str,
+        *,
+        violations: tuple[FieldViolation, ...] = (),
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.violations = violations
+        self.metadata = metadata or {}
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
+
+
+class InvalidArgument(CountersignError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFound(CountersignError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class PermissionDenied(CountersignError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class FailedPrecondition(CountersignError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class DataLoss(CountersignError):
+    code = grpc.StatusCode.DATA_LOSS
+
+
+class Unavailable(CountersignError):
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class Unimplemented(CountersignError):
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class StoreUnavailable(Unavailable):
+    """Redis could not be reached or did not answer in time: fail closed (I7)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("STORE_UNAVAILABLE", message)
+
+
+class RegistryError(Exception):
+    """The registry file breaks a registration rule; the sidecar does not start."""
+
+    def __init__(self, path: str, tool: str, rule: str, detail: str) -> None:
+        self.path, self.tool, self.rule, self.detail = path, tool, rule, detail
+        super().__init__(f"{path}: tool {tool!r}: {rule}: {detail}")
+
+
+class SettingsError(Exception):
+    """A setting (flag, environment variable or keys file) is invalid; the sidecar does not start."""

@@ -1,0 +1,199 @@
+"""Execute a claimed action: verify the card, re-check policy, call the adapter once, settle.
+
+Everything here runs only for the single caller whose claim won (I3), and is shielded from
+that caller's cancellation: once the request may have reached the downstream, the answer is
+recorded whatever happens to the RPC that started it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from countersign.adapters.base import Adapter, CallMeta, Kind, Outcome, render
+from countersign.sidecar import policy
+from countersign.sidecar.actions import Keyring, canonical
+from countersign.sidecar.cards import Card, open_card
+from countersign.sidecar.errors import CountersignError, DataLoss, FailedPrecondition, StoreUnavailable
+from countersign.sidecar.observability.metrics import Metrics
+from countersign.sidecar.registry import Capability, Registry, Tool
+from countersign.sidecar.store import CardRecord, RunRecord, Store
+from countersign.v1 import common_pb2
+
+log = logging.getLogger("countersign.execute")
+
+
+@dataclass(frozen=True)
+class Timing:
+    lease_ms: int
+    replay_ms: int
+    downstream_deadline: float
+
+
+def seal_action(keyring: Keyring, kid: str, action: common_pb2.Action) -> tuple[bytes, str]:
+    out = action.SerializeToString(deterministic=True)
+    return out, keyring.mac(kid, "outcome:" + action.action_id, out)
+
+
+def open_action(keyring: Keyring, action_id: str, run: RunRecord, *, replayed: bool) -> common_pb2.Action:
+    """The action a run record stands for; a stored outcome is MAC-checked (DATA_LOSS if changed)."""
+    if run.state == "running" or not run.out:
+        state = common_pb2.ACTION_STATE_RUNNING if run.state == "running" else common_pb2.ACTION_STATE_UNKNOWN
+        action = common_pb2.Action(action_id=action_id, state=state, replayed=replayed, tool_name=run.tool)
+        if state == common_pb2.ACTION_STATE_UNKNOWN:
+            action.error.reason = run.reason or "UNKNOWN"
+            action.error.message = ("the executing sidecar's lease lapsed; the request may have reached the "
+                                    "downstream; reconciliation will ask it by idempotency key")
+        return action
+    if not keyring.verify(run.kid, "outcome:" + action_id, run.out, run.omac):
+        raise DataLoss("RECORD_TAMPERED", "the stored outcome of this action was changed")
+    action = common_pb2.Action.FromString(run.out)
+    action.replayed = replayed
+    return action
+
+
+def to_action(action_id: str, tool: Tool, card: Card, outcome: Outcome, now_ms: int) -> common_pb2.Action:
+    """The outcome as the contract's Action, with a receipt when the downstream answered."""
+    states = {Kind.SUCCEEDED: common_pb2.ACTION_STATE_SUCCEEDED, Kind.FAILED: common_pb2.ACTION_STATE_FAILED,
+              Kind.UNKNOWN: common_pb2.ACTION_STATE_UNKNOWN}
+    action = common_pb2.Action(action_id=action_id, state=states[outcome.kind], tool_name=tool.name)
+    if outcome.kind is not Kind.SUCCEEDED:
+        action.error.reason = outcome.reason
+        action.error.message = outcome.message
+        action.error.retryable = outcome.retryable
+    if outcome.kind is Kind.UNKNOWN:
+        return action
+    receipt = action.receipt
+    receipt.action_id = action_id
+    receipt.tool_name = tool.name
+    receipt.status = (common_pb2.RECEIPT_STATUS_SUCCEEDED if outcome.kind is Kind.SUCCEEDED
+                      else common_pb2.RECEIPT_STATUS_FAILED)
+    receipt.resource_id = outcome.resource_id
+    receipt.resource_version = outcome.resource_version
+    if outcome.kind is Kind.SUCCEEDED:
+        values: dict[str, Any] = {**card.arguments, "action_id": action_id, "idempotency_key": action_id,
+                                  "receipt.resource_id": outcome.resource_id,
+                                  "receipt.resource_version": outcome.resource_version}
+        receipt.summary = render(tool.receipt.summary, values)
+    else:
+        receipt.summary = outcome.message
+    evidence = {"status": outcome.status, "body": outcome.body}
+    try:
+        receipt.evidence_json = canonical(evidence).decode()
+    except ValueError:
+        receipt.evidence_json = json.dumps(evidence, sort_keys=True, default=str)
+    receipt.settled_at.FromMilliseconds(now_ms)
+    return action
+
+
+def refused_action(action_id: str, tool: str, reason: str, message: str, now_ms: int) -> common_pb2.Action:
+    """FAILED before anything was sent (tampered card, policy changed at claim time)."""
+    action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_FAILED, tool_name=tool)
+    action.error.reason, action.error.message = reason, message
+    action.receipt.action_id, action.receipt.tool_name = action_id, tool
+    action.receipt.status = common_pb2.RECEIPT_STATUS_FAILED
+    action.receipt.summary = message
+    action.receipt.settled_at.FromMilliseconds(now_ms)
+    return action
+
+
+class Executor:
+    """claim won -> card verified -> policy re-checked -> one adapter call -> settle."""
+
+    def __init__(self, store: Store, keyring: Keyring, adapters: dict[str, Adapter], timing: Timing,
+                 metrics: Metrics, clock: Callable[[], float] = time.time) -> None:
+        self.store, self.keyring, self.adapters = store, keyring, adapters
+        self.timing, self.metrics, self.clock = timing, metrics, clock
+        self.background: set[asyncio.Task[Any]] = set()
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    async def run(self, registry: Registry, context: common_pb2.CallContext, action_id: str, claim_id: str,
+                  record: CardRecord) -> common_pb2.Action:
+        """Shielded from the caller: the work of a won claim always ends in a settle attempt."""
+        task = asyncio.ensure_future(self._run(registry, context, action_id, claim_id, record))
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+        return await asyncio.shield(task)
+
+    async def _run(self, registry: Registry, context: common_pb2.CallContext, action_id: str,
+                   claim_id: str, record: CardRecord) -> common_pb2.Action:
+        try:
+            card = open_card(self.keyring, action_id, record)
+        except DataLoss as exc:
+            self.metrics.claims.labels(self.metrics.tool(record.tool), "tampered").inc()
+            await self._settle(action_id, record.kid, claim_id,
+                               refused_action(action_id, record.tool, exc.reason, exc.message, self._now_ms()))
+            raise
+        tool = self._recheck(registry, context, card)
+        if isinstance(tool, FailedPrecondition):
+            await self._settle(action_id, card.kid, claim_id,
+                               refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms()))
+            raise tool
+        meta = CallMeta(idempotency_key=action_id, attempt=1, policy_version=card.policy_version,
+                        tenant_id=context.tenant_id, actor_id=context.actor_id,
+                        subject_id=context.subject_id, locale=context.locale)
+        start = time.perf_counter()
+        outcome = await self.adapters[tool.adapter.kind].execute(
+            tool, card.arguments, meta, self.timing.downstream_deadline)
+        label = self.metrics.tool(tool.name)
+        self.metrics.downstream.labels(label, tool.adapter.kind).observe(time.perf_counter() - start)
+        self.metrics.executions.labels(label, outcome.kind.value).inc()
+        action = to_action(action_id, tool, card, outcome, self._now_ms())
+        await self._settle(action_id, card.kid, claim_id, action)
+        return action
+
+    def _recheck(self, registry: Registry, context: common_pb2.CallContext, card: Card) -> Tool | FailedPrecondition:
+        """Policy again, against the registry in force at claim time (DESIGN §5)."""
+        changed = FailedPrecondition("POLICY_CHANGED", "the registry changed since the card was issued; "
+                                     "the action was not executed")
+        try:
+            allowed = policy.authorize(registry, context, card.tool, card.arguments, policy.Phase.EXECUTE,
+                                       claimed=True)
+        except CountersignError as exc:
+            changed.message = f"{changed.message} ({exc.reason})"
+            return changed
+        if isinstance(allowed, Capability) or not allowed.tool.is_write:
+            return changed
+        tool = allowed.tool
+        if card.policy_version != registry.policy_version and (
+            (tool.risk, tool.confirmation, tool.capability) != (card.risk, card.confirmation, card.capability)
+        ):
+            return changed
+        return tool
+
+    async def _settle(self, action_id: str, kid: str, claim_id: str, action: common_pb2.Action) -> None:
+        out, omac = seal_action(self.keyring, kid, action)
+        state = "unknown" if action.state == common_pb2.ACTION_STATE_UNKNOWN else "settled"
+        receipt = "SUCCEEDED" if action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED else ""
+        args = (action_id, claim_id, state, out, omac, action.error.reason, receipt, self.timing.replay_ms)
+        try:
+            result = await self.store.settle(*args)
+        except StoreUnavailable:
+            # The downstream's answer is the truth the caller gets; record it when the store is back.
+            task = asyncio.ensure_future(self._settle_later(args))
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
+            return
+        if result != "ok":
+            log.warning(json.dumps({"event": "settle_lost", "action_id": action_id, "result": result}))
+
+    async def _settle_later(self, args: tuple[Any, ...]) -> None:
+        delay = 0.05
+        deadline = time.monotonic() + self.timing.replay_ms / 1000
+        while time.monotonic() < deadline:
+            await asyncio.sleep(delay)
+            try:
+                result = await self.store.settle(*args)
+            except StoreUnavailable:
+                delay = min(delay * 2, 5.0)
+                continue
+            self.metrics.settle_retries.labels(result).inc()
+            return
+        self.metrics.settle_retries.labels("gave_up").inc()

@@ -1,0 +1,191 @@
+"""The path of one call, stage by stage (DESIGN §3). No I/O of its own: stages and the store do it.
+
+    Invoke   registry -> policy -> (read: adapter now) | (write: action id -> prepare -> preview -> issue)
+    Confirm  token -> context may write -> claim -> (won: execute) | (else: replay / RUNNING)
+    Reject   token -> reject
+    GetAction          peek
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable
+
+from countersign.adapters.base import Adapter, CallMeta, Kind
+from countersign.sidecar import cards, policy, prepare
+from countersign.sidecar.actions import Keyring, is_action_id
+from countersign.sidecar.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
+from countersign.sidecar.execute import Executor, Timing, open_action, seal_action
+from countersign.sidecar.observability.metrics import Metrics
+from countersign.sidecar.registry import Capability, Registry
+from countersign.sidecar.store import CardRecord, Refused, RunRecord, Store
+from countersign.v1 import common_pb2, gateway_pb2
+
+_CAP_STATUS = {"enabled": common_pb2.CAPABILITY_STATUS_ENABLED, "planned": common_pb2.CAPABILITY_STATUS_PLANNED,
+               "forbidden": common_pb2.CAPABILITY_STATUS_FORBIDDEN}
+
+
+class Pipeline:
+    def __init__(self, *, registry: Registry, store: Store, keyring: Keyring, adapters: dict[str, Adapter],
+                 timing: Timing, confirm_ttl_ms: int, max_wait: float, metrics: Metrics,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.registry = registry
+        self.store, self.keyring, self.adapters = store, keyring, adapters
+        self.timing, self.confirm_ttl_ms, self.max_wait = timing, confirm_ttl_ms, max_wait
+        self.metrics, self.clock = metrics, clock
+        self.executor = Executor(store, keyring, adapters, timing, metrics, clock)
+
+    # -- Invoke --------------------------------------------------------------------------------
+
+    async def invoke(self, context: common_pb2.CallContext, tool_name: str,
+                     arguments_json: str) -> gateway_pb2.InvokeResponse:
+        registry = self.registry
+        with self.metrics.timed("policy"):
+            allowed = policy.authorize(registry, context, tool_name, arguments_json, policy.Phase.INVOKE)
+        if isinstance(allowed, Capability):
+            self.metrics.invocations.labels(self.metrics.tool(allowed.tool), "refusal", allowed.status).inc()
+            return gateway_pb2.InvokeResponse(refusal=gateway_pb2.Refusal(
+                capability_id=allowed.id, status=_CAP_STATUS[allowed.status],  # type: ignore[arg-type]
+                guidance=allowed.guidance_for(context.locale)))
+        tool = allowed.tool
+        meta = CallMeta(policy_version=registry.policy_version, tenant_id=context.tenant_id,
+                        actor_id=context.actor_id, subject_id=context.subject_id, locale=context.locale)
+        adapter = self.adapters[tool.adapter.kind]
+        label = self.metrics.tool(tool.name)
+        if not tool.is_write:
+            with self.metrics.timed("read"):
+                outcome = await adapter.execute(tool, allowed.arguments, meta, self.timing.downstream_deadline)
+            self.metrics.invocations.labels(label, "read", outcome.kind.value).inc()
+            if outcome.kind is Kind.SUCCEEDED:
+                return gateway_pb2.InvokeResponse(result=gateway_pb2.ToolResult(
+                    tool_name=tool.name, result_json=json.dumps(outcome.body, ensure_ascii=False)))
+            if outcome.kind is Kind.FAILED and outcome.reason != "NOT_SENT":
+                raise FailedPrecondition(outcome.reason, outcome.message)
+            raise Unavailable("DOWNSTREAM_UNAVAILABLE", f"the read {tool.name!r} got no answer: {outcome.reason}")
+
+        scope = {"request": context.request_id, "session": context.session_id}.get(
+            tool.intent_scope) or os.urandom(16).hex()
+        action_id = self.keyring.action_id(
+            [*cards.owner(context), tool.intent_scope, scope, tool.name, allowed.arguments])
+        if tool.intent_scope != "none":
+            existing = await self.store.peek(action_id)
+            if existing is not None:
+                return self._existing(action_id, existing, label)
+        with self.metrics.timed("prepare"):
+            prepared = await prepare.prepare(adapter, tool, allowed.arguments, meta,
+                                             self.timing.downstream_deadline)
+        record = cards.seal(
+            self.keyring, action_id=action_id,
+            binding=self.keyring.binding(self.keyring.active, cards.owner(context)), tool=tool,
+            policy_version=registry.policy_version, arguments=prepared.arguments,
+            resource_version=prepared.resource_version,
+            preview=prepare.preview(tool, prepared, action_id),
+            now_ms=int(self.clock() * 1000), ttl_ms=self.confirm_ttl_ms)
+        with self.metrics.timed("issue"):
+            found = await self.store.issue(action_id, record, self.confirm_ttl_ms)
+        if found is not None:
+            return self._existing(action_id, found, label)
+        self.metrics.invocations.labels(label, "write", "card").inc()
+        return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(
+            self.keyring, cards.open_card(self.keyring, action_id, record)))
+
+    def _existing(self, action_id: str, found: CardRecord | RunRecord, label: str) -> gateway_pb2.InvokeResponse:
+        """The same call in the same turn: the same card, or the settled outcome."""
+        if isinstance(found, CardRecord):
+            self.metrics.invocations.labels(label, "write", "same_card").inc()
+            return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(
+                self.keyring, cards.open_card(self.keyring, action_id, found)))
+        self.metrics.invocations.labels(label, "write", "replay").inc()
+        self.metrics.replay_hits.labels(label, "invoke").inc()
+        return gateway_pb2.InvokeResponse(replay=open_action(self.keyring, action_id, found, replayed=True))
+
+    # -- Confirm -------------------------------------------------------------------------------
+
+    async def confirm(self, context: common_pb2.CallContext, token: str, wait_ms: int) -> common_pb2.Action:
+        kid, action_id = self.keyring.parse_token(token)          # constant time, before Redis
+        policy.check_context(context)
+        policy.may_write_now(context)                              # refused here: the card stays READY
+        registry = self.registry
+        binding = self.keyring.binding(kid, cards.owner(context))
+        claim_id = os.urandom(12).hex()
+        with self.metrics.timed("claim"):
+            found = await self.store.claim(action_id, binding, registry.writable_tools(context.role), claim_id,
+                                           self.timing.lease_ms, self.timing.replay_ms)
+        if isinstance(found, Refused):
+            self.metrics.claims.labels("other", found.why).inc()
+            raise _refusal(found)
+        if isinstance(found, RunRecord):
+            label = self.metrics.tool(found.tool)
+            self.metrics.claims.labels(label, "running" if found.state == "running" else "replayed").inc()
+            found = await self._wait(action_id, found, wait_ms)
+            action = open_action(self.keyring, action_id, found, replayed=True)
+            if found.state != "running":
+                self.metrics.replay_hits.labels(label, "confirm").inc()
+            return action
+        self.metrics.claims.labels(self.metrics.tool(found.tool), "won").inc()
+        with self.metrics.timed("execute"):
+            return await self.executor.run(registry, context, action_id, claim_id, found)
+
+    async def _wait(self, action_id: str, run: RunRecord, wait_ms: int) -> RunRecord:
+        """A duplicate may wait (bounded) for the running execution to settle."""
+        deadline = time.monotonic() + min(wait_ms / 1000, self.max_wait)
+        delay = 0.005
+        while run.state == "running" and time.monotonic() < deadline:
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.1)
+            found = await self.store.peek(action_id)
+            if not isinstance(found, RunRecord):
+                break
+            run = found
+        return run
+
+    # -- Reject / GetAction --------------------------------------------------------------------
+
+    async def reject(self, context: common_pb2.CallContext, token: str) -> common_pb2.Action:
+        kid, action_id = self.keyring.parse_token(token)
+        policy.check_context(context)
+        binding = self.keyring.binding(kid, cards.owner(context))
+        found = await self.store.peek(action_id)
+        tool = found.tool if found is not None else ""
+        action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_REJECTED, tool_name=tool)
+        action.error.reason, action.error.message = "REJECTED", "the user declined the confirmation"
+        out, omac = seal_action(self.keyring, kid, action)
+        result = await self.store.reject(action_id, binding, out, omac, self.timing.replay_ms)
+        if result is None:
+            return action
+        if isinstance(result, Refused):
+            raise _refusal(result)
+        return open_action(self.keyring, action_id, result, replayed=True)
+
+    async def get_action(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
+        policy.check_context(context)
+        if not is_action_id(action_id):
+            raise InvalidArgument("REQUEST_INVALID", "action_id must be 32 lower-case hex characters")
+        found = await self.store.peek(action_id)
+        if found is None:
+            raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its card expired")
+        kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
+        if found.binding != self.keyring.binding(kid, cards.owner(context)):
+            raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "the action belongs to another owner")
+        if isinstance(found, CardRecord):
+            return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
+        return open_action(self.keyring, action_id, found, replayed=False)
+
+
+def _refusal(refused: Refused) -> Exception:
+    if refused.why == "expired":
+        return NotFound("CONFIRMATION_EXPIRED", "the confirmation expired or was never issued")
+    if refused.why == "role":
+        return PermissionDenied("ROLE_NOT_ALLOWED", f"your role may not run {refused.tool!r}; the card is "
+                                "still waiting")
+    return PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "this confirmation belongs to another owner "
+                            "or session")

@@ -1,0 +1,205 @@
+"""The one policy function (DESIGN §5), used by every entry: Invoke, Confirm, Compensate, Reconcile.
+
+Order of checks, each with its status and reason:
+
+1. tool exists                         NOT_FOUND          TOOL_NOT_FOUND
+   (a planned/forbidden capability is not an error: ``resolve`` returns its Refusal)
+2. actor/subject boundary              PERMISSION_DENIED  SUBJECT_NOT_ALLOWED / ADMIN_READONLY
+3. role allowed                        PERMISSION_DENIED  ROLE_NOT_ALLOWED
+4. aliases, then the closed schema     INVALID_ARGUMENT   ARGS_INVALID (+ field violations)
+5. write executed without a claim      FAILED_PRECONDITION TOOL_CONFIRMATION_REQUIRED
+6. the session's mode                  PERMISSION_DENIED  SESSION_MODE_FORBIDS
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from countersign.sidecar.actions import canonical
+from countersign.sidecar.errors import (
+    FailedPrecondition,
+    FieldViolation,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+)
+from countersign.sidecar.registry import Capability, Registry, Tool
+from countersign.v1 import common_pb2
+
+MAX_ARGUMENTS_BYTES = 64 * 1024
+MAX_DEPTH = 32
+_ID_FIELDS = ("tenant_id", "actor_id", "subject_id", "session_id")
+
+
+class Phase(enum.Enum):
+    INVOKE = "invoke"          # a read runs now; a write is prepared into a card
+    CONFIRM = "confirm"        # may this context write now? (checked before the claim)
+    EXECUTE = "execute"        # a write runs: only with a claimed confirmation
+    COMPENSATE = "compensate"
+    RECONCILE = "reconcile"
+
+
+@dataclass(frozen=True)
+class Allowed:
+    tool: Tool
+    arguments: dict[str, Any]      # normalised and validated
+    canonical_args: bytes          # RFC 8785 bytes of ``arguments``
+
+
+def resolve(registry: Registry, name: str) -> Tool | Capability:
+    """The tool a model named, or the planned/forbidden capability that refuses it."""
+    tool = registry.tools.get(name)
+    if tool is not None:
+        cap = registry.capabilities.get(tool.capability)
+        if cap is not None and cap.status != "enabled":
+            return cap
+        return tool
+    refusal = registry.refusals.get(name)
+    if refusal is not None:
+        return refusal
+    raise NotFound("TOOL_NOT_FOUND", f"no tool named {name!r} is registered",
+                   metadata={"tool": name[:64]})
+
+
+def check_context(context: common_pb2.CallContext) -> None:
+    """The ids every call must carry."""
+    missing = [f for f in _ID_FIELDS if not getattr(context, f)]
+    if missing:
+        raise InvalidArgument(
+            "REQUEST_INVALID", f"context is missing {', '.join(missing)}",
+            violations=tuple(FieldViolation(f"context.{f}", "required") for f in missing),
+        )
+
+
+def may_write_now(context: common_pb2.CallContext) -> None:
+    """Steps 2 and 6 for a write: who acts for whom, the admin mode, the session's mode."""
+    _boundary(context, is_write=True)
+    _session_mode(context, is_write=True)
+
+
+def authorize(
+    registry: Registry,
+    context: common_pb2.CallContext,
+    tool_name: str,
+    arguments: Mapping[str, Any] | str | None,
+    phase: Phase,
+    *,
+    claimed: bool = False,
+) -> Allowed | Capability:
+    """Run every policy step for one call; return what may proceed, or the capability's refusal."""
+    check_context(context)
+    found = resolve(registry, tool_name)
+    if isinstance(found, Capability):
+        return found
+    tool = found
+    _boundary(context, tool.is_write)
+    if context.role not in tool.roles:
+        raise PermissionDenied("ROLE_NOT_ALLOWED", f"role {context.role!r} may not use {tool.name!r}")
+    args = normalise(tool, arguments)
+    if tool.is_write and phase in (Phase.EXECUTE, Phase.COMPENSATE) and not claimed:
+        raise FailedPrecondition("TOOL_CONFIRMATION_REQUIRED",
+                                 f"{tool.name!r} writes; it runs only after a claimed confirmation")
+    _session_mode(context, tool.is_write)
+    return Allowed(tool, args, canonical(args))
+
+
+def normalise(tool: Tool, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
+    """Decode, rename aliases, validate against the closed schema; never invent a value."""
+    raw = decode_arguments(arguments) if isinstance(arguments, str) or arguments is None else dict(arguments)
+    out: dict[str, Any] = {}
+    problems: list[FieldViolation] = []
+    for key, value in raw.items():
+        target = tool.aliases.get(key, key)
+        if target in out:
+            problems.append(FieldViolation(target, f"given twice (as {target!r} and an alias)"))
+            continue
+        out[target] = value
+    if not problems:
+        problems = validate(tool, out)
+    if problems:
+        raise InvalidArgument("ARGS_INVALID", f"arguments of {tool.name!r} do not match its schema: "
+                              + "; ".join(f"{p.field or '(root)'}: {p.description}" for p in problems[:5]),
+                              violations=tuple(problems[:20]))
+    try:
+        canonical(out)
+    except ValueError as exc:
+        raise InvalidArgument("ARGS_INVALID", f"arguments are not canonical JSON: {exc}",
+                              violations=(FieldViolation("", str(exc)),)) from exc
+    return out
+
+
+def validate(tool: Tool, arguments: Mapping[str, Any]) -> list[FieldViolation]:
+    """Closed-schema validation; one violation per problem, named by its JSON path."""
+    if tool.validator.is_valid(arguments):
+        return []
+    return [
+        FieldViolation(".".join(str(p) for p in err.instance_path), err.message[:300])
+        for err in tool.validator.iter_errors(arguments)
+    ]
+
+
+def decode_arguments(text: str | None) -> dict[str, Any]:
+    """Strict JSON: an object, no duplicate keys, no NaN/Infinity, bounded size and depth."""
+    text = text or "{}"
+    if len(text) > MAX_ARGUMENTS_BYTES:
+        raise _bad(f"arguments_json is larger than {MAX_ARGUMENTS_BYTES} bytes")
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise _bad("arguments_json is nested too deeply") from exc
+    except ValueError as exc:
+        raise _bad(f"arguments_json is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise _bad("arguments_json must be a JSON object")
+    if _depth(value) > MAX_DEPTH:
+        raise _bad(f"arguments_json is nested deeper than {MAX_DEPTH}")
+    return value
+
+
+def _boundary(context: common_pb2.CallContext, is_write: bool) -> None:
+    mode = context.admin_mode
+    if context.actor_id != context.subject_id:
+        if not context.admin_context_id or mode not in (common_pb2.ADMIN_MODE_READONLY,
+                                                        common_pb2.ADMIN_MODE_MAINTAIN):
+            raise PermissionDenied("SUBJECT_NOT_ALLOWED",
+                                   "acting for another subject needs an admin context")
+    if is_write and mode == common_pb2.ADMIN_MODE_READONLY:
+        raise PermissionDenied("ADMIN_READONLY", "a read-only admin context may not prepare or run a write")
+
+
+def _session_mode(context: common_pb2.CallContext, is_write: bool) -> None:
+    mode = context.session_mode
+    if mode == common_pb2.SESSION_MODE_CHAT_ONLY or (mode == common_pb2.SESSION_MODE_READ_ONLY and is_write):
+        name = common_pb2.SessionMode.Name(mode)
+        raise PermissionDenied("SESSION_MODE_FORBIDS", f"the session is {name}; this tool is not admitted")
+
+
+def _bad(message: str) -> InvalidArgument:
+    return InvalidArgument("ARGS_INVALID", message, violations=(FieldViolation("arguments_json", message),))
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _depth(value: Any, level: int = 1) -> int:
+    if level > MAX_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level)
+    return level

@@ -1,0 +1,50 @@
+"""Prepare and preview: the concrete arguments the user will countersign, and how they read.
+
+The downstream may turn "今晚 9 点" into a timestamp, add the resource version it will check,
+or refuse (its reason is passed on as FAILED_PRECONDITION and no card is issued). What it
+returns must still satisfy the tool's closed schema: a card only ever holds valid arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from countersign.adapters.base import Adapter, CallMeta, Prepared, PrepareRefused, PrepareUnavailable, render
+from countersign.sidecar import policy
+from countersign.sidecar.errors import FailedPrecondition, Unavailable
+from countersign.sidecar.registry import Tool
+from countersign.v1 import common_pb2
+
+
+async def prepare(
+    adapter: Adapter, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float
+) -> Prepared:
+    try:
+        prepared = await adapter.prepare(tool, arguments, meta, timeout)
+    except PrepareRefused as exc:
+        raise FailedPrecondition(exc.reason, exc.message) from exc
+    except PrepareUnavailable as exc:
+        raise Unavailable("DOWNSTREAM_UNAVAILABLE", str(exc)) from exc
+    problems = policy.validate(tool, prepared.arguments)
+    if problems:
+        raise FailedPrecondition(
+            "PREPARED_ARGS_INVALID",
+            f"the downstream prepared arguments that break {tool.name!r}'s schema: "
+            + "; ".join(f"{p.field or '(root)'}: {p.description}" for p in problems[:3]),
+        )
+    return prepared
+
+
+def preview(tool: Tool, prepared: Prepared, action_id: str) -> common_pb2.Preview:
+    """The downstream's preview when it gave one, else the registry's template over the prepared args."""
+    values = {**prepared.arguments, "action_id": action_id, "idempotency_key": action_id}
+    source = prepared.preview or tool.preview
+    out = common_pb2.Preview(
+        title=render(str(source.get("title", "")), values),
+        target=render(str(source.get("target", "")), values),
+        impact=render(str(source.get("impact", "")), values),
+    )
+    for detail in tool.preview.get("details") or []:
+        out.details.add(label=str(detail["label"]), value=render(str(detail["value"]), values))
+    return out

@@ -1,0 +1,168 @@
+"""gRPC servicers: decode the request, call the pipeline, turn errors into rich statuses.
+
+No business logic lives here. Every error leaves as a gRPC status with a google.rpc.ErrorInfo
+(domain "countersign", a stable reason) and, for argument problems, a google.rpc.BadRequest.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from countersign.sidecar.errors import (
+    DOMAIN,
+    CountersignError,
+    InvalidArgument,
+    StoreUnavailable,
+    Unimplemented,
+)
+from countersign.sidecar.observability.metrics import Metrics
+from countersign.sidecar.pipeline import Pipeline
+from countersign.v1 import (
+    continuation_pb2,
+    continuation_pb2_grpc,
+    gateway_pb2,
+    gateway_pb2_grpc,
+    guard_pb2,
+    guard_pb2_grpc,
+)
+
+log = logging.getLogger("countersign.server")
+R = TypeVar("R")
+Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]
+
+SERVICES = (
+    gateway_pb2.DESCRIPTOR.services_by_name["ToolGatewayService"].full_name,
+    continuation_pb2.DESCRIPTOR.services_by_name["ContinuationService"].full_name,
+    guard_pb2.DESCRIPTOR.services_by_name["ReplyGuardService"].full_name,
+)
+
+
+def rich_status(error: CountersignError) -> grpc.Status:
+    status = status_pb2.Status(code=error.code.value[0], message=error.message)
+    info = any_pb2.Any()
+    info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=error.metadata))
+    status.details.append(info)
+    if error.violations:
+        bad = error_details_pb2.BadRequest(field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+            for v in error.violations])
+        detail = any_pb2.Any()
+        detail.Pack(bad)
+        status.details.append(detail)
+    return rpc_status.to_status(status)
+
+
+def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
+    """Map the error tree to statuses; count fail-closed refusals; never leak a stack trace."""
+
+    def wrap(handler: Handler[R]) -> Handler[R]:
+        @functools.wraps(handler)
+        async def inner(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+            metrics: Metrics = self.metrics
+            try:
+                return await handler(self, request, context)
+            except CountersignError as exc:
+                if isinstance(exc, StoreUnavailable):
+                    metrics.fail_closed.labels(name).inc()
+                metrics.refusals.labels(name, exc.reason).inc()
+                log.info(json.dumps({"event": "refused", "rpc": name, "reason": exc.reason,
+                                     "code": exc.code.name}))
+                await context.abort_with_status(rich_status(exc))
+                raise AssertionError("unreachable") from None  # abort_with_status raises
+            except grpc.aio.AbortError:
+                raise
+            except Exception:
+                log.exception("unexpected error in %s", name)
+                status = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error; see the sidecar log")
+                await context.abort_with_status(rpc_status.to_status(status))
+                raise AssertionError("unreachable") from None
+
+        return inner
+
+    return wrap
+
+
+def _token(token: str) -> str:
+    if not token:
+        raise InvalidArgument("CONFIRMATION_TOKEN_INVALID", "token is required")
+    return token
+
+
+def _later(what: str, issue: str) -> Unimplemented:
+    return Unimplemented("NOT_IMPLEMENTED", f"{what} is not built yet (tracked in the issue '{issue}')")
+
+
+class Gateway(gateway_pb2_grpc.ToolGatewayServiceServicer):
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline, self.metrics = pipeline, pipeline.metrics
+
+    @rpc("Invoke")
+    async def Invoke(self, request: gateway_pb2.InvokeRequest,
+                     context: grpc.aio.ServicerContext) -> gateway_pb2.InvokeResponse:
+        return await self.pipeline.invoke(request.context, request.tool_name, request.arguments_json)
+
+    @rpc("Confirm")
+    async def Confirm(self, request: gateway_pb2.ConfirmRequest,
+                      context: grpc.aio.ServicerContext) -> gateway_pb2.ConfirmResponse:
+        action = await self.pipeline.confirm(request.context, _token(request.token), request.wait_ms)
+        return gateway_pb2.ConfirmResponse(action=action)
+
+    @rpc("Reject")
+    async def Reject(self, request: gateway_pb2.RejectRequest,
+                     context: grpc.aio.ServicerContext) -> gateway_pb2.RejectResponse:
+        return gateway_pb2.RejectResponse(action=await self.pipeline.reject(request.context, _token(request.token)))
+
+    @rpc("GetAction")
+    async def GetAction(self, request: gateway_pb2.GetActionRequest,
+                        context: grpc.aio.ServicerContext) -> gateway_pb2.GetActionResponse:
+        action = await self.pipeline.get_action(request.context, request.action_id)
+        return gateway_pb2.GetActionResponse(action=action)
+
+    @rpc("Compensate")
+    async def Compensate(self, request: gateway_pb2.CompensateRequest,
+                         context: grpc.aio.ServicerContext) -> gateway_pb2.CompensateResponse:
+        raise _later("Compensate", "When things go wrong: reconciliation, compensation")
+
+    @rpc("Reconcile")
+    async def Reconcile(self, request: gateway_pb2.ReconcileRequest,
+                        context: grpc.aio.ServicerContext) -> gateway_pb2.ReconcileResponse:
+        raise _later("Reconcile", "When things go wrong: reconciliation, compensation")
+
+
+class Continuations(continuation_pb2_grpc.ContinuationServiceServicer):
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline, self.metrics = pipeline, pipeline.metrics
+
+    @rpc("OpenContinuation")
+    async def OpenContinuation(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        raise _later("ContinuationService", "After the write: reply continuations and the reply guard")
+
+    @rpc("ClaimContinuation")
+    async def ClaimContinuation(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        raise _later("ContinuationService", "After the write: reply continuations and the reply guard")
+
+    @rpc("SettleContinuation")
+    async def SettleContinuation(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        raise _later("ContinuationService", "After the write: reply continuations and the reply guard")
+
+    @rpc("ReleaseContinuation")
+    async def ReleaseContinuation(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        raise _later("ContinuationService", "After the write: reply continuations and the reply guard")
+
+
+class ReplyGuard(guard_pb2_grpc.ReplyGuardServiceServicer):
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline, self.metrics = pipeline, pipeline.metrics
+
+    @rpc("CheckReply")
+    async def CheckReply(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        raise _later("ReplyGuardService", "After the write: reply continuations and the reply guard")

@@ -1,0 +1,104 @@
+"""One typed settings class: every setting has a flag, a COUNTERSIGN_* variable, a default and a why.
+
+Precedence: flag, then environment variable, then default. Validated once, at start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from countersign.sidecar.errors import SettingsError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def duration(text: str) -> float:
+    """Seconds from '250ms', '5s', '5m', '24h' or a plain number of seconds."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise ValueError(f"{text!r} is not a duration (e.g. 250ms, 5s, 5m, 24h)")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _setting(default: Any, why: str, *, kind: str = "str") -> Any:
+    return field(default=default, metadata={"why": why, "kind": kind})
+
+
+@dataclass(frozen=True)
+class Settings:
+    registry: str = _setting("", "the capability registry YAML (required)")
+    listen: str = _setting("127.0.0.1:50051", "gRPC address: host:port or unix:/path (loopback by default)")
+    redis_url: str = _setting("", "redis://, rediss:// or unix:// URL; empty: start a private redis-server")
+    metrics_listen: str = _setting("127.0.0.1:9464", "Prometheus /metrics address (host:port); empty: off")
+    keys_file: str = _setting("", 'HMAC keys JSON {"active": kid, "keys": {kid: hex}}; empty: generated')
+    confirm_ttl: float = _setting(300.0, "how long a card waits for the user", kind="duration")
+    replay_ttl: float = _setting(86400.0, "how long a settled outcome is replayed to duplicates",
+                                 kind="duration")
+    lease: float = _setting(30.0, "how long a claim may run before it is reported UNKNOWN", kind="duration")
+    downstream_deadline: float = _setting(5.0, "deadline of one downstream call (prepare, execute, read)",
+                                          kind="duration")
+    redis_timeout: float = _setting(0.5, "Redis socket timeout: fail closed fast", kind="duration")
+    redis_connect_timeout: float = _setting(0.5, "Redis connect timeout", kind="duration")
+    redis_retries: int = _setting(1, "Redis retries after a connection error or timeout", kind="int")
+    max_wait: float = _setting(10.0, "upper bound of a Confirm's wait_ms", kind="duration")
+    grace: float = _setting(10.0, "on SIGTERM: how long in-flight calls may finish", kind="duration")
+    max_message_bytes: int = _setting(1 << 20, "largest gRPC message accepted", kind="int")
+    log_level: str = _setting("info", "debug, info, warning or error")
+
+    def validate(self) -> Settings:
+        if not self.registry:
+            raise SettingsError("--registry (COUNTERSIGN_REGISTRY) is required")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata["kind"] in ("duration", "int") and value <= 0 and f.name != "redis_retries":
+                raise SettingsError(f"--{_flag(f.name)} must be positive, not {value}")
+        if self.redis_retries < 0:
+            raise SettingsError("--redis-retries must be 0 or more")
+        if self.lease <= self.downstream_deadline:
+            raise SettingsError("--lease must be longer than --downstream-deadline, or a live call "
+                                "would be reported UNKNOWN while it still runs")
+        if self.log_level not in ("debug", "info", "warning", "error"):
+            raise SettingsError("--log-level must be debug, info, warning or error")
+        return self
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def env_name(name: str) -> str:
+    return "COUNTERSIGN_" + name.upper()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting; the help line names the variable and the default."""
+    for f in dataclasses.fields(Settings):
+        default = f.default
+        shown = f"{default}s" if f.metadata["kind"] == "duration" else repr(default)
+        parser.add_argument(
+            f"--{_flag(f.name)}", dest=f.name, default=None, metavar=f.metadata["kind"].upper(),
+            help=f"{f.metadata['why']} [env {env_name(f.name)}; default {shown}]",
+        )
+
+
+def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
+    environ = dict(os.environ) if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        raw = getattr(args, f.name, None)
+        if raw is None:
+            raw = environ.get(env_name(f.name))
+        if raw is None:
+            continue
+        try:
+            kind = f.metadata["kind"]
+            values[f.name] = duration(raw) if kind == "duration" else int(raw) if kind == "int" else str(raw)
+        except ValueError as exc:
+            raise SettingsError(f"--{_flag(f.name)} / {env_name(f.name)}: {exc}") from exc
+    return Settings(**values).validate()

@@ -1,0 +1,38 @@
+r"""Action states: the protobuf enum mirrored once, with the transitions the Lua scripts enforce.
+
+    (none) --issue--> READY --claim--> RUNNING --settle--> SUCCEEDED | FAILED
+                        |                 |  \--settle(unknown) / lease lapsed--> UNKNOWN
+                        |                 |                                          |
+                        +--reject--> REJECTED                     settle by the holder or the
+                        +--TTL-----> EXPIRED (the card is gone)    reconciler --> SUCCEEDED | FAILED
+
+A RUNNING record never goes back to READY: a claimed card is consumed (``lua/claim.lua``).
+Expiry is derived from the card's TTL, not stored.
+"""
+
+from __future__ import annotations
+
+from countersign.v1 import common_pb2
+
+READY = common_pb2.ACTION_STATE_READY
+RUNNING = common_pb2.ACTION_STATE_RUNNING
+SUCCEEDED = common_pb2.ACTION_STATE_SUCCEEDED
+FAILED = common_pb2.ACTION_STATE_FAILED
+UNKNOWN = common_pb2.ACTION_STATE_UNKNOWN
+REJECTED = common_pb2.ACTION_STATE_REJECTED
+EXPIRED = common_pb2.ACTION_STATE_EXPIRED
+
+# record state in Redis (cs:{A}:run "st") -> what it may become, by which script
+TRANSITIONS: dict[str, dict[str, str]] = {
+    "ready": {"running": "claim.lua", "rejected": "reject.lua", "expired": "(card TTL)"},
+    "running": {"settled": "settle.lua", "unknown": "settle.lua / claim.lua / peek.lua (lease lapsed)"},
+    "unknown": {"settled": "settle.lua (claim holder or reconciler)"},
+    "settled": {},
+}
+
+FINAL = frozenset({SUCCEEDED, FAILED, REJECTED})
+
+
+def name(state: int) -> str:
+    """SUCCEEDED for ACTION_STATE_SUCCEEDED: the word used in logs, metrics and docs."""
+    return common_pb2.ActionState.Name(state).removeprefix("ACTION_STATE_")  # type: ignore[arg-type]
