@@ -1,0 +1,448 @@
+"""Write-path benchmark: direct HTTP vs the sidecar's Invoke/Confirm vs a bare Python reference server.
+
+    /work/main/.venv/bin/python bench/write_path.py [--seconds N] [--quick] [--rounds R] [--profile]
+
+Starts redis-server (unix socket), the example todo service, the sidecar and bench/reference_server.py as
+separate processes (stopped by PID at the end), then drives each with a closed-loop load generator in
+this process (grpc.aio / aiohttp clients) at concurrency 1 and 16. See bench/README.md for the series.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
+from examples import harness  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+REFERENCE_METHOD = "/countersign.bench.Reference/Confirm"
+CONCURRENCY = (1, 16)
+# The order of the series inside one round; direct and reference sit right next to the sidecar's.
+ORDER = ("direct", "reference", "invoke", "confirm", "replay", "pair")
+DESCRIPTION = {
+    "direct": "HTTP POST /todos, fresh Idempotency-Key (no sidecar)",
+    "reference": "bare grpc.aio: EVALSHA claim + POST /todos + EVALSHA settle",
+    "invoke": "sidecar Invoke(create_todo) -> confirmation card",
+    "confirm": "sidecar Confirm(token) of a prepared card (first time)",
+    "replay": "sidecar Confirm(token) of an already-settled card",
+    "pair": "sidecar Invoke then Confirm, back to back",
+}
+
+
+class OutOfCards(Exception):
+    pass
+
+
+@dataclass
+class Cell:
+    series: str
+    concurrency: int
+    calls: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    latencies_ns: list[int] = field(default_factory=list)
+    first_error: str = ""
+    starved: bool = False
+
+    def add(self, calls: int, errors: int, seconds: float, lat: list[int], first_error: str, starved: bool) -> None:
+        self.calls += calls
+        self.errors += errors
+        self.seconds += seconds
+        self.latencies_ns.extend(lat)
+        self.first_error = self.first_error or first_error
+        self.starved = self.starved or starved
+
+    @property
+    def throughput(self) -> float:
+        return self.calls / self.seconds if self.seconds else 0.0
+
+    def pct(self, q: float) -> float:
+        """Nearest-rank percentile, milliseconds."""
+        if not self.latencies_ns:
+            return math.nan
+        lat = sorted(self.latencies_ns)
+        return lat[max(0, math.ceil(q * len(lat)) - 1)] / 1e6
+
+    def summary(self) -> dict[str, Any]:
+        return {"series": self.series, "concurrency": self.concurrency, "calls": self.calls,
+                "errors": self.errors, "seconds": round(self.seconds, 3),
+                "throughput_per_s": round(self.throughput, 1), "p50_ms": round(self.pct(0.50), 3),
+                "p90_ms": round(self.pct(0.90), 3), "p99_ms": round(self.pct(0.99), 3),
+                "max_ms": round(self.pct(1.0), 3), "first_error": self.first_error, "ran_out_of_cards": self.starved}
+
+
+async def closed_loop(op: Callable[[], Awaitable[None]], concurrency: int, seconds: float
+                      ) -> tuple[int, int, float, list[int], str, bool]:
+    """concurrency workers, each calling op back to back until the deadline; (calls, errors, elapsed, ...)."""
+    lat: list[int] = []
+    errors = 0
+    first_error = ""
+    starved = False
+    start = time.perf_counter()
+    deadline = start + seconds
+
+    async def worker() -> None:
+        nonlocal errors, first_error, starved
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter_ns()
+            try:
+                await op()
+            except OutOfCards:
+                starved = True
+                return
+            except Exception as exc:  # counted, reported once
+                errors += 1
+                first_error = first_error or f"{type(exc).__name__}: {str(exc)[:300]}"
+                continue
+            lat.append(time.perf_counter_ns() - t0)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return len(lat), errors, time.perf_counter() - start, lat, first_error, starved
+
+
+class Clients:
+    """The load generator's clients and the series' operations."""
+
+    def __init__(self, todo_url: str, sidecar: str, reference: str) -> None:
+        self.todo_url = todo_url.rstrip("/") + "/todos"
+        self.sidecar_channel = grpc.aio.insecure_channel(sidecar)
+        self.reference_channel = grpc.aio.insecure_channel(reference)
+        self.gateway = gateway_pb2_grpc.ToolGatewayServiceStub(self.sidecar_channel)
+        self.reference = self.reference_channel.unary_unary(
+            REFERENCE_METHOD, request_serializer=gateway_pb2.ConfirmRequest.SerializeToString,
+            response_deserializer=gateway_pb2.ConfirmResponse.FromString)
+        self.session: aiohttp.ClientSession | None = None
+        self.cards: deque[str] = deque()       # tokens of READY cards (Invoke output)
+        self.settled: list[str] = []           # tokens already confirmed (replay input)
+        self._replay_i = 0
+        self.session_id = "bench-session-" + uuid.uuid4().hex[:8]
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=128, keepalive_timeout=30)
+        self.session = aiohttp.ClientSession(connector=connector, raise_for_status=False)
+        await asyncio.wait_for(self.sidecar_channel.channel_ready(), 10)
+        await asyncio.wait_for(self.reference_channel.channel_ready(), 10)
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+        await self.sidecar_channel.close()
+        await self.reference_channel.close()
+
+    def context(self) -> common_pb2.CallContext:
+        return common_pb2.CallContext(
+            tenant_id="bench-tenant", actor_id="bench-user", subject_id="bench-user", session_id=self.session_id,
+            request_id=uuid.uuid4().hex, role="user", locale="en")
+
+    # -- the operations ------------------------------------------------------------------------
+
+    async def direct(self) -> None:
+        assert self.session is not None
+        headers = {"Idempotency-Key": f'"{uuid.uuid4().hex}"'}
+        async with self.session.post(self.todo_url, json={"title": "bench"}, headers=headers) as resp:
+            await resp.read()
+            if resp.status != 201:
+                raise RuntimeError(f"POST /todos answered {resp.status}")
+
+    async def reference_confirm(self) -> None:
+        reply = await self.reference(gateway_pb2.ConfirmRequest(
+            context=self.context(), token="bench " + uuid.uuid4().hex))
+        if reply.action.state != common_pb2.ACTION_STATE_SUCCEEDED:
+            raise RuntimeError(f"reference answered {common_pb2.ActionState.Name(reply.action.state)}")
+
+    async def invoke_one(self) -> str:
+        reply = await self.gateway.Invoke(gateway_pb2.InvokeRequest(
+            context=self.context(), tool_name="create_todo",
+            arguments_json=json.dumps({"title": "bench " + uuid.uuid4().hex})))
+        if reply.WhichOneof("outcome") != "confirmation":
+            raise RuntimeError(f"Invoke did not answer with a card: {str(reply)[:200]}")
+        return reply.confirmation.token
+
+    async def confirm_one(self, token: str, *, replay: bool = False) -> None:
+        reply = await self.gateway.Confirm(gateway_pb2.ConfirmRequest(context=self.context(), token=token))
+        action = reply.action
+        if action.state != common_pb2.ACTION_STATE_SUCCEEDED or action.replayed != replay:
+            raise RuntimeError(f"Confirm answered {common_pb2.ActionState.Name(action.state)} "
+                               f"replayed={action.replayed} ({action.error.reason})")
+
+    async def invoke(self) -> None:
+        self.cards.append(await self.invoke_one())
+
+    async def confirm(self) -> None:
+        try:
+            token = self.cards.popleft()
+        except IndexError:
+            raise OutOfCards() from None
+        await self.confirm_one(token)
+        if len(self.settled) < 5000:
+            self.settled.append(token)
+
+    async def replay(self) -> None:
+        token = self.settled[self._replay_i % len(self.settled)]
+        self._replay_i += 1
+        await self.confirm_one(token, replay=True)
+
+    async def pair(self) -> None:
+        token = await self.invoke_one()
+        await self.confirm_one(token)
+
+    async def top_up(self, want: int, concurrency: int = 16) -> None:
+        """Untimed: Invoke until `want` cards are ready."""
+        async def worker() -> None:
+            while len(self.cards) < want:
+                self.cards.append(await self.invoke_one())
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+class Profiler:
+    """py-spy record of the sidecar during the Confirm c=16 window (optional)."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        self.pid, self.out = pid, out
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+
+    def available(self) -> bool:
+        return Path(self.exe).exists()
+
+    def start(self, seconds: float) -> None:
+        self.proc = subprocess.Popen(
+            [self.exe, "record", "-d", str(max(1, int(seconds))), "-o", str(self.out), "--pid", str(self.pid),
+             "--format", "speedscope", "--rate", "200"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def wait(self) -> list[dict[str, Any]]:
+        if self.proc is None:
+            return []
+        _, err = self.proc.communicate(timeout=60)
+        if self.proc.returncode != 0 or not self.out.exists():
+            print(f"py-spy failed: {err.decode(errors='replace')[-500:]}", file=sys.stderr)
+            return []
+        return top_self(self.out)
+
+
+def top_self(path: Path, n: int = 10) -> list[dict[str, Any]]:
+    """The n functions with the most self time in a speedscope file (samples are root-first stacks)."""
+    data = json.loads(path.read_text())
+    frames = data["shared"]["frames"]
+    self_w: dict[int, float] = {}
+    total = 0.0
+    for prof in data["profiles"]:
+        for stack, weight in zip(prof.get("samples", []), prof.get("weights", []), strict=False):
+            total += weight
+            if stack:
+                self_w[stack[-1]] = self_w.get(stack[-1], 0.0) + weight
+    out = []
+    for idx, w in sorted(self_w.items(), key=lambda kv: -kv[1])[:n]:
+        fr = frames[idx]
+        where = f"{_short(fr.get('file', ''))}:{fr.get('line', '')}"
+        out.append({"function": fr.get("name", "?"), "where": where, "self_pct": round(100 * w / total, 1)})
+    return out
+
+
+def _short(path: str) -> str:
+    for marker in ("site-packages/", "/work/main/", "lib/python3"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    return path
+
+
+async def run_bench(args: argparse.Namespace, clients: Clients, profiler: Profiler | None) -> dict[str, Any]:
+    ops: dict[str, Callable[[], Awaitable[None]]] = {
+        "direct": clients.direct, "reference": clients.reference_confirm, "invoke": clients.invoke,
+        "confirm": clients.confirm, "replay": clients.replay, "pair": clients.pair,
+    }
+    cells = {(s, c): Cell(s, c) for c in CONCURRENCY for s in ORDER}
+    slice_s = args.seconds / args.rounds
+    profile: list[dict[str, Any]] = []
+    # A few settled cards so the replay series has something to replay from the start.
+    await clients.top_up(32)
+    while clients.cards:
+        token = clients.cards.popleft()
+        await clients.confirm_one(token)
+        clients.settled.append(token)
+    for rnd in range(args.rounds):
+        for c in CONCURRENCY:
+            for series in ORDER:
+                op = ops[series]
+                if series == "confirm":
+                    # Warm up on prepared cards, measure the rate, prepare enough for the window (x2).
+                    await clients.top_up(max(64, 4 * c))
+                    before = len(clients.cards)
+                    t0 = time.perf_counter()
+                    await closed_loop(op, c, args.warmup)
+                    rate = (before - len(clients.cards)) / (time.perf_counter() - t0)
+                    await clients.top_up(int(rate * slice_s * 2) + 8 * c + 64)
+                else:
+                    await closed_loop(op, c, args.warmup)
+                prof = profiler is not None and series == "confirm" and c == 16 and rnd == 0
+                if prof:
+                    assert profiler is not None
+                    profiler.start(slice_s)
+                result = await closed_loop(op, c, slice_s)
+                cells[(series, c)].add(*result)
+                if prof:
+                    assert profiler is not None
+                    profile = await asyncio.to_thread(profiler.wait)
+                print(f"  round {rnd + 1}/{args.rounds} c={c:<2} {series:<9} {result[0] / result[2]:8.1f}/s"
+                      f"  (errors {result[1]})", flush=True)
+    return {"cells": cells, "profile": profile, "leftover_cards": len(clients.cards)}
+
+
+def ratios(cells: dict[tuple[str, int], Cell]) -> list[dict[str, Any]]:
+    def g(series: str, c: int) -> Cell:
+        return cells[(series, c)]
+
+    confirm16, ref16 = g("confirm", 16), g("reference", 16)
+    c1, d1, r1 = g("confirm", 1), g("direct", 1), g("replay", 1)
+    return [
+        {"name": "Confirm c=16 throughput / reference c=16 throughput",
+         "value": confirm16.throughput / ref16.throughput if ref16.throughput else math.nan,
+         "target": ">= 0.7", "ok": confirm16.throughput >= 0.7 * ref16.throughput, "unit": ""},
+        {"name": "Confirm c=1 p50 - direct c=1 p50", "value": c1.pct(0.5) - d1.pct(0.5),
+         "target": "<= 1.5 ms", "ok": c1.pct(0.5) - d1.pct(0.5) <= 1.5, "unit": "ms"},
+        {"name": "Confirm c=1 p99 - direct c=1 p99", "value": c1.pct(0.99) - d1.pct(0.99),
+         "target": "<= 3 ms", "ok": c1.pct(0.99) - d1.pct(0.99) <= 3.0, "unit": "ms"},
+        {"name": "first Confirm c=1 p50 / replayed Confirm c=1 p50", "value": c1.pct(0.5) / r1.pct(0.5),
+         "target": ">= 1.5", "ok": c1.pct(0.5) / r1.pct(0.5) >= 1.5, "unit": ""},
+    ]
+
+
+def table(cells: dict[tuple[str, int], Cell]) -> str:
+    head = f"{'series':<10}{'c':>3}{'calls':>8}{'err':>5}{'calls/s':>10}{'p50 ms':>9}{'p99 ms':>9}  what"
+    lines = [head, "-" * len(head)]
+    for series in ORDER:
+        for c in CONCURRENCY:
+            cell = cells[(series, c)]
+            flag = "  (ran out of cards!)" if cell.starved else ""
+            lines.append(f"{series:<10}{c:>3}{cell.calls:>8}{cell.errors:>5}{cell.throughput:>10.1f}"
+                         f"{cell.pct(0.5):>9.2f}{cell.pct(0.99):>9.2f}  {DESCRIPTION[series]}{flag}")
+    return "\n".join(lines)
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=None, help="timed seconds per cell (default 5; --quick 2)")
+    parser.add_argument("--quick", action="store_true", help="2 s per cell, 0.5 s warm-up")
+    parser.add_argument("--warmup", type=float, default=None, help="warm-up seconds before each timed slice")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="split each cell into this many slices, interleaved across series (default 2; quick 1)")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy record the sidecar during Confirm c=16 (slows that cell; "
+                             "do not compare its numbers)")
+    args = parser.parse_args(argv)
+    args.seconds = args.seconds if args.seconds is not None else (2.0 if args.quick else 5.0)
+    args.warmup = args.warmup if args.warmup is not None else (0.5 if args.quick else 1.0)
+    args.rounds = max(1, args.rounds if args.rounds is not None else (1 if args.quick else 2))
+
+    started = datetime.now(UTC)
+    load_start = loadavg()
+    print(f"write_path: {args.seconds:g} s per cell in {args.rounds} interleaved slice(s), warm-up {args.warmup:g} s; "
+          f"cpus={os.cpu_count()} loadavg at start {load_start}", flush=True)
+
+    work = harness.workdir("countersign-bench-")
+    procs: list[harness.Proc] = []
+    try:
+        redis = harness.start_redis(work)
+        procs.append(redis)
+        todo = harness.start_todo_service(work)
+        procs.append(todo)
+        registry = harness.write_registry(work, todo.info["url"])
+        keys = harness.write_keys(work)
+        sidecar = harness.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
+                                        flags=["--log-level", "warning"])
+        procs.append(sidecar)
+        reference = harness._start(  # the harness's own start-and-wait-for-"listening" helper
+            [sys.executable, str(ROOT / "bench" / "reference_server.py"), "--redis-url", redis.info["url"],
+             "--todo-url", todo.info["url"]], work, "reference")
+        procs.append(reference)
+        print(f"pids: redis {redis.pid}, todo {todo.pid}, sidecar {sidecar.pid}, reference {reference.pid}, "
+              f"bench {os.getpid()}", flush=True)
+
+        profiler = None
+        if args.profile:
+            profiler = Profiler(sidecar.pid, work / "sidecar-confirm16.speedscope.json")
+            if not profiler.available():
+                print("--profile: py-spy not found (pip install py-spy); running without it", file=sys.stderr)
+                profiler = None
+
+        async def go() -> dict[str, Any]:
+            clients = Clients(todo.info["url"], sidecar.info["grpc"], reference.info["grpc"])
+            await clients.start()
+            try:
+                return await run_bench(args, clients, profiler)
+            finally:
+                await clients.close()
+
+        out = asyncio.run(go())
+        for proc in procs:
+            if not proc.alive():
+                print(f"warning: pid {proc.pid} died during the run: {proc.log()[-500:]}", file=sys.stderr)
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+    load_end = loadavg()
+    cells: dict[tuple[str, int], Cell] = out["cells"]
+    rs = ratios(cells)
+    print()
+    print(table(cells))
+    print()
+    for r in rs:
+        unit = f" {r['unit']}" if r["unit"] else ""
+        print(f"{r['name']:<52} {r['value']:8.2f}{unit:<3}  target {r['target']:<9} "
+              f"{'OK' if r['ok'] else 'MISSED'}")
+    print(f"\nloadavg at start {load_start}, at end {load_end}")
+    if out["profile"]:
+        print("\nsidecar, Confirm c=16, top functions by self time (py-spy):")
+        for row in out["profile"]:
+            print(f"  {row['self_pct']:5.1f}%  {row['function']}  ({row['where']})")
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / ".gitkeep").touch()
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS / f"write_path-{stamp}.json"
+    path.write_text(json.dumps({
+        "started_utc": started.isoformat(), "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "settings": {"seconds": args.seconds, "warmup": args.warmup, "rounds": args.rounds,
+                     "concurrency": list(CONCURRENCY), "profile": args.profile},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    "loadavg_start": load_start, "loadavg_end": load_end},
+        "cells": [cells[(s, c)].summary() for s in ORDER for c in CONCURRENCY],
+        "ratios": [{**r, "value": round(r["value"], 3)} for r in rs],
+        "profile_confirm_c16_top_self": out["profile"],
+        "descriptions": DESCRIPTION,
+    }, indent=2) + "\n")
+    print(f"results: {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        raise SystemExit(main())

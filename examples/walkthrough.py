@@ -1,0 +1,377 @@
+"""The Countersign walkthrough: a scripted agent (no language model) against the real parts.
+
+Starts the example todo service and the sidecar (with its own private, embedded redis-server) as
+real processes on free ports, plays one user's conversation over gRPC and prints a short transcript.
+Every step checks what it expects; ``main`` returns 0 only when all of them behaved.
+
+    python -m examples.walkthrough [--verbose]      (or: countersign demo [--verbose])
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from examples import harness
+
+RPC_TIMEOUT = 15.0
+
+
+# ---------------------------------------------------------------------------- small helpers
+
+
+class Mismatch(Exception):
+    """A step did not behave; the walkthrough reports it and goes on."""
+
+
+def ctx(request_id: str) -> common_pb2.CallContext:
+    """The caller: alice, in her own session, speaking Chinese; request_id is the user turn."""
+    return common_pb2.CallContext(tenant_id="demo", actor_id="alice", subject_id="alice", session_id="s-1",
+                                  request_id=request_id, role="user", locale="zh-CN")
+
+
+def expect(what: str, ok: bool, got: object) -> None:
+    if not ok:
+        raise Mismatch(f"expected {what}, got {got}")
+
+
+def state_name(state: int) -> str:
+    return common_pb2.ActionState.Name(state).removeprefix("ACTION_STATE_")  # type: ignore[arg-type]
+
+
+def short(action: common_pb2.Action) -> str:
+    """One line for an Action: state, replayed, receipt or error."""
+    text = f"{state_name(action.state)}{' (replayed)' if action.replayed else ''}"
+    if action.HasField("receipt") and action.receipt.resource_id:
+        text += f", receipt «{action.receipt.summary}» resource {action.receipt.resource_id}"
+    if action.HasField("error") and action.error.reason:
+        text += f", {action.error.reason}: {action.error.message}"
+    return text
+
+
+def outcome(response: gateway_pb2.InvokeResponse) -> str:
+    return response.WhichOneof("outcome") or "nothing"
+
+
+class TodoService:
+    """Plain HTTP to the example service: its own API plus the request log under /_test/."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def call(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return json.loads(answer.read() or b"null")
+        except urllib.error.HTTPError as err:
+            return {"http_status": err.code, **json.loads(err.read() or b"{}")}
+
+    def requests(self) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = self.call("GET", "/_test/log")["requests"]
+        return entries
+
+
+class Agent:
+    """The scripted agent: what a model's tool calls and a user's clicks look like on the wire."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)  # type: ignore[no-untyped-call]
+
+    def invoke(self, request_id: str, tool: str, args: dict[str, Any]) -> gateway_pb2.InvokeResponse:
+        request = gateway_pb2.InvokeRequest(context=ctx(request_id), tool_name=tool,
+                                            arguments_json=json.dumps(args, ensure_ascii=False))
+        response: gateway_pb2.InvokeResponse = self.stub.Invoke(request, timeout=RPC_TIMEOUT)
+        return response
+
+    def confirm(self, request_id: str, token: str, wait_ms: int = 0) -> common_pb2.Action:
+        request = gateway_pb2.ConfirmRequest(context=ctx(request_id), token=token, wait_ms=wait_ms)
+        response: gateway_pb2.ConfirmResponse = self.stub.Confirm(request, timeout=RPC_TIMEOUT)
+        return response.action
+
+
+# ---------------------------------------------------------------------------- the script
+
+
+class Walkthrough:
+    def __init__(self, agent: Agent, todo: TodoService) -> None:
+        self.agent = agent
+        self.todo = todo
+        self.failures: list[str] = []
+        self.steps = 0
+        # carried from step to step
+        self.card: gateway_pb2.ConfirmationCard | None = None
+        self.first: common_pb2.Action | None = None
+
+    def run(self) -> None:
+        steps: list[Callable[[int], None]] = [
+            self.read, self.write, self.retry_same_turn, self.two_tabs, self.confirm_after_settle,
+            self.invoke_after_settle, self.refusals, self.stale_status, self.forged_token,
+        ]
+        for number, step in enumerate(steps, 1):
+            self.steps += 1
+            try:
+                step(number)
+            except Mismatch as exc:
+                self.fail(number, str(exc))
+            except grpc.RpcError as exc:
+                code = exc.code().name if isinstance(exc, grpc.Call) else "?"
+                details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+                self.fail(number, f"expected an answer, got gRPC {code}: {details}")
+            except Exception as exc:  # a broken step must not stop the rest of the story
+                self.fail(number, f"expected an answer, got {type(exc).__name__}: {exc}")
+
+    def fail(self, number: int, text: str) -> None:
+        self.failures.append(f"step {number}")
+        print(f"    ✗ step {number}: {text}")
+
+    def need_card(self) -> gateway_pb2.ConfirmationCard:
+        expect("the card of step 2", self.card is not None, "no card")
+        assert self.card is not None
+        return self.card
+
+    # [1] ----------------------------------------------------------------------------------
+    def read(self, n: int) -> None:
+        response = self.agent.invoke("turn-1", "list_todos", {})
+        expect("a ToolResult", outcome(response) == "result", outcome(response))
+        result = json.loads(response.result.result_json)
+        todos = result.get("todos") if isinstance(result, dict) else None
+        expect("a list of todos", isinstance(todos, list), response.result.result_json)
+        assert isinstance(todos, list)
+        print(f"[{n}] read: list_todos runs at once, no card → {len(todos)} todos")
+        expect("an empty list on a fresh service", len(todos) == 0, len(todos))
+
+    # [2] ----------------------------------------------------------------------------------
+    def write(self, n: int) -> None:
+        args = {"taskTitle": "买牛奶", "deadline": "今晚 9 点"}
+        response = self.agent.invoke("turn-1", "create_todo", args)
+        expect("a ConfirmationCard", outcome(response) == "confirmation", outcome(response))
+        card = self.card = response.confirmation
+        prepared = json.loads(card.prepared_arguments_json)
+        risk = common_pb2.RiskLevel.Name(card.risk).removeprefix("RISK_LEVEL_").lower()
+        print(f"[{n}] write: create_todo {json.dumps(args, ensure_ascii=False)} → a card, nothing written yet")
+        print(f"    {card.preview.title}「{card.preview.target}」 {card.preview.impact}")
+        print(f"    prepared {json.dumps(prepared, ensure_ascii=False)}, risk {risk}, "
+              f"expires in {card.expires_at.seconds - int(time.time())} s, action {card.action_id}")
+        expect("aliases normalised to title/dueAt", set(prepared) == {"title", "dueAt"}, prepared)
+        expect("title 买牛奶", prepared.get("title") == "买牛奶", prepared.get("title"))
+        due = str(prepared.get("dueAt", ""))
+        expect("dueAt as a concrete timestamp", due[:2] == "20" and "T" in due and "21:00" in due, due)
+        expect("a token and an action id", bool(card.token) and bool(card.action_id), card.token)
+        expect("preview 创建待办 / 买牛奶", (card.preview.title, card.preview.target) == ("创建待办", "买牛奶"),
+               (card.preview.title, card.preview.target))
+        expect("risk low", card.risk == common_pb2.RISK_LEVEL_LOW, risk)
+        expect("an expiry", card.expires_at.seconds > 0, card.expires_at)
+
+    # [3] ----------------------------------------------------------------------------------
+    def retry_same_turn(self, n: int) -> None:
+        card = self.need_card()
+        response = self.agent.invoke("turn-1", "create_todo", {"taskTitle": "买牛奶", "deadline": "今晚 9 点"})
+        expect("a ConfirmationCard", outcome(response) == "confirmation", outcome(response))
+        again = response.confirmation
+        same = again.action_id == card.action_id and again.token == card.token
+        print(f"[{n}] the model repeats the call in the same turn → the same card "
+              f"(action {again.action_id}, same token: {'yes' if again.token == card.token else 'no'})")
+        expect(f"the same action {card.action_id} and token", same, again.action_id)
+
+    # [4] ----------------------------------------------------------------------------------
+    def two_tabs(self, n: int) -> None:
+        card = self.need_card()
+        barrier = threading.Barrier(2)
+
+        def click(tab: int) -> common_pb2.Action:
+            barrier.wait(5)
+            return self.agent.confirm(f"turn-1-tab-{tab}", card.token)
+
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(click, (1, 2)))
+        originals = [a for a in answers if not a.replayed]
+        replays = [a for a in answers if a.replayed]
+        expect("one original answer and one replayed", len(originals) == 1 and len(replays) == 1,
+               [short(a) for a in answers])
+        first = self.first = originals[0]
+        expect("the original SUCCEEDED", first.state == common_pb2.ACTION_STATE_SUCCEEDED, short(first))
+        other = replays[0]
+        note = "the other tab got the replayed receipt"
+        if other.state == common_pb2.ACTION_STATE_RUNNING:
+            other = self.agent.confirm("turn-1-tab-2", card.token, wait_ms=5000)
+            note = "the other tab saw RUNNING, then (wait_ms) the replayed receipt"
+        expect("the other tab's receipt equal to the original",
+               other.replayed and other.receipt.SerializeToString() == first.receipt.SerializeToString(),
+               short(other))
+        posts = [e for e in self.todo.requests()
+                 if e["method"] == "POST" and e["path"] == "/todos" and e["idempotency_key"] == card.action_id]
+        resource = first.receipt.resource_id
+        print(f"[{n}] two tabs confirm at once → todo {resource} created once; {note}")
+        print(f"    receipt «{first.receipt.summary}» resource {resource} version {first.receipt.resource_version}"
+              f"; the todo service saw {len(posts)} POST /todos with Idempotency-Key {card.action_id}")
+        expect("exactly one POST /todos with the action's key", len(posts) == 1, len(posts))
+        expect("a resource id", resource.startswith("t_"), resource)
+        stored = self.todo.call("GET", f"/todos/{resource}")
+        expect("the todo 买牛奶 at the service", stored.get("title") == "买牛奶", stored)
+
+    # [5] ----------------------------------------------------------------------------------
+    def confirm_after_settle(self, n: int) -> None:
+        card = self.need_card()
+        expect("the outcome of step 4", self.first is not None, None)
+        assert self.first is not None
+        late = self.agent.confirm("turn-2", card.token)
+        same = late.receipt.SerializeToString() == self.first.receipt.SerializeToString()
+        print(f"[{n}] a late Confirm of the same token → {short(late)}; receipt byte-identical: "
+              f"{'yes' if same else 'no'}")
+        expect("SUCCEEDED, replayed", late.state == common_pb2.ACTION_STATE_SUCCEEDED and late.replayed, short(late))
+        expect("a byte-identical receipt", same, late.receipt)
+
+    # [6] ----------------------------------------------------------------------------------
+    def invoke_after_settle(self, n: int) -> None:
+        card = self.need_card()
+        response = self.agent.invoke("turn-1", "create_todo", {"taskTitle": "买牛奶", "deadline": "今晚 9 点"})
+        kind = outcome(response)
+        print(f"[{n}] the agent loop runs again in the same turn with the same call → {kind}"
+              + (f": {short(response.replay)}" if kind == "replay" else ""))
+        expect("a replay of the settled action", kind == "replay", kind)
+        action = response.replay
+        expect(f"action {card.action_id} SUCCEEDED",
+               action.action_id == card.action_id and action.state == common_pb2.ACTION_STATE_SUCCEEDED, short(action))
+        posts = [e for e in self.todo.requests() if e["method"] == "POST" and e["path"] == "/todos"]
+        expect("still one POST /todos in all", len(posts) == 1, len(posts))
+
+    # [7] ----------------------------------------------------------------------------------
+    def refusals(self, n: int) -> None:
+        print(f"[{n}] capabilities the assistant does not have:")
+        wanted = {"delete_note": ("note.delete", common_pb2.CAPABILITY_STATUS_PLANNED, "当前请前往笔记页面手动删除。"),
+                  "delete_account": ("account.delete", common_pb2.CAPABILITY_STATUS_FORBIDDEN,
+                                     "Agent 不允许执行账号注销。")}
+        args: dict[str, dict[str, Any]] = {"delete_note": {"noteId": "n_1"}, "delete_account": {"confirm": True}}
+        for tool, (capability, status, guidance) in wanted.items():
+            response = self.agent.invoke("turn-3", tool, args[tool])
+            kind = outcome(response)
+            expect(f"a Refusal for {tool}", kind == "refusal", kind)
+            refusal = response.refusal
+            status_text = common_pb2.CapabilityStatus.Name(refusal.status).removeprefix("CAPABILITY_STATUS_").lower()
+            print(f"    {tool} → refused ({refusal.capability_id}, {status_text}): {refusal.guidance}")
+            expect(f"{capability} {common_pb2.CapabilityStatus.Name(status)} «{guidance}»",
+                   (refusal.capability_id, refusal.status, refusal.guidance) == (capability, status, guidance),
+                   (refusal.capability_id, common_pb2.CapabilityStatus.Name(refusal.status), refusal.guidance))
+
+    # [8] ----------------------------------------------------------------------------------
+    def stale_status(self, n: int) -> None:
+        response = self.agent.invoke("turn-4", "create_todo", {"title": "交房租"})
+        expect("a ConfirmationCard", outcome(response) == "confirmation", outcome(response))
+        created = self.agent.confirm("turn-4", response.confirmation.token)
+        expect("the todo created", created.state == common_pb2.ACTION_STATE_SUCCEEDED, short(created))
+        todo_id = created.receipt.resource_id
+        print(f"[{n}] a second todo 交房租 → {short(created)}")
+
+        response = self.agent.invoke("turn-5", "set_todo_status", {"id": todo_id, "status": "done", "version": 1})
+        expect("a ConfirmationCard", outcome(response) == "confirmation", outcome(response))
+        card = response.confirmation
+        print(f"    set_todo_status done @ version 1 → card «{card.preview.impact}»")
+        # Meanwhile someone else changes the todo in the app: done, then open again (version 1 → 3).
+        for i, (status, version) in enumerate((("done", 1), ("open", 2)), 1):
+            changed = self.todo.call("POST", f"/todos/{todo_id}/status", {"status": status, "version": version},
+                                     headers={"Idempotency-Key": f'"walkthrough-elsewhere-{i}"'})
+            expect(f"the service to accept the change to {status}", changed.get("status") == status, changed)
+        print(f"    meanwhile, in another app, {todo_id} is marked done and opened again (now version 3)")
+        action = self.agent.confirm("turn-5", card.token)
+        after = self.todo.call("GET", f"/todos/{todo_id}")
+        evidence = json.loads(action.receipt.evidence_json or "{}")
+        http_status = str(evidence.get("status", "?")) if isinstance(evidence, dict) else "?"
+        print(f"    the user confirms the stale card → {short(action)} (the service answered {http_status})")
+        print(f"    the todo at the service: status {after.get('status')}, version {after.get('version')}"
+              " — not overwritten")
+        expect("FAILED", action.state == common_pb2.ACTION_STATE_FAILED, short(action))
+        expect("reason TODO_VERSION_CONFLICT", action.error.reason == "TODO_VERSION_CONFLICT", action.error.reason)
+        expect("not retryable", not action.error.retryable, action.error)
+        expect("the service's 409 as evidence", http_status == "409", http_status)
+        expect("the todo still open at version 3", (after.get("status"), after.get("version")) == ("open", 3), after)
+
+    # [9] ----------------------------------------------------------------------------------
+    def forged_token(self, n: int) -> None:
+        card = self.need_card()
+        head, _, mac = card.token.rpartition(".")
+        forged = f"{head}.{('B' if mac[:1] == 'A' else 'A') * max(len(mac), 1)}" if head else card.token + "x"
+        try:
+            action = self.agent.confirm("turn-6", forged)
+        except grpc.RpcError as err:
+            assert isinstance(err, grpc.Call)
+            status = rpc_status.from_call(err)
+            reasons = []
+            for detail in status.details if status is not None else []:
+                info = error_details_pb2.ErrorInfo()
+                if detail.Unpack(info):
+                    reasons.append((info.domain, info.reason))
+            reason = reasons[0][1] if reasons else "(no ErrorInfo)"
+            print(f"[{n}] Confirm with a forged token → {err.code().name}, ErrorInfo reason {reason}")
+            expect("INVALID_ARGUMENT", err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.code().name)
+            expect("ErrorInfo countersign/CONFIRMATION_TOKEN_INVALID",
+                   reasons == [("countersign", "CONFIRMATION_TOKEN_INVALID")], reasons)
+            return
+        print(f"[{n}] Confirm with a forged token → {short(action)}")
+        raise Mismatch(f"expected INVALID_ARGUMENT, got an Action: {short(action)}")
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def main(verbose: bool = False) -> int:
+    work = harness.workdir("countersign-demo-")
+    procs: list[harness.Proc] = []
+    failures: list[str] = []
+    steps = 0
+    try:
+        todo = harness.start_todo_service(work)
+        procs.append(todo)
+        registry = harness.write_registry(work, todo.info["url"])
+        sidecar = harness.start_sidecar(work, registry, flags=["--log-level", "warning"])
+        procs.append(sidecar)
+        print(f"Countersign walkthrough — sidecar {sidecar.info.get('grpc')} (redis: "
+              f"{sidecar.info.get('redis')}), todo service {todo.info['url']}")
+        print("user alice, session s-1, locale zh-CN; a scripted agent plays the model\n")
+        with grpc.insecure_channel(str(sidecar.info["grpc"])) as channel:
+            grpc.channel_ready_future(channel).result(timeout=10)
+            walk = Walkthrough(Agent(channel), TodoService(todo.info["url"]))
+            walk.run()
+        failures, steps = walk.failures, walk.steps
+    except Exception as exc:
+        print(f"✗ the walkthrough could not run: {type(exc).__name__}: {exc}")
+        failures.append("setup")
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+        if verbose:
+            for proc, name in zip(procs, ("todo service", "sidecar"), strict=False):
+                print(f"\n--- {name} log ({proc.log_path}) ---\n{proc.log().rstrip() or '(empty)'}")
+        shutil.rmtree(work, ignore_errors=True)
+    print()
+    if failures:
+        print(f"{len(failures)} of {steps or '?'} steps did not behave: {', '.join(failures)}")
+        return 1
+    print(f"all {steps} steps behaved")
+    return 0
+
+
+def _cli(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m examples.walkthrough", description=__doc__.split("\n")[0])
+    parser.add_argument("--verbose", action="store_true", help="also show the sidecar's and service's logs")
+    return main(verbose=parser.parse_args(argv).verbose)
+
+
+if __name__ == "__main__":
+    sys.exit(_cli())
