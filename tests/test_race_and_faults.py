@@ -159,8 +159,8 @@ def test_grpc_adapter_executes_once_against_a_real_tool_backend(stack: Stack) ->
         block = text[start:end]
         adapter_start = block.index("    adapter:")
         adapter_end = block.index("    receipt:")
-        block = block[:adapter_start] + f'    adapter: {{kind: grpc, target: "{target}", prepare: true, lookup: true}}\n' \
-            + block[adapter_end:]
+        grpc_adapter = f'    adapter: {{kind: grpc, target: "{target}", prepare: true, lookup: true}}\n'
+        block = block[:adapter_start] + grpc_adapter + block[adapter_end:]
         registry = text[:start] + block + text[end:]
         path = stack.work / "grpc-registry.yaml"
         path.write_text(registry)

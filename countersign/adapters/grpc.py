@@ -47,11 +47,11 @@ class GrpcAdapter:
         if channel is None:
             channel = grpc.aio.insecure_channel(target)
             self._channels[target] = channel
-        return channel, backend_pb2_grpc.ToolBackendServiceStub(channel)
+        return channel, backend_pb2_grpc.ToolBackendServiceStub(channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         for channel in self._channels.values():
-            await channel.close()
+            await channel.close(None)
 
     @staticmethod
     def _metadata(meta: CallMeta) -> tuple[tuple[str, str], ...]:

@@ -105,9 +105,9 @@ async def start(settings: Settings) -> Sidecar:
                ("grpc.max_send_message_length", settings.max_message_bytes),
                ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(options=options)
-    gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server(Gateway(pipeline), server)
-    continuation_pb2_grpc.add_ContinuationServiceServicer_to_server(Continuations(pipeline), server)
-    guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server(ReplyGuard(pipeline), server)
+    gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server(Gateway(pipeline), server)  # type: ignore[no-untyped-call]
+    continuation_pb2_grpc.add_ContinuationServiceServicer_to_server(Continuations(pipeline), server)  # type: ignore[no-untyped-call]
+    guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server(ReplyGuard(pipeline), server)  # type: ignore[no-untyped-call]
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection(

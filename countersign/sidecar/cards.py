@@ -92,7 +92,7 @@ def open_card(keyring: Keyring, action_id: str, record: CardRecord) -> Card:
 def to_proto(keyring: Keyring, card: Card) -> gateway_pb2.ConfirmationCard:
     out = gateway_pb2.ConfirmationCard(
         token=keyring.token(card.action_id, card.kid), action_id=card.action_id,
-        capability_id=card.capability, tool_name=card.tool, risk=RISK_ENUM.get(card.risk, 0),
+        capability_id=card.capability, tool_name=card.tool, risk=RISK_ENUM.get(card.risk, 0),  # type: ignore[arg-type]
         prepared_arguments_json=card.arguments_json,
     )
     json_format.ParseDict(card.preview, out.preview)

@@ -162,11 +162,10 @@ def decode_arguments(text: str | None) -> dict[str, Any]:
 
 def _boundary(context: common_pb2.CallContext, is_write: bool) -> None:
     mode = context.admin_mode
-    if context.actor_id != context.subject_id:
-        if not context.admin_context_id or mode not in (common_pb2.ADMIN_MODE_READONLY,
-                                                        common_pb2.ADMIN_MODE_MAINTAIN):
-            raise PermissionDenied("SUBJECT_NOT_ALLOWED",
-                                   "acting for another subject needs an admin context")
+    admin = bool(context.admin_context_id) and mode in (common_pb2.ADMIN_MODE_READONLY,
+                                                        common_pb2.ADMIN_MODE_MAINTAIN)
+    if context.actor_id != context.subject_id and not admin:
+        raise PermissionDenied("SUBJECT_NOT_ALLOWED", "acting for another subject needs an admin context")
     if is_write and mode == common_pb2.ADMIN_MODE_READONLY:
         raise PermissionDenied("ADMIN_READONLY", "a read-only admin context may not prepare or run a write")
 

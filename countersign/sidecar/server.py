@@ -36,8 +36,9 @@ from countersign.v1 import (
 )
 
 log = logging.getLogger("countersign.server")
+Ctx = Any  # grpc.aio.ServicerContext; the published stubs lag behind grpc.aio
 R = TypeVar("R")
-Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]
+Handler = Callable[[Any, Any, Ctx], Awaitable[R]]
 
 SERVICES = (
     gateway_pb2.DESCRIPTOR.services_by_name["ToolGatewayService"].full_name,
@@ -66,7 +67,7 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
 
     def wrap(handler: Handler[R]) -> Handler[R]:
         @functools.wraps(handler)
-        async def inner(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        async def inner(self: Any, request: Any, context: Ctx) -> R:
             metrics: Metrics = self.metrics
             try:
                 return await handler(self, request, context)
@@ -107,34 +108,34 @@ class Gateway(gateway_pb2_grpc.ToolGatewayServiceServicer):
 
     @rpc("Invoke")
     async def Invoke(self, request: gateway_pb2.InvokeRequest,
-                     context: grpc.aio.ServicerContext) -> gateway_pb2.InvokeResponse:
+                     context: Ctx) -> gateway_pb2.InvokeResponse:
         return await self.pipeline.invoke(request.context, request.tool_name, request.arguments_json)
 
     @rpc("Confirm")
     async def Confirm(self, request: gateway_pb2.ConfirmRequest,
-                      context: grpc.aio.ServicerContext) -> gateway_pb2.ConfirmResponse:
+                      context: Ctx) -> gateway_pb2.ConfirmResponse:
         action = await self.pipeline.confirm(request.context, _token(request.token), request.wait_ms)
         return gateway_pb2.ConfirmResponse(action=action)
 
     @rpc("Reject")
     async def Reject(self, request: gateway_pb2.RejectRequest,
-                     context: grpc.aio.ServicerContext) -> gateway_pb2.RejectResponse:
+                     context: Ctx) -> gateway_pb2.RejectResponse:
         return gateway_pb2.RejectResponse(action=await self.pipeline.reject(request.context, _token(request.token)))
 
     @rpc("GetAction")
     async def GetAction(self, request: gateway_pb2.GetActionRequest,
-                        context: grpc.aio.ServicerContext) -> gateway_pb2.GetActionResponse:
+                        context: Ctx) -> gateway_pb2.GetActionResponse:
         action = await self.pipeline.get_action(request.context, request.action_id)
         return gateway_pb2.GetActionResponse(action=action)
 
     @rpc("Compensate")
     async def Compensate(self, request: gateway_pb2.CompensateRequest,
-                         context: grpc.aio.ServicerContext) -> gateway_pb2.CompensateResponse:
+                         context: Ctx) -> gateway_pb2.CompensateResponse:
         raise _later("Compensate", "When things go wrong: reconciliation, compensation")
 
     @rpc("Reconcile")
     async def Reconcile(self, request: gateway_pb2.ReconcileRequest,
-                        context: grpc.aio.ServicerContext) -> gateway_pb2.ReconcileResponse:
+                        context: Ctx) -> gateway_pb2.ReconcileResponse:
         raise _later("Reconcile", "When things go wrong: reconciliation, compensation")
 
 
@@ -143,19 +144,19 @@ class Continuations(continuation_pb2_grpc.ContinuationServiceServicer):
         self.pipeline, self.metrics = pipeline, pipeline.metrics
 
     @rpc("OpenContinuation")
-    async def OpenContinuation(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def OpenContinuation(self, request: Any, context: Ctx) -> Any:
         raise _later("ContinuationService", "After the write: reply continuations and the reply guard")
 
     @rpc("ClaimContinuation")
-    async def ClaimContinuation(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ClaimContinuation(self, request: Any, context: Ctx) -> Any:
         raise _later("ContinuationService", "After the write: reply continuations and the reply guard")
 
     @rpc("SettleContinuation")
-    async def SettleContinuation(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def SettleContinuation(self, request: Any, context: Ctx) -> Any:
         raise _later("ContinuationService", "After the write: reply continuations and the reply guard")
 
     @rpc("ReleaseContinuation")
-    async def ReleaseContinuation(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ReleaseContinuation(self, request: Any, context: Ctx) -> Any:
         raise _later("ContinuationService", "After the write: reply continuations and the reply guard")
 
 
@@ -164,5 +165,5 @@ class ReplyGuard(guard_pb2_grpc.ReplyGuardServiceServicer):
         self.pipeline, self.metrics = pipeline, pipeline.metrics
 
     @rpc("CheckReply")
-    async def CheckReply(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def CheckReply(self, request: Any, context: Ctx) -> Any:
         raise _later("ReplyGuardService", "After the write: reply continuations and the reply guard")

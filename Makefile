@@ -1,0 +1,53 @@
+# The few targets a newcomer needs. `make demo` and `make test` install what is missing first.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: demo test lint proto proto-check bench deps redis clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+deps: $(STAMP) redis
+
+# redis-server is a system package: installed through apt-get when we are root, else a clear message.
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	  else echo "redis-server is missing: install the Debian/Ubuntu package 'redis-server' (or your OS's redis)"; exit 1; fi; }
+
+## the walkthrough: the sidecar with its embedded Redis, the example todo service, a scripted agent
+demo: deps
+	$(BIN)/countersign demo
+
+## everything CI runs: stubs match the proto, lint, types, the test suite
+test: deps proto-check lint
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	cd proto && ../$(BIN)/buf lint
+	$(BIN)/ruff check countersign examples tests bench
+	$(BIN)/mypy
+
+## regenerate the Python stubs from proto/ (never edit countersign/v1 by hand)
+proto: $(STAMP)
+	scripts/gen_proto.sh
+
+proto-check: $(STAMP)
+	@tmp=$$(mktemp -d); PYTHON=$(BIN)/python scripts/gen_proto.sh $$tmp; \
+	if ! diff -r -q -x __pycache__ $$tmp/countersign/v1 countersign/v1 >/dev/null; then \
+	  echo "countersign/v1 differs from what proto/ generates: run 'make proto' and commit"; \
+	  diff -r -x __pycache__ $$tmp/countersign/v1 countersign/v1 | head -20; rm -rf $$tmp; exit 1; fi; \
+	rm -rf $$tmp; echo "stubs match proto/"
+
+## the write-path benchmark (a few minutes; prints ratios measured side by side)
+bench: deps
+	$(BIN)/python bench/write_path.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
