@@ -76,7 +76,8 @@ KNOWN_BUGS: dict[str, tuple[tuple[str, str, str], str]] = {
 def _cases() -> list[Any]:
     out = [pytest.param(name, *case, id=name) for name, case in BAD.items()]
     for name, (case, reason) in KNOWN_BUGS.items():
-        out.append(pytest.param(name, *case, id=name, marks=pytest.mark.xfail(strict=True, reason=reason)))
+        out.append(pytest.param(name, *case, id=name, marks=pytest.mark.xfail(
+            strict=True, raises=pytest.fail.Exception, reason=reason)))
     return out
 
 
@@ -142,21 +143,31 @@ def test_example_registry_loads(example: registry.Registry) -> None:
     assert example.tools["delete_todo"].confirmation == "always"
 
 
-def test_writable_by_role_lists_exactly_the_write_tools(example: registry.Registry) -> None:
-    writes = ",create_todo,delete_todo,set_todo_status,"
-    assert dict(example.writable_by_role) == {"user": writes, "admin": writes}
-    assert example.writable_tools("user") == writes
-    assert example.writable_tools("guest") == ","
+def _names(csv: str) -> set[str]:
+    assert csv.startswith(",") and csv.endswith(",")
+    return {n for n in csv.split(",") if n}
 
 
-def test_writable_by_role_per_role() -> None:
+def test_role_sets_list_exactly_the_write_tools(example: registry.Registry) -> None:
+    # what the claim script checks: every write tool, and per role the write tools it may not run
+    assert example.all_writes == ",create_todo,delete_todo,set_todo_status,"
+    assert dict(example.denied_by_role) == {"user": ",,", "admin": ",,"}
+    assert example.denied_tools("user") == ",,"
+    assert example.denied_tools("guest") == example.all_writes        # an unknown role may run no write
+
+
+def test_role_sets_per_role() -> None:
     doc = _doc()
-    doc["tools"][0]["roles"] = ["user", "auditor"]          # a read tool: never writable
-    doc["tools"][1]["roles"] = ["user", "admin"]
-    doc["tools"][2]["roles"] = ["admin"]
+    doc["tools"][0]["roles"] = ["user", "auditor"]          # list_items, a read tool: never in a write set
+    doc["tools"][1]["roles"] = ["user", "admin"]            # create_item
+    doc["tools"][2]["roles"] = ["admin"]                    # delete_item
     reg = registry.build(doc)
-    assert dict(reg.writable_by_role) == {"user": ",create_item,", "admin": ",create_item,delete_item,"}
-    assert reg.writable_tools("auditor") == ","
+    assert reg.all_writes == ",create_item,delete_item,"
+    assert dict(reg.denied_by_role) == {"user": ",delete_item,", "admin": ",,",
+                                        "auditor": ",create_item,delete_item,"}
+    for role in ("user", "admin", "auditor", "nobody"):
+        writable = {t.name for t in reg.tools.values() if t.is_write and role in t.roles}
+        assert _names(reg.denied_tools(role)) == _names(reg.all_writes) - writable
 
 
 def test_planned_and_forbidden_capabilities_are_refusals(example: registry.Registry) -> None:

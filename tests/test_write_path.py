@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from pathlib import Path
 
 import grpc
 import pytest
@@ -275,7 +276,8 @@ def test_success_has_a_receipt_and_a_confirm_after_settle_replays_it_byte_for_by
     sent = stack.todo.writes(card.action_id)[0]["headers"]
     assert sent["idempotency-key"] == f'"{card.action_id}"'
     assert sent["x-countersign-action"] == card.action_id
-    assert sent["x-countersign-attempt"] == "1" and sent["x-countersign-policy-version"]
+    assert sent["x-countersign-attempt"] == "1" and sent["x-countersign-policy-version"] == "2026-11-29.1"
+    assert sent["traceparent"].startswith("00-")
 
 
 def test_stale_version_is_failed_and_nothing_is_overwritten(stack: Stack) -> None:
@@ -365,3 +367,74 @@ def test_lapsed_lease_is_reported_and_stored_as_unknown_never_ready(stack: Stack
 def test_unimplemented_rpcs_say_so(stack: Stack) -> None:
     err = rpc_error(lambda: stack.stub().Reconcile(gateway_pb2.ReconcileRequest(context=ctx(), action_id="0" * 32)))
     assert err.code() == grpc.StatusCode.UNIMPLEMENTED and error_info(err).reason == "NOT_IMPLEMENTED"
+
+
+# -- the claim re-checks policy; scripts survive SCRIPT FLUSH; one hash tag per action --------------
+
+
+@pytest.mark.parametrize("change", ["planned", "risk"])
+def test_policy_changed_at_claim_time_settles_failed_and_never_executes(stack: Stack, change: str) -> None:
+    card = stack.card(request_id=turn(), title="政策变了")
+    sidecar = stack.start_sidecar(registry=_valid_changed_registry(stack, change))
+    try:
+        stub = stack.stub(sidecar.info["grpc"])
+        err = rpc_error(lambda: stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)))
+        assert (err.code(), error_info(err).reason) == (grpc.StatusCode.FAILED_PRECONDITION, "POLICY_CHANGED")
+        action = stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)).action
+        assert action.state == common_pb2.ACTION_STATE_FAILED and action.error.reason == "POLICY_CHANGED"
+    finally:
+        sidecar.stop()
+    assert stack.todo.writes(card.action_id) == []
+    again = confirm(stack, card.token)      # even the old registry cannot run it now: it settled FAILED
+    assert again.state == common_pb2.ACTION_STATE_FAILED and again.replayed
+    assert stack.todo.writes(card.action_id) == []
+
+
+def _valid_changed_registry(stack: Stack, change: str) -> Path:
+    """The example registry with todo.create planned (tool removed), or its risk raised under a new version."""
+    import yaml
+
+    doc = yaml.safe_load(stack.registry.read_text())
+    cap = next(c for c in doc["capabilities"] if c["id"] == "todo.create")
+    tool = next(t for t in doc["tools"] if t["name"] == "create_todo")
+    if change == "planned":
+        cap["status"] = "planned"
+        cap["guidance"] = {"en": "Creating todos is paused."}
+        doc["tools"].remove(tool)
+    else:
+        doc["policy_version"] = "2026-11-30.1"
+        cap["risk"] = tool["risk"] = "high"
+    path = stack.work / f"changed-{uuid.uuid4().hex}.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True))
+    return path
+
+
+def test_scripts_are_reloaded_after_script_flush(stack: Stack) -> None:
+    card = stack.card(request_id=turn())
+    redis.Redis(unix_socket_path=stack.redis.info["socket"]).script_flush()
+    assert confirm(stack, card.token).state == common_pb2.ACTION_STATE_SUCCEEDED
+    assert len(stack.todo.writes(card.action_id)) == 1
+
+
+def test_every_key_of_an_action_shares_its_hash_tag(stack: Stack) -> None:
+    card = stack.card(request_id=turn())
+    r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
+    before = {k for k in r.scan_iter(match=f"*{card.action_id}*")}
+    assert before == {f"cs:{{{card.action_id}}}:card".encode()}
+    # owner and subject are stored as keyed hashes only
+    stored = b"".join(r.hgetall(f"cs:{{{card.action_id}}}:card").values())
+    assert b"alice" not in stored
+    confirm(stack, card.token)
+    after = {k for k in r.scan_iter(match=f"*{card.action_id}*")}
+    assert after == {f"cs:{{{card.action_id}}}:run".encode()}
+
+
+def test_the_callers_traceparent_continues_to_the_downstream(stack: Stack) -> None:
+    card = stack.card(request_id=turn())
+    trace_id = uuid.uuid4().hex
+    parent = f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"
+    stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token),
+                         metadata=(("traceparent", parent),))
+    sent = stack.todo.writes(card.action_id)[0]["headers"]["traceparent"]
+    version, got_trace, span, flags = sent.split("-")
+    assert (version, got_trace, flags) == ("00", trace_id, "01") and span != parent.split("-")[2]

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from countersign.sidecar.observability import tracing
 from countersign.sidecar.registry import PLACEHOLDER, Tool
 
 UPPER_SNAKE = re.compile(r"^[A-Z][A-Z0-9_]{1,63}$")
@@ -90,7 +91,7 @@ class CallMeta:
     headers: dict[str, str] = field(default_factory=dict)    # propagation (traceparent, ...)
 
     def wire_headers(self) -> dict[str, str]:
-        out = dict(self.headers)
+        out = {**tracing.outgoing_headers(), **self.headers}
         if self.idempotency_key:
             out["Idempotency-Key"] = f'"{self.idempotency_key}"'
             out["X-Countersign-Action"] = self.idempotency_key

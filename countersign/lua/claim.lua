@@ -2,7 +2,7 @@
 -- KEYS[1]  cs:{A}:card
 -- KEYS[2]  cs:{A}:run
 -- ARGV[1]  the caller's binding
--- ARGV[2]  the write tools the caller's role may run, as ",tool,tool,"
+-- ARGV[2]  the write tools the caller's role may NOT run, as ",tool,tool,"
 -- ARGV[3]  claim id (fresh per attempt; a retry of this very call sends the same id)
 -- ARGV[4]  lease, milliseconds
 -- ARGV[5]  run record TTL (replay window), milliseconds
@@ -33,7 +33,7 @@ end
 local card = redis.call('HMGET', KEYS[1], 'b', 'tool', 'body', 'mac', 'kid')
 if not card[1] then return {'expired'} end
 if card[1] ~= ARGV[1] then return {'forbidden'} end
-if not string.find(ARGV[2], ',' .. card[2] .. ',', 1, true) then return {'role', card[2]} end
+if string.find(ARGV[2], ',' .. card[2] .. ',', 1, true) then return {'role', card[2]} end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], 'st', 'running', 'claim', ARGV[3], 'lease', now + tonumber(ARGV[4]),
            'attempt', 1, 'b', card[1], 'tool', card[2], 'kid', card[5], 'card', card[3],

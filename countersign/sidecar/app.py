@@ -24,6 +24,7 @@ from countersign.sidecar.actions import Keyring
 from countersign.sidecar.embedded_redis import EmbeddedRedis
 from countersign.sidecar.errors import SettingsError
 from countersign.sidecar.execute import Timing
+from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.pipeline import Pipeline
 from countersign.sidecar.server import SERVICES, Continuations, Gateway, ReplyGuard
@@ -81,6 +82,7 @@ def load_keys(settings: Settings) -> Keyring:
 
 async def start(settings: Settings) -> Sidecar:
     """Build and start everything; raise SettingsError / RegistryError before listening if anything is wrong."""
+    tracing.setup()
     keyring = load_keys(settings)
     registry = registry_mod.load(settings.registry)
     embedded = None

@@ -118,7 +118,7 @@ class Pipeline:
         binding = self.keyring.binding(kid, cards.owner(context))
         claim_id = os.urandom(12).hex()
         with self.metrics.timed("claim"):
-            found = await self.store.claim(action_id, binding, registry.writable_tools(context.role), claim_id,
+            found = await self.store.claim(action_id, binding, registry.denied_tools(context.role), claim_id,
                                            self.timing.lease_ms, self.timing.replay_ms)
         if isinstance(found, Refused):
             self.metrics.claims.labels("other", found.why).inc()

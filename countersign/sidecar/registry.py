@@ -22,7 +22,7 @@ rule names are stable (tests assert them, one bad fixture file per rule):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,10 +134,16 @@ class Registry:
     capabilities: Mapping[str, Capability]
     tools: Mapping[str, Tool]
     refusals: Mapping[str, Capability]          # tool name or capability id -> planned/forbidden
-    writable_by_role: Mapping[str, str]         # role -> ",tool,tool," (what the claim script checks)
+    denied_by_role: Mapping[str, str]           # role -> ",tool,tool," write tools the role may not run
+    all_writes: str                             # ",tool,tool," every registered write tool
 
-    def writable_tools(self, role: str) -> str:
-        return self.writable_by_role.get(role, ",")
+    def denied_tools(self, role: str) -> str:
+        """What the claim script refuses for this role, leaving the card READY (DESIGN §5).
+
+        A tool that is no longer a registered write tool is not in this set: its claim goes
+        ahead and the re-check settles it FAILED with POLICY_CHANGED.
+        """
+        return self.denied_by_role.get(role, self.all_writes)
 
 
 def load(path: str) -> Registry:
@@ -201,13 +207,14 @@ def build(doc: Any, path: str = "<registry>") -> Registry:
                            f"compensation argument {key!r} is not a property of {comp.tool!r}")
             _check_template(template, known, tool.name, fail)
 
-    roles: dict[str, list[str]] = {}
-    for tool in tools.values():
-        if tool.is_write:
-            for role in tool.roles:
-                roles.setdefault(role, []).append(tool.name)
-    writable = {role: "," + ",".join(sorted(names)) + "," for role, names in roles.items()}
-    return Registry(path, str(version), caps, tools, refusals, writable)
+    writes = sorted(t.name for t in tools.values() if t.is_write)
+    roles = {role for t in tools.values() for role in t.roles}
+    denied = {role: _csv(n for n in writes if role not in tools[n].roles) for role in roles}
+    return Registry(path, str(version), caps, tools, refusals, denied, _csv(writes))
+
+
+def _csv(names: Iterable[str]) -> str:
+    return "," + ",".join(names) + ","
 
 
 # -- pieces -----------------------------------------------------------------------------------

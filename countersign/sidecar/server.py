@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from opentelemetry import trace
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
@@ -24,6 +25,7 @@ from countersign.sidecar.errors import (
     StoreUnavailable,
     Unimplemented,
 )
+from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.pipeline import Pipeline
 from countersign.v1 import (
@@ -70,7 +72,13 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
         async def inner(self: Any, request: Any, context: Ctx) -> R:
             metrics: Metrics = self.metrics
             try:
-                return await handler(self, request, context)
+                with tracing.server_span(name, context.invocation_metadata()) as span:
+                    try:
+                        return await handler(self, request, context)
+                    except CountersignError as exc:
+                        span.set_status(trace.Status(trace.StatusCode.ERROR, exc.reason))
+                        span.set_attribute("rpc.grpc.status_code", exc.code.value[0])
+                        raise
             except CountersignError as exc:
                 if isinstance(exc, StoreUnavailable):
                     metrics.fail_closed.labels(name).inc()

@@ -144,12 +144,12 @@ class Store:
         return _run(reply)
 
     async def claim(
-        self, action_id: str, binding: str, writable: str, claim_id: str, lease_ms: int, run_ttl_ms: int
+        self, action_id: str, binding: str, denied: str, claim_id: str, lease_ms: int, run_ttl_ms: int
     ) -> CardRecord | RunRecord | Refused:
         """ready -> running. A CardRecord means the caller won and must settle."""
         reply = await self._script(
             "claim", [card_key(action_id), run_key(action_id)],
-            [binding, writable, claim_id, lease_ms, run_ttl_ms],
+            [binding, denied, claim_id, lease_ms, run_ttl_ms],
         )
         kind = _s(reply[0])
         if kind == "won":

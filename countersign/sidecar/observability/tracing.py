@@ -1,0 +1,59 @@
+"""OpenTelemetry: one server span per RPC (continuing the caller's traceparent), and the W3C
+traceparent handed on to the downstream by the adapters.
+
+The exporter comes from the standard OTEL_* environment: OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is
+set (needs the ``otlp`` extra), none otherwise (spans still carry valid trace ids to the downstream).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from opentelemetry import propagate, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Span, SpanKind
+
+log = logging.getLogger("countersign.tracing")
+tracer = trace.get_tracer("countersign")
+_configured = False
+
+
+def setup() -> None:
+    """Install the SDK tracer provider once per process."""
+    global _configured
+    if _configured:
+        return
+    _configured = True
+    provider = TracerProvider(resource=Resource.create({"service.name": os.environ.get(
+        "OTEL_SERVICE_NAME", "countersign")}))
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but the otlp extra is not installed; "
+                        "pip install 'countersign[otlp]'")
+        else:
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+
+
+@contextmanager
+def server_span(name: str, metadata: Iterable[tuple[str, str | bytes]] | None) -> Iterator[Span]:
+    """The span of one RPC, a child of the caller's traceparent when it sent one."""
+    carrier = {k: v for k, v in (metadata or ()) if isinstance(v, str) and k in ("traceparent", "tracestate")}
+    parent = propagate.extract(carrier) if carrier else None
+    with tracer.start_as_current_span(name, context=parent, kind=SpanKind.SERVER,
+                                      record_exception=False, set_status_on_exception=False) as span:
+        yield span
+
+
+def outgoing_headers() -> dict[str, str]:
+    """traceparent (and tracestate) of the current span, for a downstream call."""
+    headers: dict[str, str] = {}
+    propagate.inject(headers)
+    return headers
