@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from opentelemetry import trace
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from opentelemetry import trace
 
 from countersign.sidecar.errors import (
     DOMAIN,
