@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +169,7 @@ def _forged_mac(token: str) -> str:
     return token[:-1] + ("A" if last != "A" else "B")
 
 
-BAD_TOKENS = {
+BAD_TOKENS: dict[str, Callable[[str], str]] = {
     "forged-mac": lambda t: _forged_mac(t),
     "mac-of-another-action": lambda t: t.replace(A, "f" * 32),
     "truncated": lambda t: t[:-1],

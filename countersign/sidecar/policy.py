@@ -145,10 +145,11 @@ def validate(tool: Tool, arguments: Mapping[str, Any]) -> list[FieldViolation]:
 def decode_arguments(text: str | None) -> dict[str, Any]:
     """Strict JSON: an object, no duplicate keys, no NaN/Infinity, bounded size and depth."""
     text = text or "{}"
-    if len(text) > MAX_ARGUMENTS_BYTES:
+    if len(text) > MAX_ARGUMENTS_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_ARGUMENTS_BYTES:
         raise _bad(f"arguments_json is larger than {MAX_ARGUMENTS_BYTES} bytes")
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
+                           parse_float=_finite)
     except RecursionError as exc:
         raise _bad("arguments_json is nested too deeply") from exc
     except ValueError as exc:
@@ -157,6 +158,10 @@ def decode_arguments(text: str | None) -> dict[str, Any]:
         raise _bad("arguments_json must be a JSON object")
     if _depth(value) > MAX_DEPTH:
         raise _bad(f"arguments_json is nested deeper than {MAX_DEPTH}")
+    try:  # a lone surrogate (\\ud800) decodes to a str that is not Unicode text
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _bad("arguments_json holds a lone UTF-16 surrogate") from exc
     return value
 
 
@@ -188,6 +193,13 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise ValueError(f"duplicate key {key!r}")
         out[key] = value
     return out
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is out of range")
+    return value
 
 
 def _no_constant(name: str) -> Any:

@@ -8,6 +8,7 @@ rule names are stable (tests assert them, one bad fixture file per rule):
     write-needs-enabled-capability     a write tool names an enabled capability
     no-tool-for-disabled-capability    a planned/forbidden capability never reaches a tool
     capability-exists                  a read tool's capability, when named, exists
+    capability-names-tool              the capability a tool names names that tool back
     risk-matches-capability            a write tool's risk equals its capability's
     confirmation-matches-capability    ... and so does its confirmation
     write-needs-confirmation           a write may not set confirmation: none
@@ -150,12 +151,29 @@ def load(path: str) -> Registry:
     """Load and validate a registry file; raise RegistryError naming file, tool and rule."""
     try:
         with open(path, encoding="utf-8") as fh:
-            doc = yaml.safe_load(fh)
+            doc = yaml.load(fh, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except OSError as exc:
         raise RegistryError(path, "-", "readable", str(exc)) from exc
     except yaml.YAMLError as exc:
         raise RegistryError(path, "-", "yaml", str(exc).replace("\n", " ")) from exc
     return build(doc, path)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (YAML would keep the last)."""
+
+
+def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 def build(doc: Any, path: str = "<registry>") -> Registry:
@@ -272,11 +290,19 @@ def _tool(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Too
     cap = caps.get(cap_id) if isinstance(cap_id, str) else None
     if is_write:
         if cap is None or cap.status != "enabled":
-            state = "is missing" if cap is None else f"is {cap.status}"
+            if cap_id is None:
+                detail = "no capability is named"
+            else:
+                detail = f"{cap_id!r} is {'not declared' if cap is None else cap.status}"
             raise fail(name, "write-needs-enabled-capability",
-                       f"a write tool must name an enabled capability; {cap_id!r} {state}")
+                       f"a write tool must name an enabled capability; {detail}")
         if confirmation == "none":
             raise fail(name, "write-needs-confirmation", "a write tool may not set confirmation: none")
+    elif cap_id is not None and cap is None:
+        raise fail(name, "capability-exists", f"capability {cap_id!r} is not declared")
+    if cap is not None and cap.tool != name:
+        raise fail(name, "capability-names-tool", f"capability {cap.id!r} names tool {cap.tool!r}, not {name!r}")
+    if is_write and cap is not None:
         if cap.risk and cap.risk != risk:
             raise fail(name, "risk-matches-capability",
                        f"risk {risk!r} differs from capability {cap.id!r} risk {cap.risk!r}")
@@ -284,8 +310,6 @@ def _tool(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Too
             raise fail(name, "confirmation-matches-capability",
                        f"confirmation {confirmation!r} differs from capability {cap.id!r} "
                        f"confirmation {cap.confirmation!r}")
-    elif cap_id is not None and cap is None:
-        raise fail(name, "capability-exists", f"capability {cap_id!r} is not declared")
 
     roles = raw.get("roles", [])
     if not isinstance(roles, list) or not roles or not all(isinstance(r, str) for r in roles):
@@ -412,7 +436,8 @@ def _open_objects(schema: Any, where: str) -> Iterator[str]:
     """Every object-typed subschema that does not close additionalProperties."""
     if not isinstance(schema, dict):
         return
-    is_object = schema.get("type") == "object" or "properties" in schema
+    kind = schema.get("type")
+    is_object = kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in schema
     if is_object and schema.get("additionalProperties") is not False:
         yield where
     for key in ("properties", "patternProperties", "$defs", "definitions"):
