@@ -38,10 +38,14 @@ from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E4
 from examples import harness  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 REFERENCE_METHOD = "/countersign.bench.Reference/Confirm"
 CONCURRENCY = (1, 16)
 # The order of the series inside one round; direct and reference sit right next to the sidecar's.
 ORDER = ("direct", "reference", "invoke", "confirm", "replay", "pair")
+# The server process each series measures (its CPU per call is shown in the table).
+SERVER = {"direct": "todo", "reference": "reference", "invoke": "sidecar", "confirm": "sidecar",
+          "replay": "sidecar", "pair": "sidecar"}
 DESCRIPTION = {
     "direct": "HTTP POST /todos, fresh Idempotency-Key (no sidecar)",
     "reference": "bare grpc.aio: EVALSHA claim + POST /todos + EVALSHA settle",
@@ -66,6 +70,7 @@ class Cell:
     latencies_ns: list[int] = field(default_factory=list)
     first_error: str = ""
     starved: bool = False
+    cpu_s: dict[str, float] = field(default_factory=dict)   # CPU seconds each process used in the window
 
     def add(self, calls: int, errors: int, seconds: float, lat: list[int], first_error: str, starved: bool) -> None:
         self.calls += calls
@@ -74,6 +79,13 @@ class Cell:
         self.latencies_ns.extend(lat)
         self.first_error = self.first_error or first_error
         self.starved = self.starved or starved
+
+    def add_cpu(self, used: dict[str, float]) -> None:
+        for name, sec in used.items():
+            self.cpu_s[name] = self.cpu_s.get(name, 0.0) + sec
+
+    def cpu_ms_per_call(self, proc: str) -> float:
+        return 1000 * self.cpu_s.get(proc, math.nan) / self.calls if self.calls else math.nan
 
     @property
     def throughput(self) -> float:
@@ -91,7 +103,9 @@ class Cell:
                 "errors": self.errors, "seconds": round(self.seconds, 3),
                 "throughput_per_s": round(self.throughput, 1), "p50_ms": round(self.pct(0.50), 3),
                 "p90_ms": round(self.pct(0.90), 3), "p99_ms": round(self.pct(0.99), 3),
-                "max_ms": round(self.pct(1.0), 3), "first_error": self.first_error, "ran_out_of_cards": self.starved}
+                "max_ms": round(self.pct(1.0), 3),
+                "cpu_ms_per_call": {k: round(self.cpu_ms_per_call(k), 3) for k in sorted(self.cpu_s)},
+                "first_error": self.first_error, "ran_out_of_cards": self.starved}
 
 
 async def closed_loop(op: Callable[[], Awaitable[None]], concurrency: int, seconds: float
@@ -220,8 +234,8 @@ class Clients:
 class Profiler:
     """py-spy record of the sidecar during the Confirm c=16 window (optional)."""
 
-    def __init__(self, pid: int, out: Path) -> None:
-        self.pid, self.out = pid, out
+    def __init__(self, pid: int, out: Path, native: bool = False) -> None:
+        self.pid, self.out, self.native = pid, out, native
         self.proc: subprocess.Popen[bytes] | None = None
         self.exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
 
@@ -229,37 +243,55 @@ class Profiler:
         return Path(self.exe).exists()
 
     def start(self, seconds: float) -> None:
-        self.proc = subprocess.Popen(
-            [self.exe, "record", "-d", str(max(1, int(seconds))), "-o", str(self.out), "--pid", str(self.pid),
-             "--format", "speedscope", "--rate", "200"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        cmd = [self.exe, "record", "-d", str(max(1, int(seconds))), "-o", str(self.out), "--pid", str(self.pid),
+               "--format", "speedscope", "--rate", "200", *(["--native"] if self.native else [])]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
-    def wait(self) -> list[dict[str, Any]]:
+    def wait(self) -> dict[str, Any]:
         if self.proc is None:
-            return []
+            return {}
         _, err = self.proc.communicate(timeout=60)
         if self.proc.returncode != 0 or not self.out.exists():
             print(f"py-spy failed: {err.decode(errors='replace')[-500:]}", file=sys.stderr)
-            return []
+            return {}
         return top_self(self.out)
 
 
-def top_self(path: Path, n: int = 10) -> list[dict[str, Any]]:
-    """The n functions with the most self time in a speedscope file (samples are root-first stacks)."""
+def top_self(path: Path, n: int = 10) -> dict[str, Any]:
+    """Where the sidecar's event loop (MainThread) spent its samples, from a py-spy speedscope file.
+
+    Samples are root-first stacks; self = the leaf frame, inclusive = any frame of the stack.
+    """
     data = json.loads(path.read_text())
     frames = data["shared"]["frames"]
-    self_w: dict[int, float] = {}
-    total = 0.0
+    threads = {}
+    main = None
     for prof in data["profiles"]:
-        for stack, weight in zip(prof.get("samples", []), prof.get("weights", []), strict=False):
-            total += weight
-            if stack:
-                self_w[stack[-1]] = self_w.get(stack[-1], 0.0) + weight
-    out = []
-    for idx, w in sorted(self_w.items(), key=lambda kv: -kv[1])[:n]:
-        fr = frames[idx]
-        where = f"{_short(fr.get('file', ''))}:{fr.get('line', '')}"
-        out.append({"function": fr.get("name", "?"), "where": where, "self_pct": round(100 * w / total, 1)})
-    return out
+        threads[prof.get("name", "?")] = round(sum(prof.get("weights", [])), 3)
+        if "MainThread" in prof.get("name", ""):
+            main = prof
+    if main is None:
+        return {"threads_busy_s": threads, "self": [], "inclusive": []}
+    # Frames are per (function, file, line); fold them per (function, file).
+    key = [(fr.get("name", "?"), _short(fr.get("file", ""))) for fr in frames]
+    self_w: dict[tuple[str, str], float] = {}
+    incl_w: dict[tuple[str, str], float] = {}
+    total = 0.0
+    for stack, weight in zip(main.get("samples", []), main.get("weights", []), strict=False):
+        total += weight
+        if stack:
+            self_w[key[stack[-1]]] = self_w.get(key[stack[-1]], 0.0) + weight
+        for k in {key[idx] for idx in stack}:
+            incl_w[k] = incl_w.get(k, 0.0) + weight
+
+    def rows(weights: dict[tuple[str, str], float], keep: Callable[[str], bool]) -> list[dict[str, Any]]:
+        ranked = [(k, w) for k, w in sorted(weights.items(), key=lambda kv: -kv[1]) if keep(k[1])]
+        return [{"function": name, "where": where, "pct": round(100 * w / total, 1)}
+                for (name, where), w in ranked[:n]]
+
+    return {"threads_busy_s": threads, "main_samples_s": round(total, 3),
+            "self": rows(self_w, lambda where: True),
+            "inclusive": rows(incl_w, lambda where: where.startswith("countersign/") and "cli.py" not in where)}
 
 
 def _short(path: str) -> str:
@@ -269,14 +301,27 @@ def _short(path: str) -> str:
     return path
 
 
-async def run_bench(args: argparse.Namespace, clients: Clients, profiler: Profiler | None) -> dict[str, Any]:
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """utime + stime of each process so far (from /proc; NaN where unreadable)."""
+    out = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[name] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        except (OSError, IndexError, ValueError):
+            out[name] = math.nan
+    return out
+
+
+async def run_bench(args: argparse.Namespace, clients: Clients, profiler: Profiler | None,
+                    pids: dict[str, int]) -> dict[str, Any]:
     ops: dict[str, Callable[[], Awaitable[None]]] = {
         "direct": clients.direct, "reference": clients.reference_confirm, "invoke": clients.invoke,
         "confirm": clients.confirm, "replay": clients.replay, "pair": clients.pair,
     }
     cells = {(s, c): Cell(s, c) for c in CONCURRENCY for s in ORDER}
     slice_s = args.seconds / args.rounds
-    profile: list[dict[str, Any]] = []
+    profile: dict[str, Any] = {}
     # A few settled cards so the replay series has something to replay from the start.
     await clients.top_up(32)
     while clients.cards:
@@ -301,8 +346,11 @@ async def run_bench(args: argparse.Namespace, clients: Clients, profiler: Profil
                 if prof:
                     assert profiler is not None
                     profiler.start(slice_s)
+                cpu0 = cpu_seconds(pids)
                 result = await closed_loop(op, c, slice_s)
+                cpu1 = cpu_seconds(pids)
                 cells[(series, c)].add(*result)
+                cells[(series, c)].add_cpu({k: cpu1[k] - cpu0[k] for k in pids})
                 if prof:
                     assert profiler is not None
                     profile = await asyncio.to_thread(profiler.wait)
@@ -331,14 +379,21 @@ def ratios(cells: dict[tuple[str, int], Cell]) -> list[dict[str, Any]]:
 
 
 def table(cells: dict[tuple[str, int], Cell]) -> str:
-    head = f"{'series':<10}{'c':>3}{'calls':>8}{'err':>5}{'calls/s':>10}{'p50 ms':>9}{'p99 ms':>9}  what"
+    """One line per cell; CPU columns are milliseconds of CPU per call (server = the process under test)."""
+    head = (f"{'series':<10}{'c':>3}{'calls':>7}{'err':>4}{'calls/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
+            f"{'cpu/call ms: server':>20}{'todo':>6}{'redis':>6}{'bench':>6}")
     lines = [head, "-" * len(head)]
     for series in ORDER:
         for c in CONCURRENCY:
             cell = cells[(series, c)]
             flag = "  (ran out of cards!)" if cell.starved else ""
-            lines.append(f"{series:<10}{c:>3}{cell.calls:>8}{cell.errors:>5}{cell.throughput:>10.1f}"
-                         f"{cell.pct(0.5):>9.2f}{cell.pct(0.99):>9.2f}  {DESCRIPTION[series]}{flag}")
+            server = f"{SERVER[series]} {cell.cpu_ms_per_call(SERVER[series]):.2f}"
+            lines.append(f"{series:<10}{c:>3}{cell.calls:>7}{cell.errors:>4}{cell.throughput:>9.1f}"
+                         f"{cell.pct(0.5):>8.2f}{cell.pct(0.99):>8.2f}{server:>20}"
+                         f"{cell.cpu_ms_per_call('todo'):>6.2f}{cell.cpu_ms_per_call('redis'):>6.2f}"
+                         f"{cell.cpu_ms_per_call('bench'):>6.2f}{flag}")
+    lines.append("")
+    lines.extend(f"  {series:<10}{DESCRIPTION[series]}" for series in ORDER)
     return "\n".join(lines)
 
 
@@ -356,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="py-spy record the sidecar during Confirm c=16 (slows that cell; "
                              "do not compare its numbers)")
+    parser.add_argument("--profile-native", action="store_true", help="--profile with py-spy --native")
     args = parser.parse_args(argv)
+    args.profile = args.profile or args.profile_native
     args.seconds = args.seconds if args.seconds is not None else (2.0 if args.quick else 5.0)
     args.warmup = args.warmup if args.warmup is not None else (0.5 if args.quick else 1.0)
     args.rounds = max(1, args.rounds if args.rounds is not None else (1 if args.quick else 2))
@@ -382,12 +439,13 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, str(ROOT / "bench" / "reference_server.py"), "--redis-url", redis.info["url"],
              "--todo-url", todo.info["url"]], work, "reference")
         procs.append(reference)
-        print(f"pids: redis {redis.pid}, todo {todo.pid}, sidecar {sidecar.pid}, reference {reference.pid}, "
-              f"bench {os.getpid()}", flush=True)
+        pids = {"redis": redis.pid, "todo": todo.pid, "sidecar": sidecar.pid, "reference": reference.pid,
+                "bench": os.getpid()}
+        print(f"pids: {pids}; work dir {work}", flush=True)
 
         profiler = None
         if args.profile:
-            profiler = Profiler(sidecar.pid, work / "sidecar-confirm16.speedscope.json")
+            profiler = Profiler(sidecar.pid, work / "sidecar-confirm16.speedscope.json", args.profile_native)
             if not profiler.available():
                 print("--profile: py-spy not found (pip install py-spy); running without it", file=sys.stderr)
                 profiler = None
@@ -396,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             clients = Clients(todo.info["url"], sidecar.info["grpc"], reference.info["grpc"])
             await clients.start()
             try:
-                return await run_bench(args, clients, profiler)
+                return await run_bench(args, clients, profiler, pids)
             finally:
                 await clients.close()
 
@@ -419,10 +477,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['name']:<52} {r['value']:8.2f}{unit:<3}  target {r['target']:<9} "
               f"{'OK' if r['ok'] else 'MISSED'}")
     print(f"\nloadavg at start {load_start}, at end {load_end}")
-    if out["profile"]:
-        print("\nsidecar, Confirm c=16, top functions by self time (py-spy):")
-        for row in out["profile"]:
-            print(f"  {row['self_pct']:5.1f}%  {row['function']}  ({row['where']})")
+    prof = out["profile"]
+    if prof:
+        print(f"\nsidecar during Confirm c=16 (py-spy{' --native' if args.profile_native else ''}); busy seconds "
+              f"per thread: {prof['threads_busy_s']}")
+        for title, key in (("top functions by self time", "self"), ("countersign functions, inclusive", "inclusive")):
+            print(f"  MainThread (event loop), {title}, % of its busy samples:")
+            for row in prof[key]:
+                print(f"    {row['pct']:5.1f}%  {row['function']}  ({row['where']})")
+        print(f"  speedscope file: {profiler.out if profiler else ''}")
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / ".gitkeep").touch()
@@ -436,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                     "loadavg_start": load_start, "loadavg_end": load_end},
         "cells": [cells[(s, c)].summary() for s in ORDER for c in CONCURRENCY],
         "ratios": [{**r, "value": round(r["value"], 3)} for r in rs],
-        "profile_confirm_c16_top_self": out["profile"],
+        "profile_confirm_c16": out["profile"],
         "descriptions": DESCRIPTION,
     }, indent=2) + "\n")
     print(f"results: {path.relative_to(ROOT)}")
