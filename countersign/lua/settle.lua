@@ -6,7 +6,7 @@
 -- ARGV[3]  outcome: the serialized countersign.v1.Action
 -- ARGV[4]  outcome MAC
 -- ARGV[5]  reason (UPPER_SNAKE, empty when succeeded)
--- ARGV[6]  receipt status: "SUCCEEDED" wakes the continuation (pending -> ready)
+-- ARGV[6]  receipt status: "SUCCEEDED" wakes the continuation (pending -> ready); kept as "rs"
 -- ARGV[7]  run record TTL (replay window), milliseconds
 -- returns  {"ok"}               recorded
 --          {"lost", state}      the caller does not hold the claim (someone else settled or fenced it)
@@ -22,7 +22,7 @@ if run[1] ~= 'running' and run[1] ~= 'unknown' then return {'lost', run[1]} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], 'st', ARGV[2], 'out', ARGV[3], 'omac', ARGV[4], 'reason', ARGV[5],
-           'settled_at', now)
+           'rs', ARGV[6], 'settled_at', now)
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 if ARGV[2] == 'settled' and ARGV[6] == 'SUCCEEDED' then
   if redis.call('HGET', KEYS[2], 'st') == 'pending' then

@@ -27,7 +27,8 @@ from countersign.sidecar.execute import Timing
 from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.pipeline import Pipeline
-from countersign.sidecar.server import SERVICES, Continuations, Gateway, ReplyGuard
+from countersign.sidecar.reply_guard import ReplyGuard
+from countersign.sidecar.server import SERVICES, ContinuationServicer, GatewayServicer, ReplyGuardServicer
 from countersign.sidecar.settings import Settings
 from countersign.sidecar.store import Store
 from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
@@ -92,7 +93,9 @@ async def start(settings: Settings) -> Sidecar:
         url = embedded.url
     try:
         store = Store.from_url(url, socket_timeout=settings.redis_timeout,
-                               connect_timeout=settings.redis_connect_timeout, retries=settings.redis_retries)
+                               connect_timeout=settings.redis_connect_timeout, retries=settings.redis_retries,
+                               mode=settings.redis_mode, wait_replicas=settings.redis_wait_replicas,
+                               wait_timeout_ms=int(settings.redis_wait_timeout * 1000))
     except ValueError as exc:
         raise SettingsError(f"--redis-url: {exc}") from exc
     metrics = Metrics(frozenset(registry.tools))
@@ -101,15 +104,16 @@ async def start(settings: Settings) -> Sidecar:
                     downstream_deadline=settings.downstream_deadline)
     pipeline = Pipeline(registry=registry, store=store, keyring=keyring, adapters=adapters, timing=timing,
                         confirm_ttl_ms=int(settings.confirm_ttl * 1000), max_wait=settings.max_wait,
-                        metrics=metrics)
+                        metrics=metrics, guard=ReplyGuard.load(settings.guard_lexicon or None),
+                        continuation_lease_ms=int(settings.continuation_lease * 1000))
 
     options = [("grpc.max_receive_message_length", settings.max_message_bytes),
                ("grpc.max_send_message_length", settings.max_message_bytes),
                ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(options=options)
-    gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server(Gateway(pipeline), server)  # type: ignore[no-untyped-call]
-    continuation_pb2_grpc.add_ContinuationServiceServicer_to_server(Continuations(pipeline), server)  # type: ignore[no-untyped-call]
-    guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server(ReplyGuard(pipeline), server)  # type: ignore[no-untyped-call]
+    gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server(GatewayServicer(pipeline), server)  # type: ignore[no-untyped-call]
+    continuation_pb2_grpc.add_ContinuationServiceServicer_to_server(ContinuationServicer(pipeline), server)  # type: ignore[no-untyped-call]
+    guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server(ReplyGuardServicer(pipeline), server)  # type: ignore[no-untyped-call]
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection(

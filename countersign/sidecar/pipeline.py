@@ -17,6 +17,7 @@ from collections.abc import Callable
 from countersign.adapters.base import Adapter, CallMeta, Kind
 from countersign.sidecar import cards, policy, prepare
 from countersign.sidecar.actions import Keyring, is_action_id
+from countersign.sidecar.continuations import Continuations, action_entry, fact_entry, read_summary, request_key
 from countersign.sidecar.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -27,6 +28,7 @@ from countersign.sidecar.errors import (
 from countersign.sidecar.execute import Executor, Timing, open_action, seal_action
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.registry import Capability, Registry
+from countersign.sidecar.reply_guard import ReplyGuard
 from countersign.sidecar.store import CardRecord, Refused, RunRecord, Store
 from countersign.v1 import common_pb2, gateway_pb2
 
@@ -36,13 +38,15 @@ _CAP_STATUS = {"enabled": common_pb2.CAPABILITY_STATUS_ENABLED, "planned": commo
 
 class Pipeline:
     def __init__(self, *, registry: Registry, store: Store, keyring: Keyring, adapters: dict[str, Adapter],
-                 timing: Timing, confirm_ttl_ms: int, max_wait: float, metrics: Metrics,
-                 clock: Callable[[], float] = time.time) -> None:
+                 timing: Timing, confirm_ttl_ms: int, max_wait: float, metrics: Metrics, guard: ReplyGuard,
+                 continuation_lease_ms: int, clock: Callable[[], float] = time.time) -> None:
         self.registry = registry
         self.store, self.keyring, self.adapters = store, keyring, adapters
         self.timing, self.confirm_ttl_ms, self.max_wait = timing, confirm_ttl_ms, max_wait
         self.metrics, self.clock = metrics, clock
         self.executor = Executor(store, keyring, adapters, timing, metrics, clock)
+        self.continuations = Continuations(store=store, keyring=keyring, registry=lambda: self.registry, guard=guard,
+                                           lease_ms=continuation_lease_ms, ttl_ms=timing.replay_ms, metrics=metrics)
 
     # -- Invoke --------------------------------------------------------------------------------
 
@@ -65,6 +69,9 @@ class Pipeline:
             with self.metrics.timed("read"):
                 outcome = await adapter.execute(tool, allowed.arguments, meta, self.timing.downstream_deadline)
             self.metrics.invocations.labels(label, "read", outcome.kind.value).inc()
+            await self.store.remember(request_key(self.keyring, context), fact_entry(
+                tool.name, outcome.kind.value, read_summary(tool, outcome.body, outcome.message)),
+                self.timing.replay_ms)
             if outcome.kind is Kind.SUCCEEDED:
                 return gateway_pb2.InvokeResponse(result=gateway_pb2.ToolResult(
                     tool_name=tool.name, result_json=json.dumps(outcome.body, ensure_ascii=False)))
@@ -95,6 +102,7 @@ class Pipeline:
         if found is not None:
             return self._existing(action_id, found, label)
         self.metrics.invocations.labels(label, "write", "card").inc()
+        await self.store.remember(request_key(self.keyring, context), action_entry(action_id), self.timing.replay_ms)
         return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(
             self.keyring, cards.open_card(self.keyring, action_id, record)))
 

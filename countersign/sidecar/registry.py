@@ -45,8 +45,9 @@ _TOP_KEYS = {"policy_version", "capabilities", "tools"}
 _CAP_KEYS = {"id", "status", "tool", "risk", "confirmation", "guidance"}
 _TOOL_KEYS = {
     "name", "capability", "is_write", "risk", "confirmation", "roles", "intent_scope", "aliases",
-    "schema", "preview", "adapter", "receipt", "compensation", "description",
+    "schema", "preview", "adapter", "receipt", "compensation", "description", "verbs",
 }
+VERBS = frozenset({"create", "delete", "add", "save", "update", "complete", "send"})
 _ADAPTER_KEYS = {"kind", "execute", "lookup", "fence", "prepare", "target", "timeout_ms"}
 _CALL_KEYS = {"method", "url"}
 _PREVIEW_KEYS = {"title", "target", "impact", "details"}
@@ -124,6 +125,7 @@ class Tool:
     adapter: AdapterSpec
     receipt: ReceiptSpec
     compensation: Compensation | None
+    verbs: frozenset[str] = frozenset()     # what a success claim about this tool may say (reply guard)
 
 
 @dataclass(frozen=True)
@@ -371,8 +373,11 @@ def _tool(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Too
             raise fail(name, "known-keys", "compensation args must be a mapping")
         compensation = Compensation(comp_raw["tool"], {str(k): str(v) for k, v in args.items()})
 
+    verbs = raw.get("verbs") or []
+    if not isinstance(verbs, list) or not set(verbs) <= VERBS:
+        raise fail(name, "known-keys", f"verbs must be a list drawn from {', '.join(sorted(VERBS))}")
     return Tool(
-        name=name, capability=cap.id if cap else "", is_write=is_write, risk=risk,
+        verbs=frozenset(verbs), name=name, capability=cap.id if cap else "", is_write=is_write, risk=risk,
         confirmation=confirmation, roles=frozenset(roles), intent_scope=scope,
         aliases={str(k): str(v) for k, v in aliases.items()}, schema=schema, validator=validator,
         preview=preview, adapter=adapter, receipt=receipt, compensation=compensation,

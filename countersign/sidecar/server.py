@@ -110,7 +110,7 @@ def _later(what: str, issue: str) -> Unimplemented:
     return Unimplemented("NOT_IMPLEMENTED", f"{what} is not built yet (tracked in the issue '{issue}')")
 
 
-class Gateway(gateway_pb2_grpc.ToolGatewayServiceServicer):
+class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline, self.metrics = pipeline, pipeline.metrics
 
@@ -147,31 +147,40 @@ class Gateway(gateway_pb2_grpc.ToolGatewayServiceServicer):
         raise _later("Reconcile", "When things go wrong: reconciliation, compensation")
 
 
-class Continuations(continuation_pb2_grpc.ContinuationServiceServicer):
+class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):
     def __init__(self, pipeline: Pipeline) -> None:
-        self.pipeline, self.metrics = pipeline, pipeline.metrics
+        self.continuations, self.metrics = pipeline.continuations, pipeline.metrics
 
     @rpc("OpenContinuation")
-    async def OpenContinuation(self, request: Any, context: Ctx) -> Any:
-        raise _later("ContinuationService", "After the write: reply continuations and the reply guard")
+    async def OpenContinuation(self, request: continuation_pb2.OpenContinuationRequest,
+                               context: Ctx) -> continuation_pb2.OpenContinuationResponse:
+        return continuation_pb2.OpenContinuationResponse(continuation=await self.continuations.open(
+            request.context, request.action_id, request.snapshot))
 
     @rpc("ClaimContinuation")
-    async def ClaimContinuation(self, request: Any, context: Ctx) -> Any:
-        raise _later("ContinuationService", "After the write: reply continuations and the reply guard")
+    async def ClaimContinuation(self, request: continuation_pb2.ClaimContinuationRequest,
+                                context: Ctx) -> continuation_pb2.ClaimContinuationResponse:
+        return continuation_pb2.ClaimContinuationResponse(continuation=await self.continuations.claim(
+            request.context, request.token))
 
     @rpc("SettleContinuation")
-    async def SettleContinuation(self, request: Any, context: Ctx) -> Any:
-        raise _later("ContinuationService", "After the write: reply continuations and the reply guard")
+    async def SettleContinuation(self, request: continuation_pb2.SettleContinuationRequest,
+                                 context: Ctx) -> continuation_pb2.SettleContinuationResponse:
+        return continuation_pb2.SettleContinuationResponse(continuation=await self.continuations.settle(
+            request.context, request.token, request.reply_text))
 
     @rpc("ReleaseContinuation")
-    async def ReleaseContinuation(self, request: Any, context: Ctx) -> Any:
-        raise _later("ContinuationService", "After the write: reply continuations and the reply guard")
+    async def ReleaseContinuation(self, request: continuation_pb2.ReleaseContinuationRequest,
+                                  context: Ctx) -> continuation_pb2.ReleaseContinuationResponse:
+        return continuation_pb2.ReleaseContinuationResponse(continuation=await self.continuations.release(
+            request.context, request.token))
 
 
-class ReplyGuard(guard_pb2_grpc.ReplyGuardServiceServicer):
+class ReplyGuardServicer(guard_pb2_grpc.ReplyGuardServiceServicer):
     def __init__(self, pipeline: Pipeline) -> None:
-        self.pipeline, self.metrics = pipeline, pipeline.metrics
+        self.continuations, self.metrics = pipeline.continuations, pipeline.metrics
 
     @rpc("CheckReply")
-    async def CheckReply(self, request: Any, context: Ctx) -> Any:
-        raise _later("ReplyGuardService", "After the write: reply continuations and the reply guard")
+    async def CheckReply(self, request: guard_pb2.CheckReplyRequest,
+                         context: Ctx) -> guard_pb2.CheckReplyResponse:
+        return await self.continuations.check_reply(request.context, request.reply_text, request.action_ids)

@@ -35,12 +35,18 @@ class Settings:
     registry: str = _setting("", "the capability registry YAML (required)")
     listen: str = _setting("127.0.0.1:50051", "gRPC address: host:port or unix:/path (loopback by default)")
     redis_url: str = _setting("", "redis://, rediss:// or unix:// URL; empty: start a private redis-server")
+    redis_mode: str = _setting("auto", "auto (from the URL scheme), standalone, sentinel or cluster")
+    redis_wait_replicas: int = _setting(0, "claim and settle wait for this many replicas (WAIT) before the "
+                                        "sidecar acts; not met: UNAVAILABLE", kind="count")
+    redis_wait_timeout: float = _setting(0.1, "how long claim/settle wait for the replicas", kind="duration")
     metrics_listen: str = _setting("127.0.0.1:9464", "Prometheus /metrics address (host:port); empty: off")
     keys_file: str = _setting("", 'HMAC keys JSON {"active": kid, "keys": {kid: hex}}; empty: generated')
     confirm_ttl: float = _setting(300.0, "how long a card waits for the user", kind="duration")
     replay_ttl: float = _setting(86400.0, "how long a settled outcome is replayed to duplicates",
                                  kind="duration")
     lease: float = _setting(30.0, "how long a claim may run before it is reported UNKNOWN", kind="duration")
+    continuation_lease: float = _setting(60.0, "how long one reply generation may hold a continuation",
+                                         kind="duration")
     downstream_deadline: float = _setting(5.0, "deadline of one downstream call (prepare, execute, read)",
                                           kind="duration")
     redis_timeout: float = _setting(0.5, "Redis socket timeout: fail closed fast", kind="duration")
@@ -49,6 +55,8 @@ class Settings:
     max_wait: float = _setting(10.0, "upper bound of a Confirm's wait_ms", kind="duration")
     grace: float = _setting(10.0, "on SIGTERM: how long in-flight calls may finish", kind="duration")
     max_message_bytes: int = _setting(1 << 20, "largest gRPC message accepted", kind="int")
+    guard_lexicon: str = _setting("", "a folder of reply-guard lexicon files (zh.yaml, en.yaml, ...); "
+                                  "empty: the packaged ones")
     log_level: str = _setting("info", "debug, info, warning or error")
 
     def validate(self) -> Settings:
@@ -58,8 +66,10 @@ class Settings:
             value = getattr(self, f.name)
             if f.metadata["kind"] in ("duration", "int") and value <= 0 and f.name != "redis_retries":
                 raise SettingsError(f"--{_flag(f.name)} must be positive, not {value}")
-        if self.redis_retries < 0:
-            raise SettingsError("--redis-retries must be 0 or more")
+        if self.redis_retries < 0 or self.redis_wait_replicas < 0:
+            raise SettingsError("--redis-retries and --redis-wait-replicas must be 0 or more")
+        if self.redis_mode not in ("auto", "standalone", "sentinel", "cluster"):
+            raise SettingsError("--redis-mode must be auto, standalone, sentinel or cluster")
         if self.lease <= self.downstream_deadline:
             raise SettingsError("--lease must be longer than --downstream-deadline, or a live call "
                                 "would be reported UNKNOWN while it still runs")
@@ -98,7 +108,8 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
             continue
         try:
             kind = f.metadata["kind"]
-            values[f.name] = duration(raw) if kind == "duration" else int(raw) if kind == "int" else str(raw)
+            values[f.name] = duration(raw) if kind == "duration" else int(raw) if kind in ("int", "count") \
+                else str(raw)
         except ValueError as exc:
             raise SettingsError(f"--{_flag(f.name)} / {env_name(f.name)}: {exc}") from exc
     return Settings(**values).validate()

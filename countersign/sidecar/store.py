@@ -16,11 +16,13 @@ from importlib import resources
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from countersign.sidecar.errors import StoreUnavailable
+from countersign.sidecar.errors import StoreUnavailable, Unavailable
 
 T = TypeVar("T")
 
@@ -69,6 +71,46 @@ class Refused:
     tool: str = ""
 
 
+@dataclass(frozen=True)
+class ContRecord:
+    """A continuation as stored; ``mac`` covers binding, snapshot and request under ``kid``."""
+
+    state: str            # pending | ready | running | settled | won (this caller claimed it)
+    kid: str = ""
+    snapshot: bytes = b""
+    request: str = ""
+    mac: str = ""
+    reply: bytes = b""    # when settled
+    rmac: str = ""
+    verdict: bytes = b""
+    run: RunRecord | None = None   # when won: the action's record, for its receipt
+    detail: str = ""      # not_ready: the action's state and reason
+
+
+def request_key(request: str) -> str:
+    """The read facts and proposed actions of one user turn (a keyed hash of owner and request_id)."""
+    return f"cs:req:{{{request}}}"
+
+
+def _host_port(node: str) -> tuple[str, int]:
+    host, _, port = node.rpartition(":")
+    return (host or node), int(port or 6379)
+
+
+def _sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, int, str | None]:
+    """redis+sentinel://[:password@]h1:26379,h2:26379/service[/db]"""
+    rest = url.split("://", 1)[1]
+    password = None
+    if "@" in rest:
+        auth, rest = rest.rsplit("@", 1)
+        password = auth.split(":", 1)[-1] or None
+    hosts, _, path = rest.partition("/")
+    parts = [p for p in path.split("/") if p]
+    if not parts:
+        raise ValueError("a sentinel URL names the master: redis+sentinel://host:26379/mymaster")
+    return [_host_port(h) for h in hosts.split(",")], parts[0], int(parts[1]) if len(parts) > 1 else 0, password
+
+
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -86,6 +128,9 @@ def _run(reply: list[Any]) -> RunRecord:
 class Store:
     """Card and run records in Redis, one Lua script per transition."""
 
+    wait_replicas = 0
+    wait_timeout_ms = 100
+
     def __init__(self, client: Any, *, op_timeout: float) -> None:
         self.client = client
         self.op_timeout = op_timeout
@@ -93,23 +138,47 @@ class Store:
             name: client.register_script(
                 resources.files("countersign.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
             )
-            for name in ("issue", "claim", "settle", "reject", "peek")
+            for name in ("issue", "claim", "settle", "reject", "peek",
+                         "cont_open", "cont_claim", "cont_settle", "cont_release")
         }
 
     @classmethod
-    def from_url(cls, url: str, *, socket_timeout: float, connect_timeout: float, retries: int) -> Store:
-        """A client with tight timeouts (not redis-py's defaults): fail fast, fail closed."""
-        client = aioredis.Redis.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=connect_timeout,
-            retry=Retry(NoBackoff(), retries),
-            retry_on_timeout=retries > 0,
-            health_check_interval=0,
-            decode_responses=False,
-            max_connections=256,
-        )
-        return cls(client, op_timeout=(socket_timeout + connect_timeout) * (retries + 1))
+    def from_url(cls, url: str, *, socket_timeout: float, connect_timeout: float, retries: int,
+                 mode: str = "auto", wait_replicas: int = 0, wait_timeout_ms: int = 100) -> Store:
+        """A client with tight timeouts (not redis-py's defaults): fail fast, fail closed.
+
+        ``redis://``, ``rediss://``, ``unix://``: one server. ``redis+sentinel://h1:26379,h2:26379/master[/db]``:
+        the master Sentinel names. ``redis+cluster://h1:7000,h2:7001`` (or ``mode="cluster"``): Redis Cluster.
+        """
+        common: dict[str, Any] = dict(socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
+                                      retry=Retry(NoBackoff(), retries), decode_responses=False)
+        scheme = url.split("://", 1)[0].lower()
+        if mode == "auto":
+            mode = {"redis+sentinel": "sentinel", "redis+cluster": "cluster"}.get(scheme, "standalone")
+        client: Any
+        if mode == "sentinel":
+            nodes, service, db, password = _sentinel_url(url)
+            sentinel = Sentinel(nodes, sentinel_kwargs={"socket_timeout": socket_timeout,
+                                                        "socket_connect_timeout": connect_timeout},
+                                **common)  # type: ignore[no-untyped-call]
+            client = sentinel.master_for(service, db=db, password=password, max_connections=256)
+        elif mode == "cluster":
+            if wait_replicas:
+                raise ValueError("--redis-wait-replicas is not supported with Redis Cluster yet")
+            plain = "redis://" + url.split("://", 1)[1] if scheme == "redis+cluster" else url
+            first, _, _ = plain.partition(",")
+            startup = [ClusterNode(*_host_port(n)) for n in plain.split("://", 1)[1].split("/")[0].split(",")]
+            client = RedisCluster(startup_nodes=startup, max_connections=256,
+                                  cluster_error_retry_attempts=max(1, retries), **common) if len(startup) > 1 \
+                else RedisCluster.from_url(first, max_connections=256, **common)
+        elif mode == "standalone":
+            client = aioredis.Redis.from_url(url, retry_on_timeout=retries > 0, health_check_interval=0,
+                                             max_connections=256, **common)
+        else:
+            raise ValueError(f"unknown redis mode {mode!r}: auto, standalone, sentinel or cluster")
+        store = cls(client, op_timeout=(socket_timeout + connect_timeout) * (retries + 1))
+        store.wait_replicas, store.wait_timeout_ms = wait_replicas, wait_timeout_ms
+        return store
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -124,6 +193,21 @@ class Store:
     async def _script(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
         reply: list[Any] = await self._call(self._scripts[name](keys=keys, args=args))
         return reply
+
+    async def _durable_script(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
+        """A transition the sidecar acts on: with --redis-wait-replicas, WAIT on the same connection
+        and refuse to act (UNAVAILABLE) when too few replicas acknowledged it (DESIGN §7)."""
+        if not self.wait_replicas:
+            return await self._script(name, keys, args)
+        pipe = self.client.pipeline(transaction=False)
+        self._scripts[name](keys=keys, args=args, client=pipe)
+        pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+        reply, acked = await self._call(pipe.execute())
+        if int(acked) < self.wait_replicas:
+            raise Unavailable("REPLICAS_NOT_ACKNOWLEDGED",
+                              f"{acked} of {self.wait_replicas} replicas acknowledged the {name}; not acting on it")
+        result: list[Any] = reply
+        return result
 
     async def ping(self) -> bool:
         return bool(await self._call(self.client.ping()))
@@ -147,7 +231,7 @@ class Store:
         self, action_id: str, binding: str, denied: str, claim_id: str, lease_ms: int, run_ttl_ms: int
     ) -> CardRecord | RunRecord | Refused:
         """ready -> running. A CardRecord means the caller won and must settle."""
-        reply = await self._script(
+        reply = await self._durable_script(
             "claim", [card_key(action_id), run_key(action_id)],
             [binding, denied, claim_id, lease_ms, run_ttl_ms],
         )
@@ -163,7 +247,7 @@ class Store:
         receipt_status: str, run_ttl_ms: int,
     ) -> str:
         """running|unknown -> settled|unknown by the claim holder; returns ok, lost or gone."""
-        reply = await self._script(
+        reply = await self._durable_script(
             "settle", [run_key(action_id), cont_key(action_id)],
             [claim_id, state, out, omac, reason, receipt_status, run_ttl_ms],
         )
@@ -192,3 +276,63 @@ class Store:
         if kind == "card":
             return CardRecord(_s(reply[1]), _s(reply[5]), _b(reply[2]), _s(reply[3]), _s(reply[4]))
         return None
+
+    # -- continuations (one state machine per action, under the action's hash tag) --------------
+
+    async def cont_open(self, action_id: str, binding: str, kid: str, snapshot: bytes, request: str, mac: str,
+                        ttl_ms: int) -> ContRecord | Refused:
+        reply = await self._script("cont_open", [cont_key(action_id), run_key(action_id), card_key(action_id)],
+                                   [binding, kid, snapshot, request, mac, ttl_ms])
+        if _s(reply[0]) != "cont":
+            return Refused(_s(reply[0]))
+        return ContRecord(_s(reply[1]), _s(reply[2]), _b(reply[3]), _s(reply[4]), _s(reply[5]))
+
+    async def cont_claim(self, action_id: str, binding: str, lease_ms: int) -> ContRecord | Refused:
+        reply = await self._script("cont_claim", [cont_key(action_id), run_key(action_id)], [binding, lease_ms])
+        kind = _s(reply[0])
+        if kind == "won":
+            run = RunRecord("settled", _s(reply[5]), _b(reply[6]), _s(reply[7]))
+            return ContRecord("won", _s(reply[1]), _b(reply[2]), _s(reply[3]), _s(reply[4]), run=run)
+        if kind == "settled":
+            return ContRecord("settled", _s(reply[1]), _b(reply[2]), _s(reply[3]), _s(reply[4]),
+                              _b(reply[5]), _s(reply[6]), _b(reply[7]))
+        if kind == "running":
+            return ContRecord("running")
+        if kind == "not_ready":
+            return ContRecord("pending", detail=f"{_s(reply[1])} {_s(reply[2])}".strip())
+        return Refused(kind)
+
+    async def cont_settle(self, action_id: str, binding: str, reply_text: bytes, rmac: str,
+                          verdict: bytes) -> ContRecord | Refused:
+        reply = await self._script("cont_settle", [cont_key(action_id)], [binding, reply_text, rmac, verdict])
+        kind = _s(reply[0])
+        if kind == "ok":
+            return ContRecord("settled", reply=reply_text, rmac=rmac, verdict=verdict)
+        if kind == "settled":
+            return ContRecord("replayed", reply=_b(reply[1]), rmac=_s(reply[2]), verdict=_b(reply[3]))
+        if kind == "not_running":
+            return ContRecord(_s(reply[1]))
+        return Refused(kind)
+
+    async def cont_release(self, action_id: str, binding: str) -> str:
+        """running -> ready; returns ok, the state it was in, none or forbidden."""
+        reply = await self._script("cont_release", [cont_key(action_id)], [binding])
+        return _s(reply[1]) if _s(reply[0]) == "state" else _s(reply[0])
+
+    async def cont_peek(self, action_id: str) -> dict[str, bytes]:
+        raw: dict[bytes, bytes] = await self._call(self.client.hgetall(cont_key(action_id)))
+        return {_s(k): v for k, v in raw.items()}
+
+    # -- what one user turn did: read facts and proposed actions -------------------------------
+
+    async def remember(self, request: str, entry: bytes, ttl_ms: int, keep: int = 64) -> None:
+        key = request_key(request)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.rpush(key, entry)
+        pipe.ltrim(key, -keep, -1)
+        pipe.pexpire(key, ttl_ms)
+        await self._call(pipe.execute())
+
+    async def recall(self, request: str) -> list[bytes]:
+        entries: list[bytes] = await self._call(self.client.lrange(request_key(request), 0, -1))
+        return entries

@@ -33,6 +33,7 @@ class Metrics:
                                 registry=r)
         self.fail_closed = Counter("countersign_fail_closed", "Requests refused because the store was "
                                    "unavailable", ["rpc"], registry=r)
+        self.guard = Counter("countersign_reply_guard", "Reply guard verdicts", ["verdict"], registry=r)
         self.settle_retries = Counter("countersign_settle_retries", "Settles retried in the background",
                                       ["result"], registry=r)
         self.stage = Histogram("countersign_stage_duration_seconds", "Time spent per pipeline stage",

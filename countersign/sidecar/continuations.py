@@ -1,0 +1,274 @@
+"""Reply continuations and the reply guard: describing what happened, never doing it again (I5, I8).
+
+    OpenContinuation    PENDING (READY at once if the action already settled SUCCEEDED)
+    settle.lua          PENDING -> READY, in the same step that stores a SUCCEEDED receipt
+    ClaimContinuation   READY -> RUNNING for one generator; returns snapshot, read facts, receipt
+    SettleContinuation  RUNNING -> SETTLED with the reply after the guard; replayed afterwards
+    ReleaseContinuation RUNNING -> READY (a failed generation; a lapsed lease does the same)
+
+Nothing here can reach an adapter: a continuation offers no tools at all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+
+from google.protobuf import json_format
+
+from countersign.adapters.base import render
+from countersign.sidecar import cards, policy
+from countersign.sidecar.actions import Keyring, canonical, is_action_id
+from countersign.sidecar.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from countersign.sidecar.execute import open_action
+from countersign.sidecar.observability.metrics import Metrics
+from countersign.sidecar.registry import Registry, Tool
+from countersign.sidecar.reply_guard import Evidence, ReplyGuard, Verdict, verbs_of
+from countersign.sidecar.store import CardRecord, ContRecord, Refused, RunRecord, Store
+from countersign.v1 import common_pb2, continuation_pb2, guard_pb2
+
+log = logging.getLogger("countersign.continuations")
+LABEL = "continue"            # the continuation token's MAC label: a confirmation token never fits
+STATES = {"pending": continuation_pb2.CONTINUATION_STATE_PENDING,
+          "ready": continuation_pb2.CONTINUATION_STATE_READY,
+          "running": continuation_pb2.CONTINUATION_STATE_RUNNING,
+          "settled": continuation_pb2.CONTINUATION_STATE_SETTLED}
+VERDICTS = {False: guard_pb2.GUARD_VERDICT_PASSED, True: guard_pb2.GUARD_VERDICT_REPLACED}
+MAX_REPLY_BYTES = 64 * 1024
+
+
+def request_key(keyring: Keyring, context: common_pb2.CallContext) -> str:
+    """Where one user turn's read facts and proposed actions are kept (a keyed hash, no raw ids)."""
+    return keyring.binding(keyring.active, [*cards.owner(context), context.request_id])
+
+
+def read_summary(tool: Tool, body: object, message: str = "") -> str:
+    """A short line about what a read returned, for the continuation's facts (never the whole answer)."""
+    if isinstance(body, dict):
+        if tool.receipt.summary:
+            return render(tool.receipt.summary, {k: v for k, v in body.items() if not isinstance(v, (dict, list))})
+        if isinstance(body.get("count"), int):
+            return f"{body['count']} result(s)"
+    if body is None:
+        return message[:200]
+    text = json.dumps(body, ensure_ascii=False)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def fact_entry(tool: str, status: str, summary: str) -> bytes:
+    return canonical({"k": "fact", "tool": tool, "status": status, "summary": summary[:300]})
+
+
+def action_entry(action_id: str) -> bytes:
+    return canonical({"k": "action", "id": action_id})
+
+
+class Continuations:
+    def __init__(self, *, store: Store, keyring: Keyring, registry: Callable[[], Registry], guard: ReplyGuard,
+                 lease_ms: int, ttl_ms: int, metrics: Metrics) -> None:
+        self.store, self.keyring, self.registry, self.guard = store, keyring, registry, guard
+        self.lease_ms, self.ttl_ms, self.metrics = lease_ms, ttl_ms, metrics
+
+    # -- the four transitions ------------------------------------------------------------------
+
+    async def open(self, context: common_pb2.CallContext, action_id: str,
+                   snapshot: continuation_pb2.ContinuationSnapshot) -> continuation_pb2.Continuation:
+        policy.check_context(context)
+        if not is_action_id(action_id):
+            raise InvalidArgument("REQUEST_INVALID", "action_id must be 32 lower-case hex characters")
+        found = await self.store.peek(action_id)
+        if found is None:
+            raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its card expired")
+        kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
+        binding = self.keyring.binding(kid, cards.owner(context))
+        snap = canonical(json_format.MessageToDict(snapshot, preserving_proto_field_name=True))
+        request = request_key(self.keyring, context)
+        mac = self._mac(kid, action_id, binding, snap, request)
+        record = await self.store.cont_open(action_id, binding, kid, snap, request, mac, self.ttl_ms)
+        if isinstance(record, Refused):
+            raise _refused(record.why)
+        return self._proto(action_id, record, kid)
+
+    async def claim(self, context: common_pb2.CallContext, token: str) -> continuation_pb2.Continuation:
+        kid, action_id, binding = self._token(context, token)
+        record = await self.store.cont_claim(action_id, binding, self.lease_ms)
+        if isinstance(record, Refused):
+            raise _refused(record.why)
+        if record.state == "pending":
+            raise FailedPrecondition("CONTINUATION_NOT_READY", _why_not_ready(record.detail))
+        if record.state == "running":
+            return continuation_pb2.Continuation(continuation_id=action_id, action_id=action_id,
+                                                 state=continuation_pb2.CONTINUATION_STATE_RUNNING, replayed=True)
+        self._verify(kid, action_id, binding, record)
+        out = self._proto(action_id, record, kid)
+        if record.state == "won":
+            assert record.run is not None
+            out.receipt.CopyFrom(open_action(self.keyring, action_id, record.run, replayed=False).receipt)
+            out.facts.extend(await self._facts(record.request))
+        else:
+            out.receipt.CopyFrom(await self._receipt(action_id))
+        return out
+
+    async def settle(self, context: common_pb2.CallContext, token: str,
+                     reply_text: str) -> continuation_pb2.Continuation:
+        kid, action_id, binding = self._token(context, token)
+        if len(reply_text.encode("utf-8", "surrogatepass")) > MAX_REPLY_BYTES:
+            raise InvalidArgument("REPLY_TOO_LARGE", f"reply_text is larger than {MAX_REPLY_BYTES} bytes")
+        action = await self._action(action_id)
+        evidence = [self._evidence(action)] if action is not None else []
+        verdict = self.guard.check(reply_text, context.locale, evidence)
+        self.metrics.guard.labels("replaced" if verdict.replaced else "passed").inc()
+        text = verdict.text.encode("utf-8", "replace")
+        record = await self.store.cont_settle(action_id, binding, text, self._rmac(kid, action_id, text),
+                                              _verdict_json(verdict))
+        if isinstance(record, Refused):
+            raise _refused(record.why)
+        if record.state not in ("settled", "replayed"):
+            raise FailedPrecondition("CONTINUATION_NOT_CLAIMED",
+                                     f"the continuation is {record.state.upper()}: claim it before settling")
+        if not self.keyring.verify(kid, "reply:" + action_id, record.reply, record.rmac):
+            raise DataLoss("RECORD_TAMPERED", "the stored reply of this continuation was changed")
+        out = continuation_pb2.Continuation(
+            continuation_id=action_id, token=self.keyring.token(action_id, kid, LABEL), action_id=action_id,
+            state=continuation_pb2.CONTINUATION_STATE_SETTLED, reply_text=record.reply.decode("utf-8", "replace"),
+            replayed=record.state == "replayed")
+        if action is not None and action.HasField("receipt"):
+            out.receipt.CopyFrom(action.receipt)
+        return out
+
+    async def release(self, context: common_pb2.CallContext, token: str) -> continuation_pb2.Continuation:
+        kid, action_id, binding = self._token(context, token)
+        result = await self.store.cont_release(action_id, binding)
+        if result in ("none", "forbidden"):
+            raise _refused(result)
+        state = "ready" if result == "ok" else result
+        return continuation_pb2.Continuation(continuation_id=action_id, action_id=action_id,
+                                             token=self.keyring.token(action_id, kid, LABEL),
+                                             state=STATES.get(state, 0))  # type: ignore[arg-type]
+
+    # -- the reply guard on its own --------------------------------------------------------------
+
+    async def check_reply(self, context: common_pb2.CallContext, reply_text: str,
+                          action_ids: Sequence[str]) -> guard_pb2.CheckReplyResponse:
+        """Guard a reply against the receipts of the named actions and of the same request."""
+        policy.check_context(context)
+        if len(reply_text.encode("utf-8", "surrogatepass")) > MAX_REPLY_BYTES:
+            raise InvalidArgument("REPLY_TOO_LARGE", f"reply_text is larger than {MAX_REPLY_BYTES} bytes")
+        ids: list[str] = []
+        for action_id in action_ids[:32]:
+            if not is_action_id(action_id):
+                raise InvalidArgument("REQUEST_INVALID", f"action id {action_id[:40]!r} is not 32 hex characters")
+            ids.append(action_id)
+        for raw in await self.store.recall(request_key(self.keyring, context)):
+            entry = json.loads(raw)
+            if entry.get("k") == "action" and entry["id"] not in ids:
+                ids.append(entry["id"])
+        evidence = []
+        for action_id in ids:
+            action = await self._action(action_id, context)
+            if action is not None:
+                evidence.append(self._evidence(action))
+        verdict = self.guard.check(reply_text, context.locale, evidence)
+        self.metrics.guard.labels("replaced" if verdict.replaced else "passed").inc()
+        log.info(json.dumps({"event": "guard", "verdict": "replaced" if verdict.replaced else "passed",
+                             "reason": verdict.reason, "claims": len(verdict.matched_claims)}))
+        return guard_pb2.CheckReplyResponse(verdict=VERDICTS[verdict.replaced], reply_text=verdict.text,
+                                            matched_claims=list(verdict.matched_claims),
+                                            reason=f"{verdict.reason}: {verdict.explanation}")
+
+    # -- pieces --------------------------------------------------------------------------------
+
+    def _token(self, context: common_pb2.CallContext, token: str) -> tuple[str, str, str]:
+        if not token:
+            raise InvalidArgument("CONTINUATION_TOKEN_INVALID", "token is required")
+        try:
+            kid, action_id = self.keyring.parse_token(token, LABEL)
+        except InvalidArgument as exc:
+            raise InvalidArgument("CONTINUATION_TOKEN_INVALID", "the continuation token is malformed or "
+                                  "forged (a confirmation token is not a continuation token)") from exc
+        policy.check_context(context)
+        return kid, action_id, self.keyring.binding(kid, cards.owner(context))
+
+    def _mac(self, kid: str, action_id: str, binding: str, snap: bytes, request: str) -> str:
+        return self.keyring.mac(kid, "cont:" + action_id, canonical([binding, snap.decode(), request]))
+
+    def _rmac(self, kid: str, action_id: str, reply: bytes) -> str:
+        return self.keyring.mac(kid, "reply:" + action_id, reply)
+
+    def _verify(self, kid: str, action_id: str, binding: str, record: ContRecord) -> None:
+        expected = self._mac(record.kid or kid, action_id, binding, record.snapshot, record.request)
+        if expected != record.mac:
+            raise DataLoss("RECORD_TAMPERED", "the stored continuation was changed")
+
+    def _proto(self, action_id: str, record: ContRecord, kid: str) -> continuation_pb2.Continuation:
+        out = continuation_pb2.Continuation(
+            continuation_id=action_id, token=self.keyring.token(action_id, record.kid or kid, LABEL),
+            action_id=action_id, state=STATES.get("running" if record.state == "won" else record.state, 0),  # type: ignore[arg-type]
+            replayed=record.state == "settled")
+        if record.snapshot:
+            json_format.ParseDict(json.loads(record.snapshot), out.snapshot, ignore_unknown_fields=True)
+        if record.state == "settled":
+            if not self.keyring.verify(record.kid or kid, "reply:" + action_id, record.reply, record.rmac):
+                raise DataLoss("RECORD_TAMPERED", "the stored reply of this continuation was changed")
+            out.reply_text = record.reply.decode("utf-8", "replace")
+        return out
+
+    async def _facts(self, request: str) -> list[continuation_pb2.ReadFact]:
+        facts = []
+        for raw in await self.store.recall(request):
+            entry = json.loads(raw)
+            if entry.get("k") == "fact":
+                facts.append(continuation_pb2.ReadFact(tool_name=entry["tool"], status=entry["status"],
+                                                       summary=entry["summary"]))
+        return facts
+
+    async def _action(self, action_id: str,
+                      context: common_pb2.CallContext | None = None) -> common_pb2.Action | None:
+        """The settled action (None when not settled); with a context, only the caller's own."""
+        found = await self.store.peek(action_id)
+        if not isinstance(found, RunRecord) or found.state != "settled":
+            if isinstance(found, (RunRecord, CardRecord)) and context is not None:
+                self._owned(found, context)
+            return None
+        if context is not None:
+            self._owned(found, context)
+        return open_action(self.keyring, action_id, found, replayed=False)
+
+    def _owned(self, found: RunRecord | CardRecord, context: common_pb2.CallContext) -> None:
+        kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
+        if found.binding != self.keyring.binding(kid, cards.owner(context)):
+            raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "a named action belongs to another owner")
+
+    async def _receipt(self, action_id: str) -> common_pb2.Receipt:
+        action = await self._action(action_id)
+        return action.receipt if action is not None else common_pb2.Receipt()
+
+    def _evidence(self, action: common_pb2.Action) -> Evidence:
+        tool = self.registry().tools.get(action.tool_name)
+        verbs = tool.verbs if tool is not None and tool.verbs else verbs_of(action.tool_name)
+        return Evidence(action_id=action.action_id, tool_name=action.tool_name,
+                        succeeded=action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED, verbs=verbs)
+
+
+def _verdict_json(verdict: Verdict) -> bytes:
+    return canonical({"replaced": verdict.replaced, "reason": verdict.reason,
+                      "claims": list(verdict.matched_claims)})
+
+
+def _why_not_ready(detail: str) -> str:
+    state, _, reason = detail.partition(" ")
+    if state in ("none", ""):
+        return "the action has not been confirmed yet; the continuation opens when it SUCCEEDS"
+    if state == "running":
+        return "the action is still running; the continuation opens when it SUCCEEDS"
+    if state == "unknown":
+        return f"the action's outcome is UNKNOWN ({reason or 'no answer'}); it never activates a continuation"
+    return f"the action did not succeed ({reason or state}); it never activates a continuation"
+
+
+def _refused(why: str) -> Exception:
+    if why == "forbidden":
+        return PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "this belongs to another owner or session")
+    return NotFound("CONTINUATION_NOT_FOUND", "no continuation (or action) by that id: never opened, or expired")
+
