@@ -20,6 +20,8 @@ from countersign.sidecar import policy
 from countersign.sidecar.actions import Keyring, canonical
 from countersign.sidecar.cards import Card, open_card
 from countersign.sidecar.errors import CountersignError, DataLoss, FailedPrecondition, StoreUnavailable
+from countersign.sidecar.observability import tracing
+from countersign.sidecar.observability.logs import decision
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.registry import Capability, Registry, Tool
 from countersign.sidecar.store import CardRecord, RunRecord, Store
@@ -131,7 +133,9 @@ class Executor:
             await self._settle(action_id, record.kid, claim_id,
                                refused_action(action_id, record.tool, exc.reason, exc.message, self._now_ms()))
             raise
-        tool = self._recheck(registry, context, card)
+        tracing.annotate(action_id=action_id, tool=card.tool, capability=card.capability, risk=card.risk)
+        with self.metrics.timed("policy"):
+            tool = self._recheck(registry, context, card)
         if isinstance(tool, FailedPrecondition):
             await self._settle(action_id, card.kid, claim_id,
                                refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms()))
@@ -139,14 +143,20 @@ class Executor:
         meta = CallMeta(idempotency_key=action_id, attempt=1, policy_version=card.policy_version,
                         tenant_id=context.tenant_id, actor_id=context.actor_id,
                         subject_id=context.subject_id, locale=context.locale)
-        start = time.perf_counter()
-        outcome = await self.adapters[tool.adapter.kind].execute(
-            tool, card.arguments, meta, self.timing.downstream_deadline)
+        with self.metrics.timed("execute"), tracing.client_span(tool.name, tool.adapter.kind) as span:
+            start = time.perf_counter()
+            outcome = await self.adapters[tool.adapter.kind].execute(
+                tool, card.arguments, meta, self.timing.downstream_deadline)
+            elapsed = time.perf_counter() - start
+            span.set_attribute("countersign.outcome", outcome.kind.value)
         label = self.metrics.tool(tool.name)
-        self.metrics.downstream.labels(label, tool.adapter.kind).observe(time.perf_counter() - start)
+        self.metrics.downstream.labels(label, tool.adapter.kind).observe(elapsed)
         self.metrics.executions.labels(label, outcome.kind.value).inc()
+        tracing.annotate(outcome=outcome.kind.value, replayed=False)
         action = to_action(action_id, tool, card, outcome, self._now_ms())
         await self._settle(action_id, card.kid, claim_id, action)
+        decision(action_id, tool.name, "executed", outcome.reason or outcome.kind.value.upper(),
+                 outcome=outcome.kind.value)
         return action
 
     def _recheck(self, registry: Registry, context: common_pb2.CallContext, card: Card) -> Tool | FailedPrecondition:
@@ -174,7 +184,8 @@ class Executor:
         receipt = "SUCCEEDED" if action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED else ""
         args = (action_id, claim_id, state, out, omac, action.error.reason, receipt, self.timing.replay_ms)
         try:
-            result = await self.store.settle(*args)
+            with self.metrics.timed("settle"):
+                result = await self.store.settle(*args)
         except StoreUnavailable:
             # The downstream's answer is the truth the caller gets; record it when the store is back.
             task = asyncio.ensure_future(self._settle_later(args))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from countersign.adapters.base import Adapter, CallMeta, Kind
 from countersign.sidecar import cards, policy, prepare
-from countersign.sidecar.actions import Keyring, is_action_id
+from countersign.sidecar.actions import Keyring, is_action_id, sha256_hex
 from countersign.sidecar.continuations import Continuations, action_entry, fact_entry, read_summary, request_key
 from countersign.sidecar.errors import (
     FailedPrecondition,
@@ -26,6 +26,8 @@ from countersign.sidecar.errors import (
     Unavailable,
 )
 from countersign.sidecar.execute import Executor, Timing, open_action, seal_action
+from countersign.sidecar.observability import tracing
+from countersign.sidecar.observability.logs import decision
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.registry import Capability, Registry
 from countersign.sidecar.reply_guard import ReplyGuard
@@ -57,10 +59,12 @@ class Pipeline:
             allowed = policy.authorize(registry, context, tool_name, arguments_json, policy.Phase.INVOKE)
         if isinstance(allowed, Capability):
             self.metrics.invocations.labels(self.metrics.tool(allowed.tool), "refusal", allowed.status).inc()
+            decision("", allowed.tool, "refusal", allowed.status.upper())
             return gateway_pb2.InvokeResponse(refusal=gateway_pb2.Refusal(
                 capability_id=allowed.id, status=_CAP_STATUS[allowed.status],  # type: ignore[arg-type]
                 guidance=allowed.guidance_for(context.locale)))
         tool = allowed.tool
+        tracing.annotate(tool=tool.name, capability=tool.capability, risk=tool.risk)
         meta = CallMeta(policy_version=registry.policy_version, tenant_id=context.tenant_id,
                         actor_id=context.actor_id, subject_id=context.subject_id, locale=context.locale)
         adapter = self.adapters[tool.adapter.kind]
@@ -83,6 +87,7 @@ class Pipeline:
             tool.intent_scope) or os.urandom(16).hex()
         action_id = self.keyring.action_id(
             [*cards.owner(context), tool.intent_scope, scope, tool.name, allowed.arguments])
+        tracing.annotate(action_id=action_id)
         if tool.intent_scope != "none":
             existing = await self.store.peek(action_id)
             if existing is not None:
@@ -102,6 +107,7 @@ class Pipeline:
         if found is not None:
             return self._existing(action_id, found, label)
         self.metrics.invocations.labels(label, "write", "card").inc()
+        decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_sha256=sha256_hex(allowed.canonical_args))
         await self.store.remember(request_key(self.keyring, context), action_entry(action_id), self.timing.replay_ms)
         return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(
             self.keyring, cards.open_card(self.keyring, action_id, record)))
@@ -128,20 +134,22 @@ class Pipeline:
         with self.metrics.timed("claim"):
             found = await self.store.claim(action_id, binding, registry.denied_tools(context.role), claim_id,
                                            self.timing.lease_ms, self.timing.replay_ms)
+        tracing.annotate(action_id=action_id)
         if isinstance(found, Refused):
             self.metrics.claims.labels("other", found.why).inc()
             raise _refusal(found)
         if isinstance(found, RunRecord):
             label = self.metrics.tool(found.tool)
+            tracing.annotate(tool=found.tool, replayed=True)
             self.metrics.claims.labels(label, "running" if found.state == "running" else "replayed").inc()
             found = await self._wait(action_id, found, wait_ms)
             action = open_action(self.keyring, action_id, found, replayed=True)
             if found.state != "running":
                 self.metrics.replay_hits.labels(label, "confirm").inc()
+            decision(action_id, found.tool, "replayed", found.reason or found.state.upper())
             return action
         self.metrics.claims.labels(self.metrics.tool(found.tool), "won").inc()
-        with self.metrics.timed("execute"):
-            return await self.executor.run(registry, context, action_id, claim_id, found)
+        return await self.executor.run(registry, context, action_id, claim_id, found)
 
     async def _wait(self, action_id: str, run: RunRecord, wait_ms: int) -> RunRecord:
         """A duplicate may wait (bounded) for the running execution to settle."""

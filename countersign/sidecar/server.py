@@ -71,29 +71,29 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
         @functools.wraps(handler)
         async def inner(self: Any, request: Any, context: Ctx) -> R:
             metrics: Metrics = self.metrics
-            try:
-                with tracing.server_span(name, context.invocation_metadata()) as span:
-                    try:
-                        return await handler(self, request, context)
-                    except CountersignError as exc:
-                        span.set_status(trace.Status(trace.StatusCode.ERROR, exc.reason))
-                        span.set_attribute("rpc.grpc.status_code", exc.code.value[0])
-                        raise
-            except CountersignError as exc:
-                if isinstance(exc, StoreUnavailable):
-                    metrics.fail_closed.labels(name).inc()
-                metrics.refusals.labels(name, exc.reason).inc()
-                log.info(json.dumps({"event": "refused", "rpc": name, "reason": exc.reason,
-                                     "code": exc.code.name}))
-                await context.abort_with_status(rich_status(exc))
-                raise AssertionError("unreachable") from None  # abort_with_status raises
-            except grpc.aio.AbortError:
-                raise
-            except Exception:
-                log.exception("unexpected error in %s", name)
-                status = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error; see the sidecar log")
-                await context.abort_with_status(rpc_status.to_status(status))
-                raise AssertionError("unreachable") from None
+            with tracing.server_span(name, context.invocation_metadata()) as span:
+                try:
+                    return await handler(self, request, context)
+                except CountersignError as exc:
+                    error = exc
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, exc.reason))
+                    span.set_attribute("rpc.grpc.status_code", exc.code.value[0])
+                    if isinstance(exc, StoreUnavailable):
+                        metrics.fail_closed.labels(name).inc()
+                    metrics.refusals.labels(name, exc.reason).inc()
+                    log.info(json.dumps({"event": "refused", "rpc": name, "reason": exc.reason,
+                                         "code": exc.code.name, "trace_id": tracing.trace_id()}))
+                except grpc.aio.AbortError:
+                    raise
+                except Exception:
+                    log.exception("unexpected error in %s", name)
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, "INTERNAL"))
+                    span.set_attribute("rpc.grpc.status_code", code_pb2.INTERNAL)
+                    status = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error; see the sidecar log")
+                    await context.abort_with_status(rpc_status.to_status(status))
+                    raise AssertionError("unreachable") from None
+            await context.abort_with_status(rich_status(error))
+            raise AssertionError("unreachable")  # abort_with_status raises
 
         return inner
 

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from countersign.sidecar.observability import tracing
+
 # Sub-millisecond decisions up to multi-second downstream calls.
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
            2.5, 5.0, 10.0)
@@ -48,8 +50,10 @@ class Metrics:
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
+        """One stage of the path: a child span and a latency observation, from one place."""
         start = time.perf_counter()
         try:
-            yield
+            with tracing.stage_span(stage):
+                yield
         finally:
             self.stage.labels(stage).observe(time.perf_counter() - start)

@@ -57,3 +57,30 @@ def outgoing_headers() -> dict[str, str]:
     headers: dict[str, str] = {}
     propagate.inject(headers)
     return headers
+
+
+@contextmanager
+def stage_span(name: str) -> Iterator[Span]:
+    """A child span for one stage of the path (policy, prepare, issue, claim, execute, settle, ...)."""
+    with tracer.start_as_current_span(f"countersign.{name}", record_exception=False) as span:
+        yield span
+
+
+@contextmanager
+def client_span(tool: str, adapter: str) -> Iterator[Span]:
+    """The downstream call; the adapters inject its traceparent."""
+    with tracer.start_as_current_span(f"downstream {tool}", kind=SpanKind.CLIENT, record_exception=False,
+                                      attributes={"countersign.tool": tool, "countersign.adapter": adapter}) as span:
+        yield span
+
+
+def annotate(**attributes: str | bool | int) -> None:
+    """Set countersign.* attributes on the current span (never raw arguments, tokens or reply text)."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attributes({f"countersign.{k}": v for k, v in attributes.items()})
+
+
+def trace_id() -> str:
+    ctx = trace.get_current_span().get_span_context()
+    return format(ctx.trace_id, "032x") if ctx.is_valid else ""
