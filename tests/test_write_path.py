@@ -365,7 +365,7 @@ def test_lapsed_lease_is_reported_and_stored_as_unknown_never_ready(stack: Stack
 
 
 def test_unimplemented_rpcs_say_so(stack: Stack) -> None:
-    err = rpc_error(lambda: stack.stub().Reconcile(gateway_pb2.ReconcileRequest(context=ctx(), action_id="0" * 32)))
+    err = rpc_error(lambda: stack.stub().Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id="0" * 32)))
     assert err.code() == grpc.StatusCode.UNIMPLEMENTED and error_info(err).reason == "NOT_IMPLEMENTED"
 
 

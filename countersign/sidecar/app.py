@@ -55,11 +55,16 @@ class Sidecar:
     metrics_address: str = ""
     embedded: EmbeddedRedis | None = None
     closers: list[Any] = field(default_factory=list)
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def stop(self, grace: float | None = None) -> None:
         """Health NOT_SERVING first, then let in-flight calls finish, then release everything."""
         await self.health.enter_graceful_shutdown()
+        self.stopping.set()
         await self.server.stop(self.settings.grace if grace is None else grace)
+        if self.tasks:
+            await asyncio.wait(self.tasks, timeout=self.settings.grace)
         pending = list(self.pipeline.executor.background)
         if pending:
             await asyncio.wait(pending, timeout=self.settings.grace)
@@ -83,7 +88,8 @@ def load_keys(settings: Settings) -> Keyring:
 
 async def start(settings: Settings) -> Sidecar:
     """Build and start everything; raise SettingsError / RegistryError before listening if anything is wrong."""
-    tracing.setup()
+    if settings.telemetry == "on":
+        tracing.setup()
     keyring = load_keys(settings)
     registry = registry_mod.load(settings.registry)
     embedded = None
@@ -98,14 +104,15 @@ async def start(settings: Settings) -> Sidecar:
                                wait_timeout_ms=int(settings.redis_wait_timeout * 1000))
     except ValueError as exc:
         raise SettingsError(f"--redis-url: {exc}") from exc
-    metrics = Metrics(frozenset(registry.tools))
+    metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on")
     adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
     timing = Timing(lease_ms=int(settings.lease * 1000), replay_ms=int(settings.replay_ttl * 1000),
                     downstream_deadline=settings.downstream_deadline)
     pipeline = Pipeline(registry=registry, store=store, keyring=keyring, adapters=adapters, timing=timing,
                         confirm_ttl_ms=int(settings.confirm_ttl * 1000), max_wait=settings.max_wait,
                         metrics=metrics, guard=ReplyGuard.load(settings.guard_lexicon or None),
-                        continuation_lease_ms=int(settings.continuation_lease * 1000))
+                        continuation_lease_ms=int(settings.continuation_lease * 1000),
+                        reconcile_window_ms=int(settings.reconcile_window * 1000))
 
     options = [("grpc.max_receive_message_length", settings.max_message_bytes),
                ("grpc.max_send_message_length", settings.max_message_bytes),
@@ -135,6 +142,8 @@ async def start(settings: Settings) -> Sidecar:
         sidecar.metrics_address = f"{host}:{httpd.server_address[1]}"
         sidecar.closers.append(httpd.shutdown)
     await server.start()
+    sidecar.tasks.append(asyncio.ensure_future(
+        pipeline.reconciler.run_forever(settings.reconcile_interval, sidecar.stopping)))
     for name in ("", *SERVICES):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     return sidecar

@@ -178,9 +178,15 @@ class Executor:
             return changed
         return tool
 
-    async def _settle(self, action_id: str, kid: str, claim_id: str, action: common_pb2.Action) -> None:
+    async def settle(self, action_id: str, kid: str, claim_id: str, action: common_pb2.Action,
+                     state: str = "") -> None:
+        """Record an outcome as the holder of claim_id (the executor's, or a reconciler's)."""
+        await self._settle(action_id, kid, claim_id, action, state)
+
+    async def _settle(self, action_id: str, kid: str, claim_id: str, action: common_pb2.Action,
+                      state: str = "") -> None:
         out, omac = seal_action(self.keyring, kid, action)
-        state = "unknown" if action.state == common_pb2.ACTION_STATE_UNKNOWN else "settled"
+        state = state or ("unknown" if action.state == common_pb2.ACTION_STATE_UNKNOWN else "settled")
         receipt = "SUCCEEDED" if action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED else ""
         args = (action_id, claim_id, state, out, omac, action.error.reason, receipt, self.timing.replay_ms)
         try:

@@ -29,6 +29,7 @@ from countersign.sidecar.execute import Executor, Timing, open_action, seal_acti
 from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.logs import decision
 from countersign.sidecar.observability.metrics import Metrics
+from countersign.sidecar.reconcile import Reconciler
 from countersign.sidecar.registry import Capability, Registry
 from countersign.sidecar.reply_guard import ReplyGuard
 from countersign.sidecar.store import CardRecord, Refused, RunRecord, Store
@@ -41,12 +42,16 @@ _CAP_STATUS = {"enabled": common_pb2.CAPABILITY_STATUS_ENABLED, "planned": commo
 class Pipeline:
     def __init__(self, *, registry: Registry, store: Store, keyring: Keyring, adapters: dict[str, Adapter],
                  timing: Timing, confirm_ttl_ms: int, max_wait: float, metrics: Metrics, guard: ReplyGuard,
-                 continuation_lease_ms: int, clock: Callable[[], float] = time.time) -> None:
+                 continuation_lease_ms: int, reconcile_window_ms: int = 600_000,
+                 clock: Callable[[], float] = time.time) -> None:
         self.registry = registry
         self.store, self.keyring, self.adapters = store, keyring, adapters
         self.timing, self.confirm_ttl_ms, self.max_wait = timing, confirm_ttl_ms, max_wait
         self.metrics, self.clock = metrics, clock
         self.executor = Executor(store, keyring, adapters, timing, metrics, clock)
+        self.reconciler = Reconciler(store=store, keyring=keyring, adapters=adapters, executor=self.executor,
+                                     registry=lambda: self.registry, metrics=metrics, work_lease_ms=timing.lease_ms,
+                                     window_ms=reconcile_window_ms, lookup_deadline=timing.downstream_deadline)
         self.continuations = Continuations(store=store, keyring=keyring, registry=lambda: self.registry, guard=guard,
                                            lease_ms=continuation_lease_ms, ttl_ms=timing.replay_ms, metrics=metrics)
 

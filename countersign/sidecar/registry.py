@@ -93,7 +93,17 @@ class AdapterSpec:
     target: str = ""                # grpc: host:port or unix:/path
     grpc_prepare: bool = False
     grpc_lookup: bool = False
+    grpc_fence: bool = False
     timeout_ms: int = 0             # 0: the sidecar's downstream deadline
+
+    @property
+    def can_fence(self) -> bool:
+        """A lookup that marks an absent key never-to-be-applied: the only proof of "not applied"."""
+        return self.fence is not None or self.grpc_fence
+
+    @property
+    def can_lookup(self) -> bool:
+        return self.can_fence or self.lookup is not None or self.grpc_lookup
 
 
 @dataclass(frozen=True)
@@ -400,7 +410,8 @@ def _adapter(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec:
         if not all(isinstance(v, bool) for v in flags.values()):
             raise fail(tool, "adapter-valid", "grpc adapter prepare/lookup/fence are true or false")
         return AdapterSpec("grpc", target=target, grpc_prepare=bool(flags["prepare"]),
-                           grpc_lookup=bool(flags["lookup"] or flags["fence"]), timeout_ms=timeout)
+                           grpc_lookup=bool(flags["lookup"] or flags["fence"]), grpc_fence=bool(flags["fence"]),
+                           timeout_ms=timeout)
     if kind != "http":
         raise fail(tool, "adapter-valid", f"adapter kind must be http or grpc, not {kind!r}")
     calls: dict[str, HttpCall | None] = {}

@@ -144,7 +144,8 @@ class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
     @rpc("Reconcile")
     async def Reconcile(self, request: gateway_pb2.ReconcileRequest,
                         context: Ctx) -> gateway_pb2.ReconcileResponse:
-        raise _later("Reconcile", "When things go wrong: reconciliation, compensation")
+        action = await self.pipeline.reconciler.reconcile_rpc(request.context, request.action_id)
+        return gateway_pb2.ReconcileResponse(action=action)
 
 
 class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):

@@ -52,9 +52,14 @@ class Settings:
     redis_timeout: float = _setting(0.5, "Redis socket timeout: fail closed fast", kind="duration")
     redis_connect_timeout: float = _setting(0.5, "Redis connect timeout", kind="duration")
     redis_retries: int = _setting(1, "Redis retries after a connection error or timeout", kind="int")
+    reconcile_interval: float = _setting(5.0, "how often the background reconciler sweeps for UNKNOWN actions",
+                                         kind="duration")
+    reconcile_window: float = _setting(600.0, "how long a lookup may keep finding nothing before an action "
+                                       "goes to NEEDS_MANUAL_REVIEW", kind="duration")
     max_wait: float = _setting(10.0, "upper bound of a Confirm's wait_ms", kind="duration")
     grace: float = _setting(10.0, "on SIGTERM: how long in-flight calls may finish", kind="duration")
     max_message_bytes: int = _setting(1 << 20, "largest gRPC message accepted", kind="int")
+    telemetry: str = _setting("on", "on: traces and metrics; off: neither (to measure what they cost)")
     guard_lexicon: str = _setting("", "a folder of reply-guard lexicon files (zh.yaml, en.yaml, ...); "
                                   "empty: the packaged ones")
     log_level: str = _setting("info", "debug, info, warning or error")
@@ -73,6 +78,8 @@ class Settings:
         if self.lease <= self.downstream_deadline:
             raise SettingsError("--lease must be longer than --downstream-deadline, or a live call "
                                 "would be reported UNKNOWN while it still runs")
+        if self.telemetry not in ("on", "off"):
+            raise SettingsError("--telemetry must be on or off")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise SettingsError("--log-level must be debug, info, warning or error")
         return self

@@ -87,6 +87,16 @@ class ContRecord:
     detail: str = ""      # not_ready: the action's state and reason
 
 
+@dataclass(frozen=True)
+class ReconcileWork:
+    """An UNKNOWN action whose reconciliation this caller now holds."""
+
+    card: CardRecord
+    attempts: int
+    unknown_since_ms: int
+    now_ms: int
+
+
 def request_key(request: str) -> str:
     """The read facts and proposed actions of one user turn (a keyed hash of owner and request_id)."""
     return f"cs:req:{{{request}}}"
@@ -139,7 +149,8 @@ class Store:
                 resources.files("countersign.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
             )
             for name in ("issue", "claim", "settle", "reject", "peek",
-                         "cont_open", "cont_claim", "cont_settle", "cont_release")
+                         "cont_open", "cont_claim", "cont_settle", "cont_release",
+                         "reconcile_claim", "reconcile_defer")
         }
 
     @classmethod
@@ -336,3 +347,38 @@ class Store:
     async def recall(self, request: str) -> list[bytes]:
         entries: list[bytes] = await self._call(self.client.lrange(request_key(request), 0, -1))
         return entries
+
+    # -- reconciliation ------------------------------------------------------------------------
+
+    async def reconcile_claim(self, action_id: str, claim_id: str, work_lease_ms: int) -> Any:
+        """unknown -> (reconciler holds it). Returns ReconcileWork, a RunRecord, or the word busy/none."""
+        reply = await self._durable_script("reconcile_claim", [run_key(action_id)], [claim_id, work_lease_ms])
+        kind = _s(reply[0])
+        if kind == "won":
+            card = CardRecord(_s(reply[1]), _s(reply[2]), _b(reply[3]), _s(reply[4]))
+            return ReconcileWork(card, int(reply[5]), int(reply[6]), int(reply[7]))
+        if kind == "run":
+            return _run(reply)
+        return kind
+
+    async def reconcile_defer(self, action_id: str, claim_id: str, delay_ms: int) -> str:
+        reply = await self._script("reconcile_defer", [run_key(action_id)], [claim_id, delay_ms])
+        return _s(reply[0])
+
+    async def scan_runs(self, cursor: int, count: int) -> tuple[int, list[str]]:
+        """One step of a SCAN over run records; returns the next cursor and action ids seen."""
+        if hasattr(self.client, "scan_iter") and not isinstance(self.client, aioredis.Redis):
+            ids = [_s(k)[4:-5] async for k in self.client.scan_iter(match="cs:{*}:run", count=count)]
+            return 0, ids
+        nxt, keys = await self._call(self.client.scan(cursor=cursor, match="cs:{*}:run", count=count))
+        return int(nxt), [_s(k)[4:-5] for k in keys]
+
+    async def run_states(self, action_ids: list[str]) -> list[tuple[str, int, int]]:
+        """(state, lease ms, next reconcile ms) of each run record, in one round trip."""
+        if not action_ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for action_id in action_ids:
+            pipe.hmget(run_key(action_id), "st", "lease", "rdue")
+        rows = await self._call(pipe.execute())
+        return [(_s(st or b""), int(lease or 0), int(due or 0)) for st, lease, due in rows]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -19,10 +20,27 @@ BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
            2.5, 5.0, 10.0)
 
 
+class _Off:
+    """Stands in for every metric when telemetry is off (for measuring what telemetry costs)."""
+
+    def labels(self, *_: str) -> _Off:
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+
 class Metrics:
-    def __init__(self, tools: frozenset[str] = frozenset()) -> None:
+    def __init__(self, tools: frozenset[str] = frozenset(), *, enabled: bool = True) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.tools = tools
+        self.enabled = enabled
         r = self.registry
         self.invocations = Counter("countersign_invocations", "Invoke calls by tool, kind and decision",
                                    ["tool", "kind", "decision"], registry=r)
@@ -35,6 +53,8 @@ class Metrics:
                                 registry=r)
         self.fail_closed = Counter("countersign_fail_closed", "Requests refused because the store was "
                                    "unavailable", ["rpc"], registry=r)
+        self.reconciliations = Counter("countersign_reconciliations", "Reconciliation attempts by result",
+                                       ["tool", "result"], registry=r)
         self.guard = Counter("countersign_reply_guard", "Reply guard verdicts", ["verdict"], registry=r)
         self.settle_retries = Counter("countersign_settle_retries", "Settles retried in the background",
                                       ["result"], registry=r)
@@ -45,12 +65,21 @@ class Metrics:
         self.actions = Gauge("countersign_actions", "Actions seen in a state by this sidecar's last "
                              "reconciler scan", ["state"], registry=r)
 
+        if not enabled:
+            off: Any = _Off()
+            for name, value in list(vars(self).items()):
+                if isinstance(value, (Counter, Gauge, Histogram)):
+                    setattr(self, name, off)
+
     def tool(self, name: str) -> str:
         return name if name in self.tools else "other"
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
         """One stage of the path: a child span and a latency observation, from one place."""
+        if not self.enabled:
+            yield
+            return
         start = time.perf_counter()
         try:
             with tracing.stage_span(stage):

@@ -1,0 +1,167 @@
+"""Reconciliation: resolve an UNKNOWN action by evidence from the downstream, never by re-sending it (I6).
+
+    lookup with a fence   applied        -> SUCCEEDED (or FAILED) with the receipt built from the answer
+                          fenced         -> FAILED, NOT_APPLIED (the downstream refuses the key from now on)
+    plain lookup          applied        -> as above
+                          absent         -> still UNKNOWN: proves nothing (the request may be on its way);
+                                            asked again with backoff, NEEDS_MANUAL_REVIEW after the window
+    no lookup declared                   -> NEEDS_MANUAL_REVIEW
+
+The work of one action is claimed like a card (lua/reconcile_claim.lua), fenced by a claim id, so
+any number of sidecars may reconcile at once and one outcome is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from countersign.adapters.base import Adapter, CallMeta, Kind, LookupKind, Outcome
+from countersign.sidecar import cards, policy
+from countersign.sidecar.actions import Keyring, is_action_id
+from countersign.sidecar.cards import open_card
+from countersign.sidecar.errors import CountersignError, DataLoss, InvalidArgument, NotFound, PermissionDenied
+from countersign.sidecar.execute import Executor, open_action, to_action
+from countersign.sidecar.observability.logs import decision
+from countersign.sidecar.observability.metrics import Metrics
+from countersign.sidecar.registry import Registry
+from countersign.sidecar.store import ReconcileWork, RunRecord, Store
+from countersign.v1 import common_pb2
+
+log = logging.getLogger("countersign.reconcile")
+
+
+class Reconciler:
+    def __init__(self, *, store: Store, keyring: Keyring, adapters: dict[str, Adapter], executor: Executor,
+                 registry: Callable[[], Registry], metrics: Metrics, work_lease_ms: int, window_ms: int,
+                 lookup_deadline: float, backoff_ms: int = 1000) -> None:
+        self.store, self.keyring, self.adapters, self.executor = store, keyring, adapters, executor
+        self.registry, self.metrics = registry, metrics
+        self.work_lease_ms, self.window_ms, self.lookup_deadline = work_lease_ms, window_ms, lookup_deadline
+        self.backoff_ms = backoff_ms
+
+    async def reconcile_rpc(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
+        """Reconcile(A): the action's owner, or an admin in MAINTAIN mode, may ask."""
+        policy.check_context(context)
+        if not is_action_id(action_id):
+            raise InvalidArgument("REQUEST_INVALID", "action_id must be 32 lower-case hex characters")
+        found = await self.store.peek(action_id)
+        if found is None:
+            raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its records expired")
+        kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
+        maintainer = context.admin_context_id and context.admin_mode == common_pb2.ADMIN_MODE_MAINTAIN
+        if found.binding != self.keyring.binding(kid, cards.owner(context)) and not maintainer:
+            raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "the action belongs to another owner")
+        if not isinstance(found, RunRecord):
+            return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
+        return await self.reconcile(action_id)
+
+    async def reconcile(self, action_id: str) -> common_pb2.Action:
+        """One attempt; returns where the action stands afterwards."""
+        claim_id = "r" + os.urandom(11).hex()
+        with self.metrics.timed("reconcile"):
+            work = await self.store.reconcile_claim(action_id, claim_id, self.work_lease_ms)
+        if isinstance(work, RunRecord):
+            return open_action(self.keyring, action_id, work, replayed=True)
+        if not isinstance(work, ReconcileWork):
+            if work == "none":
+                raise NotFound("ACTION_NOT_FOUND", "no such action")
+            found = await self.store.peek(action_id)
+            assert isinstance(found, RunRecord)
+            return open_action(self.keyring, action_id, found, replayed=True)
+        return await self._resolve(action_id, claim_id, work)
+
+    async def _resolve(self, action_id: str, claim_id: str, work: ReconcileWork) -> common_pb2.Action:
+        now_ms = work.now_ms
+        try:
+            card = open_card(self.keyring, action_id, work.card)
+        except DataLoss:
+            return await self._review(action_id, work.card.kid, work.card.tool, claim_id, "RECORD_TAMPERED",
+                                      "the stored card does not verify; a person must check the downstream")
+        tool = self.registry().tools.get(card.tool)
+        if tool is None or not tool.adapter.can_lookup:
+            return await self._review(action_id, card.kid, card.tool, claim_id, "NO_LOOKUP",
+                                      "the tool declares no lookup by idempotency key; a person must check")
+        meta = CallMeta(idempotency_key=action_id, attempt=work.attempts, policy_version=card.policy_version)
+        fence = tool.adapter.can_fence
+        found = await self.adapters[tool.adapter.kind].lookup(tool, meta, fence, self.lookup_deadline)
+        label = self.metrics.tool(tool.name)
+        if found.kind is LookupKind.APPLIED and found.outcome is not None:
+            outcome = found.outcome if found.outcome.kind is not Kind.UNKNOWN else Outcome(
+                Kind.FAILED, found.outcome.reason, found.outcome.message, status=found.outcome.status)
+            action = to_action(action_id, tool, card, outcome, now_ms)
+            result = "succeeded" if outcome.kind is Kind.SUCCEEDED else "failed"
+        elif found.kind is LookupKind.ABSENT_FENCED:
+            action = to_action(action_id, tool, card, Outcome(
+                Kind.FAILED, "NOT_APPLIED", "the downstream never applied this key and now refuses it",
+                retryable=True, status="410"), now_ms)
+            result = "not_applied"
+        elif now_ms - work.unknown_since_ms >= self.window_ms:
+            why = "the downstream has no record of the key" if found.kind is LookupKind.ABSENT_UNFENCED \
+                else f"the downstream could not be asked ({found.message})"
+            return await self._review(action_id, card.kid, tool.name, claim_id, "NOT_RESOLVED_IN_WINDOW",
+                                      f"{why} after {self.window_ms // 1000} s; without a fence that proves nothing")
+        else:
+            delay = min(self.backoff_ms * 2 ** min(work.attempts - 1, 6), 60_000)
+            await self.store.reconcile_defer(action_id, claim_id, delay)
+            self.metrics.reconciliations.labels(label, "still_unknown").inc()
+            found_run = await self.store.peek(action_id)
+            assert isinstance(found_run, RunRecord)
+            return open_action(self.keyring, action_id, found_run, replayed=True)
+        await self.executor.settle(action_id, card.kid, claim_id, action)
+        self.metrics.reconciliations.labels(label, result).inc()
+        decision(action_id, tool.name, "reconciled", action.error.reason or result.upper())
+        return action
+
+    async def _review(self, action_id: str, kid: str, tool: str, claim_id: str, reason: str,
+                      message: str) -> common_pb2.Action:
+        action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_NEEDS_MANUAL_REVIEW,
+                                   tool_name=tool)
+        action.error.reason, action.error.message = reason, message
+        await self.executor.settle(action_id, kid, claim_id, action, state="review")
+        self.metrics.reconciliations.labels(self.metrics.tool(tool), "manual_review").inc()
+        decision(action_id, tool, "manual_review", reason)
+        return action
+
+    # -- in the background, in every sidecar -----------------------------------------------------
+
+    async def run_forever(self, interval: float, stop: asyncio.Event) -> None:
+        """Scan run records; reconcile unknowns that are due and running records whose lease lapsed."""
+        cursor = 0
+        while not stop.is_set():
+            try:
+                cursor = await self.sweep(cursor)
+            except CountersignError as exc:
+                log.warning(json.dumps({"event": "reconciler_sweep_failed", "reason": exc.reason}))
+            except Exception:
+                log.exception("reconciler sweep failed")
+            try:
+                await asyncio.wait_for(stop.wait(), interval)
+            except TimeoutError:
+                pass
+
+    async def sweep(self, cursor: int = 0, count: int = 500) -> int:
+        cursor, ids = await self.store.scan_runs(cursor, count)
+        now_ms = int(time.time() * 1000)
+        states = await self.store.run_states(ids)
+        unknown = running = review = 0
+        for action_id, (state, lease, due) in zip(ids, states, strict=True):
+            unknown += state == "unknown"
+            running += state == "running"
+            review += state == "review"
+            lapsed = state == "running" and lease <= now_ms
+            if (state == "unknown" and due <= now_ms) or lapsed:
+                try:
+                    await self.reconcile(action_id)
+                except CountersignError as exc:
+                    log.warning(json.dumps({"event": "reconcile_failed", "action_id": action_id,
+                                            "reason": exc.reason}))
+        if cursor == 0:
+            self.metrics.actions.labels("unknown").set(unknown)
+            self.metrics.actions.labels("running").set(running)
+            self.metrics.actions.labels("needs_manual_review").set(review)
+        return cursor

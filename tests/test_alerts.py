@@ -1,0 +1,172 @@
+"""Alert rules, their promtool unit tests, their runbook entries, and the Grafana dashboard.
+
+promtool comes from Debian's `prometheus` package (apt-get install prometheus).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "deploy" / "prometheus" / "countersign-alerts.yaml"
+RULE_TESTS = ROOT / "deploy" / "prometheus" / "countersign-alerts.test.yaml"
+DASHBOARD = ROOT / "deploy" / "grafana" / "countersign-dashboard.json"
+RUNBOOK = ROOT / "docs" / "runbook.md"
+CHART_FILES = ROOT / "helm" / "countersign" / "files"
+RUNBOOK_BASE = "https://countersign.invalid/docs/runbook.md"
+
+# The families the sidecar exports (countersign/sidecar/observability/metrics.py, DESIGN §10), as exposed.
+COUNTERS = {"countersign_invocations_total", "countersign_claims_total", "countersign_replay_hits_total",
+            "countersign_executions_total", "countersign_refusals_total", "countersign_fail_closed_total",
+            "countersign_reconciliations_total", "countersign_compensations_total", "countersign_reply_guard_total",
+            "countersign_audit_write_failures_total"}
+HISTOGRAMS = {"countersign_stage_duration_seconds", "countersign_downstream_duration_seconds"}
+GAUGES = {"countersign_actions"}
+METRICS = COUNTERS | GAUGES | {f"{h}{s}" for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
+METRIC_NAME = re.compile(r"\bcountersign_[a-z_]+\b")
+
+
+def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    path = shutil.which("promtool")
+    assert path, "promtool is missing: apt-get install prometheus"
+    return subprocess.run([path, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load(RULES.read_text())
+    return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+def alerts() -> list[dict[str, Any]]:
+    return [rule for rule in rules() if "alert" in rule]
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a markdown heading."""
+    return re.sub(r"[^a-z0-9_ -]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_promtool_check_rules() -> None:
+    result = promtool("check", "rules", str(RULES))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    result = promtool("test", "rules", RULE_TESTS.name, cwd=RULE_TESTS.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_the_alerts_we_promised_exist() -> None:
+    names = {a["alert"] for a in alerts()}
+    assert names >= {"CountersignUnknownRateHigh", "CountersignFailClosed", "CountersignLeaseLapsed",
+                     "CountersignManualReviewWaiting", "CountersignCompensationFailed",
+                     "CountersignAuditWriteFailures"}
+    assert len(names) == len(alerts()), "duplicate alert names"
+
+
+def test_each_alert_fires_on_bad_series_and_stays_silent_on_healthy_traffic() -> None:
+    doc = yaml.safe_load(RULE_TESTS.read_text())
+    assert doc["rule_files"] == [RULES.name]
+    fires: set[str] = set()
+    silent_in_healthy: set[str] = set()
+    for test in doc["tests"]:
+        for case in test.get("alert_rule_test", []):
+            if case["exp_alerts"]:
+                fires.add(case["alertname"])
+            elif test["name"].startswith("healthy"):
+                silent_in_healthy.add(case["alertname"])
+    names = {a["alert"] for a in alerts()}
+    assert fires == names, f"no firing test for {names - fires}"
+    assert silent_in_healthy == names, f"no healthy-traffic test for {names - silent_in_healthy}"
+
+
+def test_every_alert_has_a_runbook_entry_and_points_at_it() -> None:
+    text = RUNBOOK.read_text()
+    headings = {m.group(1).strip(): m.start() for m in re.finditer(r"^## (.+)$", text, re.MULTILINE)}
+    for alert in alerts():
+        name = alert["alert"]
+        assert name in headings, f"docs/runbook.md has no '## {name}'"
+        body = text[headings[name]:].split("\n## ", 1)[0]
+        for part in ("**Meaning.**", "**Check.**", "**Do.**"):
+            assert part in body, f"runbook entry {name} lacks {part}"
+        annotations = alert["annotations"]
+        assert annotations["runbook_url"] == f"{RUNBOOK_BASE}#{anchor(name)}"
+        assert annotations["summary"] and annotations["description"]
+        assert alert["labels"]["severity"] in {"warning", "critical"}
+
+
+def test_rules_reference_only_exported_metrics() -> None:
+    recorded = {rule["record"] for rule in rules() if "record" in rule}
+    for rule in rules():
+        used = set(METRIC_NAME.findall(rule["expr"])) - recorded
+        assert used <= METRICS, f"{rule.get('alert') or rule.get('record')}: unknown {used - METRICS}"
+
+
+def test_unknown_rate_is_the_designed_expression() -> None:
+    record = next(r for r in rules() if r.get("record") == "countersign:unknown_rate:ratio_rate5m")
+    expr = " ".join(record["expr"].split())
+    assert expr == ('sum by (namespace, job) (rate(countersign_executions_total{outcome="unknown"}[5m])) / '
+                    'sum by (namespace, job) (rate(countersign_executions_total[5m]))')
+
+
+def test_chart_copies_are_identical() -> None:
+    assert (CHART_FILES / RULES.name).read_bytes() == RULES.read_bytes()
+    assert (CHART_FILES / DASHBOARD.name).read_bytes() == DASHBOARD.read_bytes()
+
+
+def dashboard_targets() -> list[tuple[str, str]]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [(panel["title"], target["expr"]) for panel in dashboard["panels"] for target in panel.get("targets", [])]
+
+
+def test_dashboard_parses_and_uses_only_exported_metrics() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] == "countersign" and dashboard["title"]
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    used: set[str] = set()
+    for _title, expr in dashboard_targets():
+        used |= set(METRIC_NAME.findall(expr))
+    for variable in dashboard["templating"]["list"]:
+        used |= set(METRIC_NAME.findall(json.dumps(variable.get("query", ""))))
+    assert used <= METRICS, f"unknown metrics {used - METRICS}"
+
+
+@pytest.mark.parametrize(("topic", "metric"), [
+    ("Unknown rate", 'outcome="unknown"'),
+    ("Replay hits", "countersign_replay_hits_total"),
+    ("Executions by outcome", "countersign_executions_total"),
+    ("Refusals by reason", "countersign_refusals_total"),
+    ("Claims by result", "countersign_claims_total"),
+    ("Stage latency", "countersign_stage_duration_seconds_bucket"),
+    ("Downstream latency", "countersign_downstream_duration_seconds_bucket"),
+    ("Fail-closed", "countersign_fail_closed_total"),
+    ("Open unknowns", 'state="unknown"'),
+    ("Manual reviews", 'state="needs_manual_review"'),
+])
+def test_dashboard_has_the_panels_we_promised(topic: str, metric: str) -> None:
+    assert any(title.startswith(topic) and metric in expr for title, expr in dashboard_targets()), topic
+
+
+def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
+    """promtool parses every panel query (Grafana's variables replaced by plain values)."""
+    replace = {"$__rate_interval": "5m", "$namespace": ".*", "$job": ".*"}
+    records = []
+    for i, (_title, expr) in enumerate(dashboard_targets()):
+        for key, value in replace.items():
+            expr = expr.replace(key, value)
+        records.append({"record": f"dashboard:panel_{i}", "expr": expr})
+    path = tmp_path / "dashboard-rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": records}]}))
+    result = promtool("check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
