@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint proto proto-check bench deps redis clean
+.PHONY: demo test lint proto proto-check bench deps redis clean image-check
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -14,12 +14,15 @@ $(STAMP): pyproject.toml
 
 deps: $(STAMP) redis
 
-# redis-server is a system package: installed through apt-get when we are root, else a clear message.
+# System tools (redis-server; promtool from prometheus; spin): installed through apt-get when we are root,
+# else a clear message naming the package.
+SYSTEM_TOOLS := redis-server:redis-server promtool:prometheus spin:spin
 redis:
-	@command -v redis-server >/dev/null 2>&1 || { \
+	@for pair in $(SYSTEM_TOOLS); do tool=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$tool >/dev/null 2>&1 && continue; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
-	  else echo "redis-server is missing: install the Debian/Ubuntu package 'redis-server' (or your OS's redis)"; exit 1; fi; }
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkg >/dev/null || exit 1; \
+	  else echo "$$tool is missing: install the Debian/Ubuntu package '$$pkg'"; exit 1; fi; done
 
 ## the walkthrough: the sidecar with its embedded Redis, the example todo service, a scripted agent
 demo: deps
@@ -44,6 +47,10 @@ proto-check: $(STAMP)
 	  echo "countersign/v1 differs from what proto/ generates: run 'make proto' and commit"; \
 	  diff -r -x __pycache__ $$tmp/countersign/v1 countersign/v1 | head -20; rm -rf $$tmp; exit 1; fi; \
 	rm -rf $$tmp; echo "stubs match proto/"
+
+## build the container image's Python part the way the Dockerfile does (no Docker engine needed)
+image-check: $(STAMP)
+	PYTHON=$(BIN)/python scripts/check_image.sh
 
 ## the write-path benchmark (a few minutes; prints ratios measured side by side)
 bench: deps

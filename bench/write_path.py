@@ -71,6 +71,7 @@ class Cell:
     first_error: str = ""
     starved: bool = False
     cpu_s: dict[str, float] = field(default_factory=dict)   # CPU seconds each process used in the window
+    stages: dict[str, list[float]] = field(default_factory=dict)  # sidecar histogram: name -> [sum s, count]
 
     def add(self, calls: int, errors: int, seconds: float, lat: list[int], first_error: str, starved: bool) -> None:
         self.calls += calls
@@ -83,6 +84,23 @@ class Cell:
     def add_cpu(self, used: dict[str, float]) -> None:
         for name, sec in used.items():
             self.cpu_s[name] = self.cpu_s.get(name, 0.0) + sec
+
+    def add_stages(self, before: dict[str, float], after: dict[str, float]) -> None:
+        for name in after:
+            if name.endswith("_count") and after[name] > before.get(name, 0.0):
+                base = name[:-len("_count")]
+                acc = self.stages.setdefault(base, [0.0, 0.0])
+                acc[0] += after.get(base + "_sum", 0.0) - before.get(base + "_sum", 0.0)
+                acc[1] += after[name] - before.get(name, 0.0)
+
+    def stage_means_ms(self) -> dict[str, float]:
+        return {k: round(1000 * v[0] / v[1], 3) for k, v in sorted(self.stages.items()) if v[1]}
+
+    @property
+    def others_pct(self) -> float:
+        """CPU used by processes not ours during the window, % of the machine."""
+        share = 100 * self.cpu_s.get("others", math.nan) / (self.seconds * (os.cpu_count() or 1))
+        return max(0.0, share)  # tick rounding can make it slightly negative
 
     def cpu_ms_per_call(self, proc: str) -> float:
         return 1000 * self.cpu_s.get(proc, math.nan) / self.calls if self.calls else math.nan
@@ -105,6 +123,8 @@ class Cell:
                 "p90_ms": round(self.pct(0.90), 3), "p99_ms": round(self.pct(0.99), 3),
                 "max_ms": round(self.pct(1.0), 3),
                 "cpu_ms_per_call": {k: round(self.cpu_ms_per_call(k), 3) for k in sorted(self.cpu_s)},
+                "others_cpu_pct_of_machine": round(self.others_pct, 1),
+                "sidecar_stage_means_ms": self.stage_means_ms(),
                 "first_error": self.first_error, "ran_out_of_cards": self.starved}
 
 
@@ -140,8 +160,9 @@ async def closed_loop(op: Callable[[], Awaitable[None]], concurrency: int, secon
 class Clients:
     """The load generator's clients and the series' operations."""
 
-    def __init__(self, todo_url: str, sidecar: str, reference: str) -> None:
+    def __init__(self, todo_url: str, sidecar: str, reference: str, metrics: str = "") -> None:
         self.todo_url = todo_url.rstrip("/") + "/todos"
+        self.metrics_url = f"http://{metrics}/metrics" if metrics else ""
         self.sidecar_channel = grpc.aio.insecure_channel(sidecar)
         self.reference_channel = grpc.aio.insecure_channel(reference)
         self.gateway = gateway_pb2_grpc.ToolGatewayServiceStub(self.sidecar_channel)
@@ -222,6 +243,24 @@ class Clients:
     async def pair(self) -> None:
         token = await self.invoke_one()
         await self.confirm_one(token)
+
+    async def stages(self) -> dict[str, float]:
+        """The sidecar's stage and downstream histograms (sum and count per label set), from /metrics."""
+        if not self.metrics_url or self.session is None:
+            return {}
+        async with self.session.get(self.metrics_url) as resp:
+            text = await resp.text()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith(("countersign_stage_duration_seconds_", "countersign_downstream_duration_seconds_")) \
+                    and ("_sum{" in line or "_count{" in line):
+                name, _, value = line.rpartition(" ")
+                metric, _, labels = name.partition("{")
+                label = labels.split('"')[1] if '"' in labels else ""
+                suffix = "_sum" if metric.endswith("_sum") else "_count"
+                key = (label if metric.startswith("countersign_stage") else "downstream") + suffix
+                out[key] = out.get(key, 0.0) + float(value)
+        return out
 
     async def top_up(self, want: int, concurrency: int = 16) -> None:
         """Untimed: Invoke until `want` cards are ready."""
@@ -310,6 +349,11 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
             out[name] = (int(fields[11]) + int(fields[12])) / CLK_TCK
         except (OSError, IndexError, ValueError):
             out[name] = math.nan
+    try:  # the whole machine's busy CPU (all cores), to tell how much of it was not ours
+        ticks = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+        out["machine"] = (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK
+    except (OSError, ValueError, IndexError):
+        out["machine"] = math.nan
     return out
 
 
@@ -342,15 +386,21 @@ async def run_bench(args: argparse.Namespace, clients: Clients, profiler: Profil
                     await clients.top_up(int(rate * slice_s * 2) + 8 * c + 64)
                 else:
                     await closed_loop(op, c, args.warmup)
-                prof = profiler is not None and series == "confirm" and c == 16 and rnd == 0
+                prof = profiler is not None and f"{series}:{c}" == args.profile_at and rnd == 0
                 if prof:
                     assert profiler is not None
                     profiler.start(slice_s)
+                sidecar_series = SERVER[series] == "sidecar"
+                stages0 = await clients.stages() if sidecar_series else {}
                 cpu0 = cpu_seconds(pids)
                 result = await closed_loop(op, c, slice_s)
                 cpu1 = cpu_seconds(pids)
+                if sidecar_series:
+                    cells[(series, c)].add_stages(stages0, await clients.stages())
                 cells[(series, c)].add(*result)
-                cells[(series, c)].add_cpu({k: cpu1[k] - cpu0[k] for k in pids})
+                used = {k: cpu1[k] - cpu0[k] for k in cpu1}
+                used["others"] = used.pop("machine") - sum(used.values())
+                cells[(series, c)].add_cpu(used)
                 if prof:
                     assert profiler is not None
                     profile = await asyncio.to_thread(profiler.wait)
@@ -381,7 +431,7 @@ def ratios(cells: dict[tuple[str, int], Cell]) -> list[dict[str, Any]]:
 def table(cells: dict[tuple[str, int], Cell]) -> str:
     """One line per cell; CPU columns are milliseconds of CPU per call (server = the process under test)."""
     head = (f"{'series':<10}{'c':>3}{'calls':>7}{'err':>4}{'calls/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
-            f"{'cpu/call ms: server':>20}{'todo':>6}{'redis':>6}{'bench':>6}")
+            f"{'cpu/call ms: server':>20}{'todo':>6}{'redis':>6}{'bench':>6}{'others%':>8}")
     lines = [head, "-" * len(head)]
     for series in ORDER:
         for c in CONCURRENCY:
@@ -391,10 +441,27 @@ def table(cells: dict[tuple[str, int], Cell]) -> str:
             lines.append(f"{series:<10}{c:>3}{cell.calls:>7}{cell.errors:>4}{cell.throughput:>9.1f}"
                          f"{cell.pct(0.5):>8.2f}{cell.pct(0.99):>8.2f}{server:>20}"
                          f"{cell.cpu_ms_per_call('todo'):>6.2f}{cell.cpu_ms_per_call('redis'):>6.2f}"
-                         f"{cell.cpu_ms_per_call('bench'):>6.2f}{flag}")
+                         f"{cell.cpu_ms_per_call('bench'):>6.2f}{cell.others_pct:>8.0f}{flag}")
     lines.append("")
     lines.extend(f"  {series:<10}{DESCRIPTION[series]}" for series in ORDER)
+    lines.append("\nsidecar stage means, ms (its own histograms; 'downstream' is the HTTP call):")
+    for series in ORDER:
+        for c in CONCURRENCY:
+            means = cells[(series, c)].stage_means_ms()
+            if means:
+                lines.append(f"  {series:<8}c={c:<3}" + "  ".join(f"{k}={v:.2f}" for k, v in means.items()))
     return "\n".join(lines)
+
+
+def git_state() -> dict[str, Any]:
+    """The commit measured and the files changed on top of it (read-only git calls)."""
+    def git(*cmd: str) -> str:
+        try:
+            return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    dirty = [line[3:] for line in git("status", "--porcelain").splitlines() if "bench/results/" not in line]
+    return {"head": git("rev-parse", "--short", "HEAD").strip(), "changed_files": dirty}
 
 
 def loadavg() -> list[float]:
@@ -412,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="py-spy record the sidecar during Confirm c=16 (slows that cell; "
                              "do not compare its numbers)")
     parser.add_argument("--profile-native", action="store_true", help="--profile with py-spy --native")
+    parser.add_argument("--profile-at", default="confirm:16", metavar="SERIES:C",
+                        help="the cell --profile samples (default confirm:16)")
     args = parser.parse_args(argv)
     args.profile = args.profile or args.profile_native
     args.seconds = args.seconds if args.seconds is not None else (2.0 if args.quick else 5.0)
@@ -419,9 +488,11 @@ def main(argv: list[str] | None = None) -> int:
     args.rounds = max(1, args.rounds if args.rounds is not None else (1 if args.quick else 2))
 
     started = datetime.now(UTC)
+    code = git_state()
     load_start = loadavg()
     print(f"write_path: {args.seconds:g} s per cell in {args.rounds} interleaved slice(s), warm-up {args.warmup:g} s; "
           f"cpus={os.cpu_count()} loadavg at start {load_start}", flush=True)
+    print(f"code: HEAD {code['head']}, {len(code['changed_files'])} changed file(s) on top", flush=True)
 
     work = harness.workdir("countersign-bench-")
     procs: list[harness.Proc] = []
@@ -445,13 +516,16 @@ def main(argv: list[str] | None = None) -> int:
 
         profiler = None
         if args.profile:
-            profiler = Profiler(sidecar.pid, work / "sidecar-confirm16.speedscope.json", args.profile_native)
+            target = reference.pid if args.profile_at.startswith("reference") else sidecar.pid
+            name = args.profile_at.replace(":", "-c")
+            profiler = Profiler(target, work / f"{name}.speedscope.json", args.profile_native)
             if not profiler.available():
                 print("--profile: py-spy not found (pip install py-spy); running without it", file=sys.stderr)
                 profiler = None
 
         async def go() -> dict[str, Any]:
-            clients = Clients(todo.info["url"], sidecar.info["grpc"], reference.info["grpc"])
+            clients = Clients(todo.info["url"], sidecar.info["grpc"], reference.info["grpc"],
+                              sidecar.info.get("metrics", ""))
             await clients.start()
             try:
                 return await run_bench(args, clients, profiler, pids)
@@ -474,12 +548,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for r in rs:
         unit = f" {r['unit']}" if r["unit"] else ""
-        print(f"{r['name']:<52} {r['value']:8.2f}{unit:<3}  target {r['target']:<9} "
+        print(f"{r['name']:<52} {r['value']:8.3f}{unit:<3}  target {r['target']:<9} "
               f"{'OK' if r['ok'] else 'MISSED'}")
     print(f"\nloadavg at start {load_start}, at end {load_end}")
     prof = out["profile"]
     if prof:
-        print(f"\nsidecar during Confirm c=16 (py-spy{' --native' if args.profile_native else ''}); busy seconds "
+        print(f"\nserver during {args.profile_at} (py-spy{' --native' if args.profile_native else ''}); busy seconds "
               f"per thread: {prof['threads_busy_s']}")
         for title, key in (("top functions by self time", "self"), ("countersign functions, inclusive", "inclusive")):
             print(f"  MainThread (event loop), {title}, % of its busy samples:")
@@ -493,13 +567,14 @@ def main(argv: list[str] | None = None) -> int:
     path = RESULTS / f"write_path-{stamp}.json"
     path.write_text(json.dumps({
         "started_utc": started.isoformat(), "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "code": code,
         "settings": {"seconds": args.seconds, "warmup": args.warmup, "rounds": args.rounds,
                      "concurrency": list(CONCURRENCY), "profile": args.profile},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "loadavg_start": load_start, "loadavg_end": load_end},
         "cells": [cells[(s, c)].summary() for s in ORDER for c in CONCURRENCY],
         "ratios": [{**r, "value": round(r["value"], 3)} for r in rs],
-        "profile_confirm_c16": out["profile"],
+        "profile": {"cell": args.profile_at, **out["profile"]} if out["profile"] else {},
         "descriptions": DESCRIPTION,
     }, indent=2) + "\n")
     print(f"results: {path.relative_to(ROOT)}")

@@ -219,8 +219,8 @@ class SentinelSetup:
 
     def stop(self) -> None:
         for proc in [*self.sentinels, *self.servers.values()]:
-            if proc.alive():
-                proc.resume() if _stopped(proc) else None
+            if proc.alive() and _stopped(proc):
+                proc.resume()
             proc.stop()
 
 

@@ -364,10 +364,6 @@ def test_lapsed_lease_is_reported_and_stored_as_unknown_never_ready(stack: Stack
     assert stack.todo.writes(card.action_id) == []
 
 
-def test_unimplemented_rpcs_say_so(stack: Stack) -> None:
-    err = rpc_error(lambda: stack.stub().Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id="0" * 32)))
-    assert err.code() == grpc.StatusCode.UNIMPLEMENTED and error_info(err).reason == "NOT_IMPLEMENTED"
-
 
 # -- the claim re-checks policy; scripts survive SCRIPT FLUSH; one hash tag per action --------------
 

@@ -98,6 +98,16 @@ async def start(settings: Settings) -> Sidecar:
         embedded = EmbeddedRedis().start()
         url = embedded.url
     try:
+        return await _start(settings, keyring, registry, url, embedded)
+    except BaseException:
+        if embedded is not None:
+            embedded.stop()
+        raise
+
+
+async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Registry, url: str,
+                 embedded: EmbeddedRedis | None) -> Sidecar:
+    try:
         store = Store.from_url(url, socket_timeout=settings.redis_timeout,
                                connect_timeout=settings.redis_connect_timeout, retries=settings.redis_retries,
                                mode=settings.redis_mode, wait_replicas=settings.redis_wait_replicas,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from countersign.adapters.base import Adapter, CallMeta, Kind
 from countersign.sidecar import cards, policy, prepare
 from countersign.sidecar.actions import Keyring, is_action_id, sha256_hex
+from countersign.sidecar.compensate import Compensator, overlay
 from countersign.sidecar.continuations import Continuations, action_entry, fact_entry, read_summary, request_key
 from countersign.sidecar.errors import (
     FailedPrecondition,
@@ -52,6 +53,8 @@ class Pipeline:
         self.reconciler = Reconciler(store=store, keyring=keyring, adapters=adapters, executor=self.executor,
                                      registry=lambda: self.registry, metrics=metrics, work_lease_ms=timing.lease_ms,
                                      window_ms=reconcile_window_ms, lookup_deadline=timing.downstream_deadline)
+        self.compensator = Compensator(store=store, keyring=keyring, executor=self.executor,
+                                       registry=lambda: self.registry, timing=timing, metrics=metrics, clock=clock)
         self.continuations = Continuations(store=store, keyring=keyring, registry=lambda: self.registry, guard=guard,
                                            lease_ms=continuation_lease_ms, ttl_ms=timing.replay_ms, metrics=metrics)
 
@@ -199,7 +202,10 @@ class Pipeline:
             raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "the action belongs to another owner")
         if isinstance(found, CardRecord):
             return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
-        return open_action(self.keyring, action_id, found, replayed=False)
+        action = open_action(self.keyring, action_id, found, replayed=False)
+        if action.state == common_pb2.ACTION_STATE_SUCCEEDED:
+            action = overlay(action, await self.compensator.inverse_of(action_id))
+        return action
 
 
 def _refusal(refused: Refused) -> Exception:

@@ -148,12 +148,13 @@ class Reconciler:
         cursor, ids = await self.store.scan_runs(cursor, count)
         now_ms = int(time.time() * 1000)
         states = await self.store.run_states(ids)
-        unknown = running = review = 0
+        unknown = running = review = lapsed_count = 0
         for action_id, (state, lease, due) in zip(ids, states, strict=True):
             unknown += state == "unknown"
             running += state == "running"
             review += state == "review"
             lapsed = state == "running" and lease <= now_ms
+            lapsed_count += lapsed
             if (state == "unknown" and due <= now_ms) or lapsed:
                 try:
                     await self.reconcile(action_id)
@@ -164,4 +165,5 @@ class Reconciler:
             self.metrics.actions.labels("unknown").set(unknown)
             self.metrics.actions.labels("running").set(running)
             self.metrics.actions.labels("needs_manual_review").set(review)
+            self.metrics.actions.labels("lease_lapsed").set(lapsed_count)
         return cursor

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import importlib
 import re
-from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -71,14 +70,14 @@ BACKED_BY: Mapping[str, frozenset[str]] = {
 }
 
 _CLAUSE_END = re.compile(r"[。！？!?；;\n\r]+|\.+(?=\s|$)")
+# the same boundaries, searched in the reversed text: the nearest clause end before a position
+_CLAUSE_END_REVERSED = re.compile(r"[。！？!?；;\n\r]|(?<=\s)\.")
 _BASE_BREAK = r"[,，、:：—–…]+"
 _DEFINE_REF = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
 _BACKREF = re.compile(r"\\[1-9]|\(\?P=")
 _TOP_KEYS = {"ignore_case", "define", "claims", "not_a_claim", "scope_breaks", "replacement"}
 _CANCEL_KEYS = {"preceding", "anywhere"}
 _VERB_NAME = re.compile(r"^[a-z][a-z_]*$")
-# Characters a case-insensitive regex also matches that str.lower() does not map onto their ASCII letter.
-_FOLD_FIXES = (("\u0130", "i"), ("\u0131", "i"), ("\u017f", "s"))
 
 
 class _Resource(Protocol):
@@ -120,7 +119,7 @@ class _Pattern:
     source: str
     regex: re.Pattern[str]
     ignore_case: bool
-    literals: tuple[str, ...] | None  # one of these occurs in every match (folded if ignore_case); None: unknown
+    need: _Need | None  # what every match contains; None: the regex runs on every clause
 
 
 @dataclass(frozen=True)
@@ -202,6 +201,12 @@ def verbs_of(tool_name: str) -> frozenset[str]:
 
 
 # ------------------------------------------------------------------------------ literal extraction
+#
+# Each claim regex is only run where it could match: at load, its parsed form gives a set of literals one of
+# which every match contains. Whole ASCII words bounded by \b, \s or ^/$ are looked up in a word index of the
+# reply (one bytes pass); other literals are found by one alternation scan per case mode. Both are supersets:
+# they may wake a regex that then does not match, never the reverse (a hypothesis test checks this).
+
 
 def _sre_parser() -> Any:
     for name in ("re._parser", "sre_parse"):
@@ -213,34 +218,83 @@ def _sre_parser() -> Any:
 
 
 _PARSER = _sre_parser()
+_PRODUCT_LIMIT = 64
+_WORD_CHAR = re.compile(r"\w")
+_WORD_LITERAL = re.compile(r"[a-z0-9_]+")
+# Non-ASCII characters that re.IGNORECASE matches to an ASCII letter (Python 3.11-3.13; a test re-derives them).
+ODD_CASE_CHARS: Mapping[str, str] = {"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
+# bytes of a UTF-8 reply -> word bytes kept (ASCII letters lowered), everything else a space
+_WORD_TABLE = bytes(
+    (c | 0x20 if 65 <= c <= 90 else c) if (48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95) else 32
+    for c in range(256)
+)
+
+
+@dataclass(frozen=True)
+class _Need:
+    literals: tuple[str, ...]  # one of these occurs in every match (lower-cased when the regex ignores case)
+    words: bool  # each is a whole ASCII word in every match: found through the word index
 
 
 def _fold_safe(ch: str) -> bool:
-    """A literal character of a case-insensitive regex that ``_fold`` maps like re does."""
+    """A literal character of a case-insensitive regex that lower-casing maps the way re does."""
     if ch.isascii():
         return True
     return ch.lower() == ch and ch.upper() == ch and ch.casefold() == ch
 
 
-def _required_literals(source: str, flags: int) -> tuple[str, ...] | None:
-    """Strings one of which occurs in every match of ``source`` (lower-cased for IGNORECASE), or None."""
-    if _PARSER is None:  # pragma: no cover
-        return None
-    try:
-        parsed = _PARSER.parse(source, flags)
-        found = _required_in(list(parsed.data), bool(flags & re.IGNORECASE))
-    except Exception:  # pragma: no cover - an unexpected parser shape only costs speed
-        return None
-    if not found or any(not s for s in found):
-        return None
-    return found
+def _repeat_ops() -> tuple[Any, ...]:
+    p = _PARSER
+    return tuple(getattr(p, n) for n in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(p, n))
 
 
-_PRODUCT_LIMIT = 64
+def _nonword_op(op: Any, av: Any) -> bool:
+    """A one-character op that can only match a non-word character."""
+    p = _PARSER
+    if op is p.LITERAL:
+        return _WORD_CHAR.match(chr(av)) is None
+    if op is p.IN and av:
+        for o, a in av:
+            if o is p.LITERAL:
+                if _WORD_CHAR.match(chr(a)) is not None:
+                    return False
+            elif o is p.CATEGORY:
+                if a not in (p.CATEGORY_SPACE, p.CATEGORY_NOT_WORD):
+                    return False
+            else:
+                return False
+        return True
+    return False
+
+
+def _bounded(seq: list[Any], k: int, step: int, outside: bool) -> bool:
+    """Whether the character next to op ``k`` (before it: step -1, after it: +1) is a non-word one or an end."""
+    p = _PARSER
+    ats = (p.AT_BOUNDARY, p.AT_BEGINNING, p.AT_BEGINNING_STRING) if step < 0 else (
+        p.AT_BOUNDARY, p.AT_END, p.AT_END_STRING)
+    j = k + step
+    while 0 <= j < len(seq):
+        op, av = seq[j]
+        if op is p.ASSERT or op is p.ASSERT_NOT:
+            j += step
+            continue
+        if op is p.AT:
+            return bool(av in ats)
+        if _nonword_op(op, av):
+            return True
+        if op in _repeat_ops():
+            body = list(av[2].data)
+            if len(body) == 1 and _nonword_op(*body[0]):
+                if av[0] >= 1:
+                    return True
+                j += step
+                continue
+        return False
+    return outside
 
 
 def _exact(seq: list[Any], ignore_case: bool) -> set[str] | None:
-    """The finite set of strings ``seq`` matches (folded), or None when it is not a small literal set."""
+    """The finite set of strings ``seq`` matches (lower-cased for IGNORECASE), or None when it is not small."""
     p = _PARSER
     out = {""}
     for op, av in seq:
@@ -270,65 +324,73 @@ def _exact(seq: list[Any], ignore_case: bool) -> set[str] | None:
     return out
 
 
-def _best(candidates: list[tuple[str, ...]]) -> tuple[str, ...] | None:
-    good = [c for c in candidates if c and all(c)]
+def _best(candidates: list[_Need]) -> _Need | None:
+    good = [c for c in candidates if c.literals and all(c.literals)]
     if not good:
         return None
-    return max(good, key=lambda c: (min(len(s) for s in c), sum(len(s) for s in c) / len(c), -len(c)))
+    return max(good, key=lambda c: (c.words, min(len(s) for s in c.literals),
+                                    sum(len(s) for s in c.literals) / len(c.literals), -len(c.literals)))
 
 
-def _required_in(seq: list[Any], ignore_case: bool) -> tuple[str, ...] | None:
-    """Strings one of which occurs in every match of ``seq``: the best of its contiguous literal runs and of
-    what its mandatory sub-expressions require."""
+def _required_in(seq: list[Any], ignore_case: bool, left: bool, right: bool) -> _Need | None:
+    """What every match of ``seq`` contains: the best of its contiguous literal runs and of what its
+    mandatory sub-expressions require. ``left``/``right``: the context outside ``seq`` is a non-word boundary."""
     p = _PARSER
-    candidates: list[tuple[str, ...]] = []
+    candidates: list[_Need] = []
     run: set[str] = {""}
+    run_start = 0
 
-    def flush() -> None:
-        nonlocal run
+    def flush(end: int) -> None:
         if run != {""}:
-            candidates.append(tuple(sorted(run)))
-        run = {""}
+            words = (_bounded(seq, run_start, -1, left) and _bounded(seq, end - 1, 1, right)
+                     and all(_WORD_LITERAL.fullmatch(s.lower()) for s in run))
+            candidates.append(_Need(tuple(sorted(run)), words))
 
-    repeats = tuple(getattr(p, n) for n in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(p, n))
-    for op, av in seq:
+    for k, (op, av) in enumerate(seq):
         exact = _exact([(op, av)], ignore_case)
         if exact is not None and "" not in exact:
+            if run == {""}:
+                run_start = k
             if len(run) * len(exact) <= _PRODUCT_LIMIT:
                 run = {a + b for a in run for b in exact}
             else:
-                flush()
-                run = exact
+                flush(k)
+                run, run_start = exact, k
             continue
-        flush()
-        sub: tuple[str, ...] | None = None
+        flush(k)
+        run = {""}
+        sub_left, sub_right = _bounded(seq, k, -1, left), _bounded(seq, k, 1, right)
+        sub: _Need | None = None
         if op is p.SUBPATTERN:
             _group, add_flags, del_flags, body = av
             if not add_flags and not del_flags:
-                sub = _required_in(list(body.data), ignore_case)
+                sub = _required_in(list(body.data), ignore_case, sub_left, sub_right)
         elif op is p.BRANCH:
-            alternatives = [_required_in(list(b.data), ignore_case) for b in av[1]]
-            if alternatives and all(alternatives):
-                sub = tuple(sorted({s for a in alternatives if a for s in a}))
-        elif op in repeats and av[0] >= 1:
-            sub = _required_in(list(av[2].data), ignore_case)
+            alternatives = [_required_in(list(b.data), ignore_case, sub_left, sub_right) for b in av[1]]
+            if alternatives and all(a is not None for a in alternatives):
+                needs = [a for a in alternatives if a is not None]
+                sub = _Need(tuple(sorted({s for a in needs for s in a.literals})), all(a.words for a in needs))
+        elif op in _repeat_ops() and av[0] >= 1:
+            once = av[1] == 1
+            sub = _required_in(list(av[2].data), ignore_case, sub_left and once, sub_right and once)
         elif hasattr(p, "ATOMIC_GROUP") and op is p.ATOMIC_GROUP:
-            sub = _required_in(list(av.data), ignore_case)
-        if sub:
+            sub = _required_in(list(av.data), ignore_case, sub_left, sub_right)
+        if sub is not None:
             candidates.append(sub)
-    flush()
+    flush(len(seq))
     return _best(candidates)
 
 
-def _fold(text: str) -> tuple[str, bool]:
-    """Lower-cased text for the literal prefilter of case-insensitive regexes, and whether offsets still align."""
-    folded = text.lower()
-    aligned = len(folded) == len(text)
-    for odd, plain in _FOLD_FIXES:
-        if odd in text:
-            folded = folded.replace(odd.lower(), plain)
-            aligned = False
-    return folded, aligned
+def _required_literals(source: str, flags: int) -> _Need | None:
+    """What every match of ``source`` contains, or None when nothing can be derived (the regex then runs on
+    every clause)."""
+    if _PARSER is None:  # pragma: no cover
+        return None
+    try:
+        parsed = _PARSER.parse(source, flags)
+        return _required_in(list(parsed.data), bool(flags & re.IGNORECASE), False, False)
+    except Exception:  # pragma: no cover - an unexpected parser shape only costs speed
+        return None
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -376,6 +438,31 @@ def _combine(parts: list[tuple[str, bool]]) -> re.Pattern[str] | None:
     return re.compile("|".join(f"(?i:{s})" if ic else f"(?:{s})" for s, ic in parts))
 
 
+@dataclass(frozen=True)
+class _Group:
+    """Claim regexes that share what they need; ``gate`` (their alternation) skips a clause none matches."""
+
+    patterns: tuple[_Pattern, ...]
+    gate: re.Pattern[str] | None
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """One alternation of literals, searched over the reply (or its lower-cased copy)."""
+
+    regex: re.Pattern[str]
+    groups: Mapping[str, tuple[int, ...]]  # a literal the scan finds -> the groups it wakes (its prefixes' too)
+
+
+def _scan(literal_groups: Mapping[str, set[int]]) -> _Scan | None:
+    if not literal_groups:
+        return None
+    literals = sorted(literal_groups, key=lambda s: (-len(s), s))
+    woken = {lit: tuple(sorted({g for other in literals if lit.startswith(other) for g in literal_groups[other]}))
+             for lit in literals}
+    return _Scan(re.compile("|".join(re.escape(lit) for lit in literals)), woken)
+
+
 class ReplyGuard:
     """Detects success claims in a reply and decides whether the receipts back them (pure, thread-safe)."""
 
@@ -392,7 +479,39 @@ class ReplyGuard:
         self._preceding = preceding
         self._anywhere = anywhere
         self._breaks = breaks
-        self._any_ignore_case = any(p.ignore_case for p in patterns)
+        by_need: dict[tuple[bool, _Need | None], list[_Pattern]] = {}
+        for pat in self._patterns:
+            by_need.setdefault((pat.ignore_case, pat.need), []).append(pat)
+        groups: list[_Group] = []
+        words: dict[bytes, set[int]] = {}
+        word_literals: dict[bytes, str] = {}
+        exact: dict[str, set[int]] = {}
+        folded: dict[str, set[int]] = {}
+        unfiltered: list[int] = []
+        for (ignore_case, need), pats in by_need.items():
+            gi = len(groups)
+            gate = None
+            if len(pats) > 1:
+                gate = _combine([(pt.regex.pattern, pt.ignore_case) for pt in pats])
+            groups.append(_Group(tuple(pats), gate))
+            if need is None:
+                unfiltered.append(gi)
+            elif need.words:
+                for lit in need.literals:
+                    key = lit.lower().encode("ascii")
+                    words.setdefault(key, set()).add(gi)
+                    word_literals[key] = lit.lower()
+            else:
+                bucket = folded if ignore_case else exact
+                for lit in need.literals:
+                    bucket.setdefault(lit, set()).add(gi)
+        self._groups = tuple(groups)
+        self._words = {k: tuple(sorted(v)) for k, v in words.items()}
+        self._word_keys = frozenset(self._words)
+        self._word_literals = word_literals
+        self._exact_scan = _scan(exact)
+        self._folded_scan = _scan(folded)
+        self._unfiltered = tuple(unfiltered)
 
     @property
     def lexicons(self) -> tuple[str, ...]:
@@ -404,8 +523,8 @@ class ReplyGuard:
 
     @property
     def unfiltered_patterns(self) -> tuple[str, ...]:
-        """Claim regexes with no derivable literal: run on every clause (slower, still correct)."""
-        return tuple(p.source for p in self._patterns if p.literals is None)
+        """Claim regexes with no derivable literal: they run on every clause (slower, still correct)."""
+        return tuple(p.source for p in self._patterns if p.need is None)
 
     # ---------------------------------------------------------------------------------------- load
 
@@ -455,8 +574,7 @@ class ReplyGuard:
                     spot = f"{where}: claims.{verb}[{i}]"
                     expanded = _expand(src, defines, spot)
                     regex = _compile(expanded, flags, spot)
-                    patterns.append(_Pattern(name, verb, src, regex, ignore_case,
-                                             _required_literals(expanded, flags)))
+                    patterns.append(_Pattern(name, verb, src, regex, ignore_case, _required_literals(expanded, flags)))
 
             cancel = raw.get("not_a_claim") or {}
             if not isinstance(cancel, dict) or set(cancel) - _CANCEL_KEYS:
@@ -552,56 +670,111 @@ class ReplyGuard:
             why = f"Claim {said} has no succeeded receipt in this request; reply replaced.{note}"
         return Verdict(True, lex.replacements[reason], matched, reason, why)
 
-    def _claims(self, text: str) -> tuple[list[_Claim], list[tuple[str, str]]]:
-        """The claims in ``text`` (in order, one per span and verb) and the cancelled candidates."""
-        folded: str | None = None
+    # ------------------------------------------------------------------------------------ detection
+
+    def _wake(self, text: str) -> dict[int, set[int] | None]:
+        """The groups worth running: group -> positions of its literals in ``text`` (None: every clause)."""
+        woken: dict[int, set[int] | None] = {gi: None for gi in self._unfiltered}
+        lowered: str | None = None
         aligned = True
-        hits: dict[tuple[str, bool], list[int]] = {}
-        clauses: list[tuple[int, int]] | None = None
-        starts: list[int] = []
-        clause_text: dict[int, str] = {}
+
+        def lower() -> str:
+            nonlocal lowered, aligned
+            if lowered is None:
+                lowered = text.lower()
+                aligned = len(lowered) == len(text) and not any(c in text for c in ODD_CASE_CHARS)
+            return lowered
+
+        def add(gi: int, pos: int | None) -> None:
+            if gi in woken and woken[gi] is None:
+                return
+            if pos is None:
+                woken[gi] = None
+            else:
+                woken.setdefault(gi, set()).add(pos)  # type: ignore[union-attr]
+
+        if self._word_keys:
+            probe = text
+            for odd, plain in ODD_CASE_CHARS.items():
+                if odd in probe:
+                    probe = probe.replace(odd, plain)
+            present = self._word_keys.intersection(
+                probe.encode("utf-8", "surrogatepass").translate(_WORD_TABLE).split())
+            for key in present:
+                low = lower()
+                lit = self._word_literals[key]
+                positions = _occurrences(low, lit) if aligned else []
+                for gi in self._words[key]:
+                    if not aligned:
+                        add(gi, None)
+                    for pos in positions:
+                        add(gi, pos)
+        for scan, haystack_is_lowered in ((self._exact_scan, False), (self._folded_scan, True)):
+            if scan is None:
+                continue
+            haystack = lower() if haystack_is_lowered else text
+            exact_positions = not haystack_is_lowered or aligned
+            m = scan.regex.search(haystack)
+            while m is not None:
+                pos = m.start()
+                for gi in scan.groups[m.group()]:
+                    add(gi, pos if exact_positions else None)
+                m = scan.regex.search(haystack, pos + 1)
+        return woken
+
+    def _claims(self, text: str, prefilter: bool = True) -> tuple[list[_Claim], list[tuple[str, str]]]:
+        """The claims in ``text`` (in order; overlapping claims of one verb merged) and the cancelled
+        candidates. ``prefilter=False`` runs every regex on every clause (the reference the tests compare to)."""
+        woken = self._wake(text) if prefilter else dict.fromkeys(range(len(self._groups)))
         found: dict[tuple[int, int, str], _Claim] = {}
         cancelled: list[tuple[str, str]] = []
+        if not woken:
+            return [], cancelled
+        every: list[tuple[int, int]] | None = None
+        reversed_text: str | None = None
+        clause_at: dict[int, tuple[int, int]] = {}
+        clause_text: dict[int, str] = {}
         part_cache: dict[int, list[tuple[int, int]]] = {}
-
-        for pat in self._patterns:
-            targets: Iterable[int]
-            if pat.literals is not None:
-                if pat.ignore_case and folded is None:
-                    folded, aligned = _fold(text)
-                haystack = folded if pat.ignore_case and folded is not None else text
-                positions: list[int] = []
-                for lit in pat.literals:
-                    key = (lit, pat.ignore_case)
-                    if key not in hits:
-                        hits[key] = _occurrences(haystack, lit)
-                    positions.extend(hits[key])
-                if not positions:
-                    continue
-            if clauses is None:
-                clauses = _clauses(text)
-                starts = [s for s, _ in clauses]
-            if pat.literals is None or (pat.ignore_case and not aligned):
-                targets = range(len(clauses))
+        n = len(text)
+        for gi in sorted(woken):
+            positions = woken[gi]
+            spans: Iterable[tuple[int, int]]
+            if positions is None:
+                if every is None:
+                    every = _clauses(text)
+                spans = every
             else:
-                targets = sorted({bisect_right(starts, pos) - 1 for pos in positions})
-            for ci in targets:
-                cs, ce = clauses[ci]
-                ctext = clause_text.get(ci)
+                found_spans: set[tuple[int, int]] = set()
+                for pos in positions:
+                    span = clause_at.get(pos)
+                    if span is None:
+                        if reversed_text is None:
+                            reversed_text = text[::-1]
+                        before = _CLAUSE_END_REVERSED.search(reversed_text, n - pos)
+                        after = _CLAUSE_END.search(text, pos)
+                        span = clause_at[pos] = (n - before.start() if before else 0, after.end() if after else n)
+                    found_spans.add(span)
+                spans = sorted(found_spans)
+            group = self._groups[gi]
+            for cs, ce in spans:
+                ctext = clause_text.get(cs)
                 if ctext is None:
-                    ctext = clause_text[ci] = text[cs:ce]
-                for m in pat.regex.finditer(ctext):
-                    s, e = m.span()
-                    if s == e or (cs + s, cs + e, pat.verb) in found:
-                        continue
-                    parts = part_cache.get(ci)
-                    if parts is None:
-                        parts = part_cache[ci] = [b.span() for b in self._breaks.finditer(ctext)]
-                    veto = self._veto(ctext, parts, s, e)
-                    if veto is not None:
-                        cancelled.append((m.group(0), veto))
-                        continue
-                    found[(cs + s, cs + e, pat.verb)] = _Claim(cs + s, cs + e, pat.verb, m.group(0))
+                    ctext = clause_text[cs] = text[cs:ce]
+                if group.gate is not None and group.gate.search(ctext) is None:
+                    continue
+                for pat in group.patterns:
+                    for m in pat.regex.finditer(ctext):
+                        s, e = m.span()
+                        if s == e or (cs + s, cs + e, pat.verb) in found:
+                            continue
+                        parts = part_cache.get(cs)
+                        if parts is None:
+                            parts = part_cache[cs] = [b.span() for b in self._breaks.finditer(ctext)]
+                        veto = self._veto(ctext, parts, s, e)
+                        if veto is not None:
+                            cancelled.append((m.group(0), veto))
+                            continue
+                        found[(cs + s, cs + e, pat.verb)] = _Claim(cs + s, cs + e, pat.verb, m.group(0))
         claims: list[_Claim] = []
         for c in sorted(found.values(), key=lambda c: (c.verb, c.start, c.end)):
             last = claims[-1] if claims else None

@@ -23,7 +23,6 @@ from countersign.sidecar.errors import (
     CountersignError,
     InvalidArgument,
     StoreUnavailable,
-    Unimplemented,
 )
 from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.metrics import Metrics
@@ -106,10 +105,6 @@ def _token(token: str) -> str:
     return token
 
 
-def _later(what: str, issue: str) -> Unimplemented:
-    return Unimplemented("NOT_IMPLEMENTED", f"{what} is not built yet (tracked in the issue '{issue}')")
-
-
 class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline, self.metrics = pipeline, pipeline.metrics
@@ -139,7 +134,8 @@ class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
     @rpc("Compensate")
     async def Compensate(self, request: gateway_pb2.CompensateRequest,
                          context: Ctx) -> gateway_pb2.CompensateResponse:
-        raise _later("Compensate", "When things go wrong: reconciliation, compensation")
+        action = await self.pipeline.compensator.compensate(request.context, request.action_id)
+        return gateway_pb2.CompensateResponse(action=action)
 
     @rpc("Reconcile")
     async def Reconcile(self, request: gateway_pb2.ReconcileRequest,

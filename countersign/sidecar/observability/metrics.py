@@ -55,6 +55,10 @@ class Metrics:
                                    "unavailable", ["rpc"], registry=r)
         self.reconciliations = Counter("countersign_reconciliations", "Reconciliation attempts by result",
                                        ["tool", "result"], registry=r)
+        self.compensations = Counter("countersign_compensations", "Compensations by result", ["tool", "result"],
+                                     registry=r)
+        self.audit_write_failures = Counter("countersign_audit_write_failures", "Audit events that could not "
+                                            "be written (counted, never raised)", registry=r)
         self.guard = Counter("countersign_reply_guard", "Reply guard verdicts", ["verdict"], registry=r)
         self.settle_retries = Counter("countersign_settle_retries", "Settles retried in the background",
                                       ["result"], registry=r)
@@ -65,6 +69,16 @@ class Metrics:
         self.actions = Gauge("countersign_actions", "Actions seen in a state by this sidecar's last "
                              "reconciler scan", ["state"], registry=r)
 
+        for tool in (*sorted(tools), "other"):   # series exist from the start, so the first event counts
+            for outcome in ("succeeded", "failed", "unknown"):
+                self.executions.labels(tool, outcome)
+            self.replay_hits.labels(tool, "confirm")
+        for rpc in ("Invoke", "Confirm", "Reject", "GetAction", "Compensate", "Reconcile"):
+            self.fail_closed.labels(rpc)
+        for state in ("running", "unknown", "lease_lapsed", "needs_manual_review"):
+            self.actions.labels(state)
+        for verdict in ("passed", "replaced"):
+            self.guard.labels(verdict)
         if not enabled:
             off: Any = _Off()
             for name, value in list(vars(self).items()):

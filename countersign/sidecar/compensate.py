@@ -1,0 +1,157 @@
+"""Compensation: undo a SUCCEEDED action by the inverse its tool declares, exactly once.
+
+The inverse is an action of its own, with an id derived from the original (so a second Compensate
+lands on the same one) and its own idempotency key. It is issued and claimed through the same
+scripts as any write, passes the same policy (the caller must be allowed to run the inverse, under
+the registry in force), and its outcome is reconciled like any action when it is UNKNOWN.
+
+The original's state is derived from the inverse's record, never stored twice:
+
+    inverse running or UNKNOWN  -> COMPENSATING
+    inverse SUCCEEDED           -> COMPENSATED
+    inverse FAILED / review     -> COMPENSATION_FAILED (with the inverse's reason; never retried in a loop)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from countersign.adapters.base import render
+from countersign.sidecar import cards, policy
+from countersign.sidecar.actions import Keyring, is_action_id
+from countersign.sidecar.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from countersign.sidecar.execute import Executor, Timing, open_action
+from countersign.sidecar.observability.logs import decision
+from countersign.sidecar.observability.metrics import Metrics
+from countersign.sidecar.registry import PLACEHOLDER, Capability, Registry
+from countersign.sidecar.store import CardRecord, Refused, RunRecord, Store
+from countersign.v1 import common_pb2
+
+LABEL = "compensate"
+
+
+def inverse_id(keyring: Keyring, action_id: str) -> str:
+    return keyring.derived_id(LABEL, action_id)
+
+
+def overlay(original: common_pb2.Action, inverse: common_pb2.Action | None) -> common_pb2.Action:
+    """The original action as seen through its compensation."""
+    if inverse is None or original.state != common_pb2.ACTION_STATE_SUCCEEDED:
+        return original
+    out = common_pb2.Action()
+    out.CopyFrom(original)
+    if inverse.state == common_pb2.ACTION_STATE_SUCCEEDED:
+        out.state = common_pb2.ACTION_STATE_COMPENSATED
+    elif inverse.state in (common_pb2.ACTION_STATE_RUNNING, common_pb2.ACTION_STATE_UNKNOWN,
+                           common_pb2.ACTION_STATE_READY):
+        out.state = common_pb2.ACTION_STATE_COMPENSATING
+    else:
+        out.state = common_pb2.ACTION_STATE_COMPENSATION_FAILED
+        out.error.reason = inverse.error.reason or "COMPENSATION_FAILED"
+        out.error.message = f"the inverse ({inverse.tool_name}) did not succeed: {inverse.error.message}"
+    return out
+
+
+class Compensator:
+    def __init__(self, *, store: Store, keyring: Keyring, executor: Executor, registry: Callable[[], Registry],
+                 timing: Timing, metrics: Metrics, clock: Callable[[], float] = time.time) -> None:
+        self.store, self.keyring, self.executor, self.registry = store, keyring, executor, registry
+        self.timing, self.metrics, self.clock = timing, metrics, clock
+
+    async def inverse_of(self, action_id: str) -> common_pb2.Action | None:
+        comp_id = inverse_id(self.keyring, action_id)
+        found = await self.store.peek(comp_id)
+        if isinstance(found, RunRecord):
+            return open_action(self.keyring, comp_id, found, replayed=False)
+        if isinstance(found, CardRecord):
+            return common_pb2.Action(state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
+        return None
+
+    async def compensate(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
+        policy.check_context(context)
+        if not is_action_id(action_id):
+            raise InvalidArgument("REQUEST_INVALID", "action_id must be 32 lower-case hex characters")
+        registry = self.registry()
+        found = await self.store.peek(action_id)
+        if found is None:
+            raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its records expired")
+        kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
+        if found.binding != self.keyring.binding(kid, cards.owner(context)):
+            raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "the action belongs to another owner")
+        original = open_action(self.keyring, action_id, found, replayed=False) if isinstance(found, RunRecord) \
+            else common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
+        if original.state != common_pb2.ACTION_STATE_SUCCEEDED:
+            state = common_pb2.ActionState.Name(original.state).removeprefix("ACTION_STATE_")
+            raise FailedPrecondition("NOT_COMPENSABLE", f"only a SUCCEEDED action can be compensated; this one "
+                                     f"is {state}")
+        tool = registry.tools.get(original.tool_name)
+        if tool is None or tool.compensation is None:
+            raise FailedPrecondition("NO_COMPENSATION", f"{original.tool_name!r} declares no compensation in the "
+                                     "registry")
+        args = self._arguments(tool.compensation.args, found, original)
+        allowed = policy.authorize(registry, context, tool.compensation.tool, args, policy.Phase.COMPENSATE,
+                                   claimed=True)
+        if isinstance(allowed, Capability):
+            raise FailedPrecondition("POLICY_CHANGED", f"the inverse {tool.compensation.tool!r} is "
+                                     f"{allowed.status} now")
+        inverse = allowed.tool
+        comp_id = inverse_id(self.keyring, action_id)
+        binding = self.keyring.binding(self.keyring.active, cards.owner(context))
+        preview = common_pb2.Preview(title=f"compensate {original.tool_name}", target=original.receipt.resource_id)
+        record = cards.seal(self.keyring, action_id=comp_id, binding=binding, tool=inverse,
+                            policy_version=registry.policy_version, arguments=allowed.arguments,
+                            resource_version=original.receipt.resource_version, preview=preview,
+                            now_ms=int(self.clock() * 1000), ttl_ms=self.timing.lease_ms)
+        await self.store.issue(comp_id, record, self.timing.lease_ms)
+        claim_id = os.urandom(12).hex()
+        claimed = await self.store.claim(comp_id, binding, registry.denied_tools(context.role), claim_id,
+                                         self.timing.lease_ms, self.timing.replay_ms)
+        if isinstance(claimed, Refused):
+            raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH" if claimed.why == "forbidden" else
+                                   "ROLE_NOT_ALLOWED", "the compensation belongs to another caller")
+        if isinstance(claimed, CardRecord):
+            result = await self.executor.run(registry, context, comp_id, claim_id, claimed)
+            outcome = {common_pb2.ACTION_STATE_SUCCEEDED: "compensated"}.get(result.state, "failed")
+            if result.state == common_pb2.ACTION_STATE_UNKNOWN:
+                outcome = "unknown"
+            self.metrics.compensations.labels(self.metrics.tool(original.tool_name), outcome).inc()
+            decision(action_id, original.tool_name, "compensated", result.error.reason or outcome.upper(),
+                     inverse=comp_id)
+        else:
+            result = open_action(self.keyring, comp_id, await self._settled(comp_id, claimed), replayed=True)
+        out = overlay(original, result)
+        out.replayed = not isinstance(claimed, CardRecord)
+        return out
+
+    async def _settled(self, comp_id: str, run: RunRecord) -> RunRecord:
+        """A second Compensate waits (bounded) for the first to finish, then returns its outcome."""
+        deadline = time.monotonic() + self.timing.downstream_deadline + 1
+        while run.state == "running" and time.monotonic() < deadline:
+            await self._sleep()
+            found = await self.store.peek(comp_id)
+            if isinstance(found, RunRecord):
+                run = found
+        return run
+
+    @staticmethod
+    async def _sleep() -> None:
+        import asyncio
+
+        await asyncio.sleep(0.02)
+
+    def _arguments(self, templates: Any, found: Any, original: common_pb2.Action) -> dict[str, Any]:
+        """The inverse's arguments: templates over the receipt (and the action), one value each."""
+        values = {"receipt.resource_id": original.receipt.resource_id,
+                  "receipt.resource_version": original.receipt.resource_version,
+                  "action_id": original.action_id, "idempotency_key": original.action_id}
+        out: dict[str, Any] = {}
+        for key, template in templates.items():
+            names = PLACEHOLDER.findall(template)
+            if len(names) == 1 and template == "{" + names[0] + "}" and names[0] in values:
+                out[key] = values[names[0]]
+            else:
+                out[key] = render(template, values)
+        return out
