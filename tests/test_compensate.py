@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
 import grpc
 import pytest
+import redis
 from conftest import Stack, ctx, error_info
 
 from countersign.sidecar.actions import Keyring
@@ -58,6 +60,14 @@ def test_a_failing_inverse_is_compensation_failed_with_its_reason_and_never_retr
         again = stack.stub().Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=card.action_id))
         assert again.action.state == common_pb2.ACTION_STATE_COMPENSATION_FAILED and again.action.replayed
     assert len(stack.todo.writes(comp)) == 1, "never retried in a loop"
+    r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
+    deadline = time.monotonic() + 5
+    events: list[dict[str, object]] = []
+    while time.monotonic() < deadline and not any(e["t"] == "compensated" for e in events):
+        events = [json.loads(f[b"e"]) for _, f in r.xrange(f"cs:{{{card.action_id}}}:events")]
+        time.sleep(0.05)
+    failed = [e for e in events if e["t"] == "compensated"]
+    assert failed and failed[0]["f"]["outcome"] == "failed" and failed[0]["f"]["reason"] == "TODO_NOT_FOUND"
 
 
 def test_only_a_succeeded_action_with_a_declared_inverse_can_be_compensated(stack: Stack) -> None:

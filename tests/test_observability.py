@@ -29,7 +29,7 @@ EXPORTER = InMemorySpanExporter()
 
 def _provider() -> None:
     """The sidecar's tracer provider, with an in-memory exporter the test can read."""
-    tracing.setup()
+    tracing.setup(force=True)
     provider = trace.get_tracer_provider()
     assert isinstance(provider, TracerProvider)
     if not getattr(provider, "_test_exporter", False):

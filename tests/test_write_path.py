@@ -415,14 +415,18 @@ def test_scripts_are_reloaded_after_script_flush(stack: Stack) -> None:
 def test_every_key_of_an_action_shares_its_hash_tag(stack: Stack) -> None:
     card = stack.card(request_id=turn())
     r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
-    before = {k for k in r.scan_iter(match=f"*{card.action_id}*")}
-    assert before == {f"cs:{{{card.action_id}}}:card".encode()}
+    tag = f"cs:{{{card.action_id}}}:"
+
+    def keys() -> set[bytes]:
+        time.sleep(0.2)   # audit events are written in the background
+        return set(r.scan_iter(match=f"*{card.action_id}*"))
+
+    assert keys() == {(tag + k).encode() for k in ("card", "audit", "events")}
     # owner and subject are stored as keyed hashes only
     stored = b"".join(r.hgetall(f"cs:{{{card.action_id}}}:card").values())
     assert b"alice" not in stored
     confirm(stack, card.token)
-    after = {k for k in r.scan_iter(match=f"*{card.action_id}*")}
-    assert after == {f"cs:{{{card.action_id}}}:run".encode()}
+    assert keys() == {(tag + k).encode() for k in ("run", "audit", "events")}
 
 
 def test_the_callers_traceparent_continues_to_the_downstream(stack: Stack) -> None:

@@ -52,7 +52,7 @@ def owner(context: common_pb2.CallContext) -> list[str]:
 def seal(
     keyring: Keyring, *, action_id: str, binding: str, tool: Tool, policy_version: str,
     arguments: dict[str, Any], resource_version: str, preview: common_pb2.Preview,
-    now_ms: int, ttl_ms: int,
+    now_ms: int, ttl_ms: int, extra: dict[str, Any] | None = None,
 ) -> CardRecord:
     args_json = canonical(arguments).decode()
     body = {
@@ -61,7 +61,7 @@ def seal(
         "policy_version": policy_version, "args": arguments, "args_sha256": sha256_hex(args_json.encode()),
         "resource_version": resource_version,
         "preview": json_format.MessageToDict(preview, preserving_proto_field_name=True),
-        "issued_at_ms": now_ms, "expires_at_ms": now_ms + ttl_ms,
+        "issued_at_ms": now_ms, "expires_at_ms": now_ms + ttl_ms, **(extra or {}),
     }
     raw = canonical(body)
     return CardRecord(keyring.active, tool.name, raw, keyring.mac(keyring.active, "card", raw), binding)

@@ -6,11 +6,12 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
 from countersign.sidecar import settings as settings_mod
-from countersign.sidecar.errors import RegistryError, SettingsError
+from countersign.sidecar.errors import CountersignError, RegistryError, SettingsError
 
 
 class _JsonLog(logging.Formatter):
@@ -37,6 +38,31 @@ def main(argv: list[str] | None = None) -> int:
         "Run the sidecar. Every setting is a flag and a COUNTERSIGN_* environment variable; durations "
         "take 250ms, 5s, 5m or 24h."))
     settings_mod.add_arguments(serve)
+    actions = sub.add_parser("actions", help="list, show and resolve actions (read-only unless you resolve)")
+    actions_sub = actions.add_subparsers(dest="verb", required=True)
+    listing = actions_sub.add_parser("list", help="actions in a state")
+    listing.add_argument("--state", required=True, choices=["unknown", "needs-manual-review",
+                                                            "compensation-failed", "running"])
+    showing = actions_sub.add_parser("show", help="one action: its record, receipt and audit history")
+    showing.add_argument("action_id")
+    resolving = actions_sub.add_parser("resolve", help="settle an unknown / needs-manual-review action by hand")
+    resolving.add_argument("action_id")
+    resolving.add_argument("--outcome", required=True, choices=["succeeded", "failed"])
+    resolving.add_argument("--reason", required=True, help="why, in words a colleague can check later")
+    resolving.add_argument("--operator", required=True, help="who decided (recorded in the audit chain)")
+    resolving.add_argument("--resource-id", default="", help="the downstream's resource id, when succeeded")
+    audit = sub.add_parser("audit", help="verify or export the tamper-evident audit chains")
+    audit_sub = audit.add_subparsers(dest="verb", required=True)
+    audit_sub.add_parser("verify", help="walk every chain; report the first broken, missing or reordered event")
+    exporting = audit_sub.add_parser("export", help="write the events as JSON lines")
+    exporting.add_argument("--out", default="-", help="a file, or - for standard output")
+    for p in (listing, showing, resolving, audit_sub.choices["verify"], exporting):
+        p.add_argument("--redis-url", default=os.environ.get("COUNTERSIGN_REDIS_URL", ""),
+                       help="the sidecars' Redis [env COUNTERSIGN_REDIS_URL]")
+        p.add_argument("--keys-file", default=os.environ.get("COUNTERSIGN_KEYS_FILE", ""),
+                       help="the sidecars' HMAC keys [env COUNTERSIGN_KEYS_FILE]")
+        if p is not exporting:
+            p.add_argument("--json", action="store_true", help="machine-readable output")
     demo = sub.add_parser("demo", help="the walkthrough: embedded Redis, the example service, a scripted agent")
     demo.add_argument("--verbose", action="store_true", help="also show the sidecar's and service's logs")
     args = parser.parse_args(argv)
@@ -57,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
 
+    if args.command in ("actions", "audit"):
+        return asyncio.run(_operate(args))
+
     root = Path.cwd()
     if not (root / "examples" / "walkthrough.py").exists():
         print("countersign demo runs from a source checkout (it needs examples/); cd to the repository",
@@ -66,6 +95,42 @@ def main(argv: list[str] | None = None) -> int:
     from examples import walkthrough
 
     return walkthrough.main(verbose=args.verbose)
+
+
+async def _operate(args: argparse.Namespace) -> int:
+    from countersign.sidecar import operator
+    from countersign.sidecar.actions import Keyring
+    from countersign.sidecar.store import Store
+
+    if not args.redis_url or not args.keys_file:
+        print("countersign: --redis-url and --keys-file (or COUNTERSIGN_REDIS_URL / COUNTERSIGN_KEYS_FILE) are "
+              "required", file=sys.stderr)
+        return 2
+    try:
+        keyring = Keyring.from_file(args.keys_file)
+        store = Store.from_url(args.redis_url, socket_timeout=5, connect_timeout=2, retries=1)
+    except (SettingsError, ValueError) as exc:
+        print(f"countersign: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.command == "audit" and args.verb == "verify":
+            return await operator.verify(store, keyring)
+        if args.command == "audit":
+            if args.out == "-":
+                return await operator.export(store, sys.stdout)
+            with open(args.out, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 - a CLI, nothing else runs
+                return await operator.export(store, fh)
+        if args.verb == "list":
+            return await operator.list_actions(store, keyring, args.state, args.json)
+        if args.verb == "show":
+            return await operator.show(store, keyring, args.action_id, args.json)
+        return await operator.resolve(store, keyring, args.action_id, args.outcome, args.reason, args.operator,
+                                      args.resource_id)
+    except CountersignError as exc:
+        print(f"countersign: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await store.close()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any
 from countersign.adapters.base import render
 from countersign.sidecar import cards, policy
 from countersign.sidecar.actions import Keyring, is_action_id
+from countersign.sidecar.audit import Audit
 from countersign.sidecar.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from countersign.sidecar.execute import Executor, Timing, open_action
 from countersign.sidecar.observability.logs import decision
@@ -57,9 +58,9 @@ def overlay(original: common_pb2.Action, inverse: common_pb2.Action | None) -> c
 
 class Compensator:
     def __init__(self, *, store: Store, keyring: Keyring, executor: Executor, registry: Callable[[], Registry],
-                 timing: Timing, metrics: Metrics, clock: Callable[[], float] = time.time) -> None:
+                 timing: Timing, metrics: Metrics, audit: Audit, clock: Callable[[], float] = time.time) -> None:
         self.store, self.keyring, self.executor, self.registry = store, keyring, executor, registry
-        self.timing, self.metrics, self.clock = timing, metrics, clock
+        self.timing, self.metrics, self.audit, self.clock = timing, metrics, audit, clock
 
     async def inverse_of(self, action_id: str) -> common_pb2.Action | None:
         comp_id = inverse_id(self.keyring, action_id)
@@ -104,7 +105,8 @@ class Compensator:
         record = cards.seal(self.keyring, action_id=comp_id, binding=binding, tool=inverse,
                             policy_version=registry.policy_version, arguments=allowed.arguments,
                             resource_version=original.receipt.resource_version, preview=preview,
-                            now_ms=int(self.clock() * 1000), ttl_ms=self.timing.lease_ms)
+                            now_ms=int(self.clock() * 1000), ttl_ms=self.timing.lease_ms,
+                            extra={"compensates": action_id})
         await self.store.issue(comp_id, record, self.timing.lease_ms)
         claim_id = os.urandom(12).hex()
         claimed = await self.store.claim(comp_id, binding, registry.denied_tools(context.role), claim_id,
@@ -118,6 +120,7 @@ class Compensator:
             if result.state == common_pb2.ACTION_STATE_UNKNOWN:
                 outcome = "unknown"
             self.metrics.compensations.labels(self.metrics.tool(original.tool_name), outcome).inc()
+            self.audit.event(action_id, "compensated", inverse=comp_id, outcome=outcome, reason=result.error.reason)
             decision(action_id, original.tool_name, "compensated", result.error.reason or outcome.upper(),
                      inverse=comp_id)
         else:

@@ -19,7 +19,8 @@ from google.protobuf import json_format
 
 from countersign.adapters.base import render
 from countersign.sidecar import cards, policy
-from countersign.sidecar.actions import Keyring, canonical, is_action_id
+from countersign.sidecar.actions import Keyring, canonical, is_action_id, sha256_hex
+from countersign.sidecar.audit import Audit
 from countersign.sidecar.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from countersign.sidecar.execute import open_action
 from countersign.sidecar.observability.metrics import Metrics
@@ -66,8 +67,8 @@ def action_entry(action_id: str) -> bytes:
 
 class Continuations:
     def __init__(self, *, store: Store, keyring: Keyring, registry: Callable[[], Registry], guard: ReplyGuard,
-                 lease_ms: int, ttl_ms: int, metrics: Metrics) -> None:
-        self.store, self.keyring, self.registry, self.guard = store, keyring, registry, guard
+                 audit: Audit, lease_ms: int, ttl_ms: int, metrics: Metrics) -> None:
+        self.store, self.keyring, self.registry, self.guard, self.audit = store, keyring, registry, guard, audit
         self.lease_ms, self.ttl_ms, self.metrics = lease_ms, ttl_ms, metrics
 
     # -- the four transitions ------------------------------------------------------------------
@@ -88,6 +89,7 @@ class Continuations:
         record = await self.store.cont_open(action_id, binding, kid, snap, request, mac, self.ttl_ms)
         if isinstance(record, Refused):
             raise _refused(record.why)
+        self.audit.event(action_id, "continuation_opened", state=record.state)
         return self._proto(action_id, record, kid)
 
     async def claim(self, context: common_pb2.CallContext, token: str) -> continuation_pb2.Continuation:
@@ -104,6 +106,7 @@ class Continuations:
         out = self._proto(action_id, record, kid)
         if record.state == "won":
             assert record.run is not None
+            self.audit.event(action_id, "continuation_claimed")
             out.receipt.CopyFrom(open_action(self.keyring, action_id, record.run, replayed=False).receipt)
             out.facts.extend(await self._facts(record.request))
         else:
@@ -129,6 +132,9 @@ class Continuations:
                                      f"the continuation is {record.state.upper()}: claim it before settling")
         if not self.keyring.verify(kid, "reply:" + action_id, record.reply, record.rmac):
             raise DataLoss("RECORD_TAMPERED", "the stored reply of this continuation was changed")
+        if record.state == "settled":
+            self.audit.event(action_id, "continuation_settled", guard=verdict.reason,
+                             reply_sha256=sha256_hex(record.reply))
         out = continuation_pb2.Continuation(
             continuation_id=action_id, token=self.keyring.token(action_id, kid, LABEL), action_id=action_id,
             state=continuation_pb2.CONTINUATION_STATE_SETTLED, reply_text=record.reply.decode("utf-8", "replace"),
@@ -143,6 +149,8 @@ class Continuations:
         if result in ("none", "forbidden"):
             raise _refused(result)
         state = "ready" if result == "ok" else result
+        if result == "ok":
+            self.audit.event(action_id, "continuation_released")
         return continuation_pb2.Continuation(continuation_id=action_id, action_id=action_id,
                                              token=self.keyring.token(action_id, kid, LABEL),
                                              state=STATES.get(state, 0))  # type: ignore[arg-type]
@@ -171,6 +179,9 @@ class Continuations:
                 evidence.append(self._evidence(action))
         verdict = self.guard.check(reply_text, context.locale, evidence)
         self.metrics.guard.labels("replaced" if verdict.replaced else "passed").inc()
+        for item in evidence:
+            self.audit.event(item.action_id, "guard", verdict=verdict.reason, reply_sha256=sha256_hex(
+                reply_text.encode("utf-8", "replace")))
         log.info(json.dumps({"event": "guard", "verdict": "replaced" if verdict.replaced else "passed",
                              "reason": verdict.reason, "claims": len(verdict.matched_claims)}))
         return guard_pb2.CheckReplyResponse(verdict=VERDICTS[verdict.replaced], reply_text=verdict.text,

@@ -17,7 +17,8 @@ from typing import Any
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, Outcome, render
 from countersign.sidecar import policy
-from countersign.sidecar.actions import Keyring, canonical
+from countersign.sidecar.actions import Keyring, canonical, sha256_hex
+from countersign.sidecar.audit import Audit
 from countersign.sidecar.cards import Card, open_card
 from countersign.sidecar.errors import CountersignError, DataLoss, FailedPrecondition, StoreUnavailable
 from countersign.sidecar.observability import tracing
@@ -108,9 +109,9 @@ class Executor:
     """claim won -> card verified -> policy re-checked -> one adapter call -> settle."""
 
     def __init__(self, store: Store, keyring: Keyring, adapters: dict[str, Adapter], timing: Timing,
-                 metrics: Metrics, clock: Callable[[], float] = time.time) -> None:
+                 metrics: Metrics, audit: Audit, clock: Callable[[], float] = time.time) -> None:
         self.store, self.keyring, self.adapters = store, keyring, adapters
-        self.timing, self.metrics, self.clock = timing, metrics, clock
+        self.timing, self.metrics, self.audit, self.clock = timing, metrics, audit, clock
         self.background: set[asyncio.Task[Any]] = set()
 
     def _now_ms(self) -> int:
@@ -126,6 +127,7 @@ class Executor:
 
     async def _run(self, registry: Registry, context: common_pb2.CallContext, action_id: str,
                    claim_id: str, record: CardRecord) -> common_pb2.Action:
+        self.audit.event(action_id, "claimed", tool=record.tool)
         try:
             card = open_card(self.keyring, action_id, record)
         except DataLoss as exc:
@@ -187,6 +189,9 @@ class Executor:
                       state: str = "") -> None:
         out, omac = seal_action(self.keyring, kid, action)
         state = state or ("unknown" if action.state == common_pb2.ACTION_STATE_UNKNOWN else "settled")
+        self.audit.event(action_id, "settled", state=common_pb2.ActionState.Name(action.state),
+                         reason=action.error.reason, resource_id=action.receipt.resource_id,
+                         outcome_sha256=sha256_hex(out), by=(claim_id[:1] == "r" and "reconciler") or "executor")
         receipt = "SUCCEEDED" if action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED else ""
         args = (action_id, claim_id, state, out, omac, action.error.reason, receipt, self.timing.replay_ms)
         try:

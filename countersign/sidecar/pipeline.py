@@ -17,6 +17,7 @@ from collections.abc import Callable
 from countersign.adapters.base import Adapter, CallMeta, Kind
 from countersign.sidecar import cards, policy, prepare
 from countersign.sidecar.actions import Keyring, is_action_id, sha256_hex
+from countersign.sidecar.audit import Audit
 from countersign.sidecar.compensate import Compensator, overlay
 from countersign.sidecar.continuations import Continuations, action_entry, fact_entry, read_summary, request_key
 from countersign.sidecar.errors import (
@@ -43,19 +44,23 @@ _CAP_STATUS = {"enabled": common_pb2.CAPABILITY_STATUS_ENABLED, "planned": commo
 class Pipeline:
     def __init__(self, *, registry: Registry, store: Store, keyring: Keyring, adapters: dict[str, Adapter],
                  timing: Timing, confirm_ttl_ms: int, max_wait: float, metrics: Metrics, guard: ReplyGuard,
-                 continuation_lease_ms: int, reconcile_window_ms: int = 600_000,
+                 continuation_lease_ms: int, reconcile_window_ms: int = 600_000, audit_ttl_ms: int = 30 * 86_400_000,
                  clock: Callable[[], float] = time.time) -> None:
         self.registry = registry
         self.store, self.keyring, self.adapters = store, keyring, adapters
         self.timing, self.confirm_ttl_ms, self.max_wait = timing, confirm_ttl_ms, max_wait
         self.metrics, self.clock = metrics, clock
-        self.executor = Executor(store, keyring, adapters, timing, metrics, clock)
+        self.audit = Audit(store, keyring, metrics, audit_ttl_ms)
+        self.executor = Executor(store, keyring, adapters, timing, metrics, self.audit, clock)
         self.reconciler = Reconciler(store=store, keyring=keyring, adapters=adapters, executor=self.executor,
-                                     registry=lambda: self.registry, metrics=metrics, work_lease_ms=timing.lease_ms,
+                                     registry=lambda: self.registry, metrics=metrics, audit=self.audit,
+                                     work_lease_ms=timing.lease_ms,
                                      window_ms=reconcile_window_ms, lookup_deadline=timing.downstream_deadline)
         self.compensator = Compensator(store=store, keyring=keyring, executor=self.executor,
-                                       registry=lambda: self.registry, timing=timing, metrics=metrics, clock=clock)
+                                       registry=lambda: self.registry, timing=timing, metrics=metrics,
+                                       audit=self.audit, clock=clock)
         self.continuations = Continuations(store=store, keyring=keyring, registry=lambda: self.registry, guard=guard,
+                                           audit=self.audit,
                                            lease_ms=continuation_lease_ms, ttl_ms=timing.replay_ms, metrics=metrics)
 
     # -- Invoke --------------------------------------------------------------------------------
@@ -117,6 +122,8 @@ class Pipeline:
         self.metrics.invocations.labels(label, "write", "card").inc()
         decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_sha256=sha256_hex(allowed.canonical_args))
         await self.store.remember(request_key(self.keyring, context), action_entry(action_id), self.timing.replay_ms)
+        self.audit.event(action_id, "issued", tool=tool.name, capability=tool.capability,
+                         policy_version=registry.policy_version, args_sha256=sha256_hex(allowed.canonical_args))
         return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(
             self.keyring, cards.open_card(self.keyring, action_id, record)))
 
@@ -185,6 +192,7 @@ class Pipeline:
         out, omac = seal_action(self.keyring, kid, action)
         result = await self.store.reject(action_id, binding, out, omac, self.timing.replay_ms)
         if result is None:
+            self.audit.event(action_id, "rejected", tool=tool)
             return action
         if isinstance(result, Refused):
             raise _refusal(result)

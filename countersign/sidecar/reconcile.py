@@ -23,6 +23,7 @@ from collections.abc import Callable
 from countersign.adapters.base import Adapter, CallMeta, Kind, LookupKind, Outcome
 from countersign.sidecar import cards, policy
 from countersign.sidecar.actions import Keyring, is_action_id
+from countersign.sidecar.audit import Audit
 from countersign.sidecar.cards import open_card
 from countersign.sidecar.errors import CountersignError, DataLoss, InvalidArgument, NotFound, PermissionDenied
 from countersign.sidecar.execute import Executor, open_action, to_action
@@ -37,10 +38,11 @@ log = logging.getLogger("countersign.reconcile")
 
 class Reconciler:
     def __init__(self, *, store: Store, keyring: Keyring, adapters: dict[str, Adapter], executor: Executor,
-                 registry: Callable[[], Registry], metrics: Metrics, work_lease_ms: int, window_ms: int,
+                 registry: Callable[[], Registry], metrics: Metrics, audit: Audit, work_lease_ms: int,
+                 window_ms: int,
                  lookup_deadline: float, backoff_ms: int = 1000) -> None:
         self.store, self.keyring, self.adapters, self.executor = store, keyring, adapters, executor
-        self.registry, self.metrics = registry, metrics
+        self.registry, self.metrics, self.audit = registry, metrics, audit
         self.work_lease_ms, self.window_ms, self.lookup_deadline = work_lease_ms, window_ms, lookup_deadline
         self.backoff_ms = backoff_ms
 
@@ -114,6 +116,7 @@ class Reconciler:
             return open_action(self.keyring, action_id, found_run, replayed=True)
         await self.executor.settle(action_id, card.kid, claim_id, action)
         self.metrics.reconciliations.labels(label, result).inc()
+        self.audit.event(action_id, "reconciled", result=result, lookup=found.kind.value, attempts=work.attempts)
         decision(action_id, tool.name, "reconciled", action.error.reason or result.upper())
         return action
 
@@ -124,6 +127,7 @@ class Reconciler:
         action.error.reason, action.error.message = reason, message
         await self.executor.settle(action_id, kid, claim_id, action, state="review")
         self.metrics.reconciliations.labels(self.metrics.tool(tool), "manual_review").inc()
+        self.audit.event(action_id, "needs_manual_review", reason=reason)
         decision(action_id, tool, "manual_review", reason)
         return action
 

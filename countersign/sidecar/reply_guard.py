@@ -44,7 +44,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
@@ -119,7 +119,8 @@ class _Pattern:
     source: str
     regex: re.Pattern[str]
     ignore_case: bool
-    need: _Need | None  # what every match contains; None: the regex runs on every clause
+    need: _Need | None  # what wakes it: one of these literals is in every match; None: it runs on every clause
+    requires: tuple[tuple[int, _Need], ...]  # (id, need): everything a match contains, checked on a woken clause
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,7 @@ def _sre_parser() -> Any:
 
 
 _PARSER = _sre_parser()
-_PRODUCT_LIMIT = 64
+_PRODUCT_LIMIT = 16
 _WORD_CHAR = re.compile(r"\w")
 _WORD_LITERAL = re.compile(r"[a-z0-9_]+")
 # Non-ASCII characters that re.IGNORECASE matches to an ASCII letter (Python 3.11-3.13; a test re-derives them).
@@ -230,10 +231,38 @@ _WORD_TABLE = bytes(
 )
 
 
+def _trie(literals: Iterable[str]) -> str:
+    """A regex matching the longest of ``literals`` at a position: one branch per first character."""
+    root: dict[str, Any] = {}
+    for lit in literals:
+        node = root
+        for ch in lit:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        alternatives = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
+        if not alternatives:
+            return ""
+        body = alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return emit(root)
+
+
 @dataclass(frozen=True)
 class _Need:
     literals: tuple[str, ...]  # one of these occurs in every match (lower-cased when the regex ignores case)
     words: bool  # each is a whole ASCII word in every match: found through the word index
+    ignore_case: bool
+
+    keys: frozenset[bytes] = field(init=False, compare=False, repr=False)  # the word-index keys
+    finder: re.Pattern[str] | None = field(init=False, compare=False, repr=False)  # the literals, as one regex
+
+    def __post_init__(self) -> None:
+        keys = frozenset(s.lower().encode("ascii") for s in self.literals) if self.words else frozenset()
+        object.__setattr__(self, "keys", keys)
+        object.__setattr__(self, "finder", None if self.words else re.compile(_trie(self.literals)))
 
 
 def _fold_safe(ch: str) -> bool:
@@ -267,30 +296,38 @@ def _nonword_op(op: Any, av: Any) -> bool:
     return False
 
 
-def _bounded(seq: list[Any], k: int, step: int, outside: bool) -> bool:
-    """Whether the character next to op ``k`` (before it: step -1, after it: +1) is a non-word one or an end."""
+def _edge_nonword(seq: list[Any], j: int, step: int, outside: bool) -> bool:
+    """Whether the first character ``seq[j:]`` (step +1) or ``seq[:j+1]`` read backwards (step -1) produces is
+    certainly a non-word one; ``outside`` answers for running off the end of ``seq``."""
     p = _PARSER
-    ats = (p.AT_BOUNDARY, p.AT_BEGINNING, p.AT_BEGINNING_STRING) if step < 0 else (
-        p.AT_BOUNDARY, p.AT_END, p.AT_END_STRING)
-    j = k + step
     while 0 <= j < len(seq):
         op, av = seq[j]
         if op is p.ASSERT or op is p.ASSERT_NOT:
             j += step
             continue
         if op is p.AT:
+            ats = (p.AT_BOUNDARY, p.AT_BEGINNING, p.AT_BEGINNING_STRING) if step < 0 else (
+                p.AT_BOUNDARY, p.AT_END, p.AT_END_STRING)
             return bool(av in ats)
-        if _nonword_op(op, av):
-            return True
+        if op is p.LITERAL or op is p.IN:
+            return _nonword_op(op, av)
+        rest = _edge_nonword(seq, j + step, step, outside)
         if op in _repeat_ops():
             body = list(av[2].data)
-            if len(body) == 1 and _nonword_op(*body[0]):
-                if av[0] >= 1:
-                    return True
-                j += step
-                continue
+            first = _edge_nonword(body, 0 if step > 0 else len(body) - 1, step, rest)
+            return first if av[0] >= 1 else first and rest
+        if op is p.SUBPATTERN:
+            body = list(av[3].data)
+            return _edge_nonword(body, 0 if step > 0 else len(body) - 1, step, rest)
+        if op is p.BRANCH:
+            return all(_edge_nonword(list(b.data), 0 if step > 0 else len(b.data) - 1, step, rest) for b in av[1])
         return False
     return outside
+
+
+def _bounded(seq: list[Any], k: int, step: int, outside: bool) -> bool:
+    """Whether the character next to op ``k`` (before it: step -1, after it: +1) is a non-word one or an end."""
+    return _edge_nonword(seq, k + step, step, outside)
 
 
 def _exact(seq: list[Any], ignore_case: bool) -> set[str] | None:
@@ -324,7 +361,7 @@ def _exact(seq: list[Any], ignore_case: bool) -> set[str] | None:
     return out
 
 
-def _best(candidates: list[_Need]) -> _Need | None:
+def _best(candidates: Sequence[_Need]) -> _Need | None:
     good = [c for c in candidates if c.literals and all(c.literals)]
     if not good:
         return None
@@ -332,19 +369,20 @@ def _best(candidates: list[_Need]) -> _Need | None:
                                     sum(len(s) for s in c.literals) / len(c.literals), -len(c.literals)))
 
 
-def _required_in(seq: list[Any], ignore_case: bool, left: bool, right: bool) -> _Need | None:
-    """What every match of ``seq`` contains: the best of its contiguous literal runs and of what its
-    mandatory sub-expressions require. ``left``/``right``: the context outside ``seq`` is a non-word boundary."""
+def _needs_in(seq: list[Any], ignore_case: bool, left: bool, right: bool) -> list[_Need]:
+    """Everything every match of ``seq`` contains: its contiguous literal runs and what its mandatory
+    sub-expressions require (each an any-of set). ``left``/``right``: the context outside ``seq`` is a
+    non-word character or an end."""
     p = _PARSER
     candidates: list[_Need] = []
     run: set[str] = {""}
     run_start = 0
 
     def flush(end: int) -> None:
-        if run != {""}:
+        if run != {""} and all(run):
             words = (_bounded(seq, run_start, -1, left) and _bounded(seq, end - 1, 1, right)
                      and all(_WORD_LITERAL.fullmatch(s.lower()) for s in run))
-            candidates.append(_Need(tuple(sorted(run)), words))
+            candidates.append(_Need(tuple(sorted(run)), words, ignore_case))
 
     for k, (op, av) in enumerate(seq):
         exact = _exact([(op, av)], ignore_case)
@@ -360,37 +398,44 @@ def _required_in(seq: list[Any], ignore_case: bool, left: bool, right: bool) -> 
         flush(k)
         run = {""}
         sub_left, sub_right = _bounded(seq, k, -1, left), _bounded(seq, k, 1, right)
-        sub: _Need | None = None
         if op is p.SUBPATTERN:
             _group, add_flags, del_flags, body = av
             if not add_flags and not del_flags:
-                sub = _required_in(list(body.data), ignore_case, sub_left, sub_right)
+                candidates.extend(_needs_in(list(body.data), ignore_case, sub_left, sub_right))
         elif op is p.BRANCH:
-            alternatives = [_required_in(list(b.data), ignore_case, sub_left, sub_right) for b in av[1]]
+            alternatives = [_best(_needs_in(list(b.data), ignore_case, sub_left, sub_right)) for b in av[1]]
             if alternatives and all(a is not None for a in alternatives):
                 needs = [a for a in alternatives if a is not None]
-                sub = _Need(tuple(sorted({s for a in needs for s in a.literals})), all(a.words for a in needs))
+                candidates.append(_Need(tuple(sorted({s for a in needs for s in a.literals})),
+                                        all(a.words for a in needs), ignore_case))
         elif op in _repeat_ops() and av[0] >= 1:
-            once = av[1] == 1
-            sub = _required_in(list(av[2].data), ignore_case, sub_left and once, sub_right and once)
+            body = list(av[2].data)
+            if av[1] != 1:  # a repetition also borders on the body's own other end
+                sub_left, sub_right = (sub_left and _edge_nonword(body, len(body) - 1, -1, False),
+                                       sub_right and _edge_nonword(body, 0, 1, False))
+            candidates.extend(_needs_in(body, ignore_case, sub_left, sub_right))
         elif hasattr(p, "ATOMIC_GROUP") and op is p.ATOMIC_GROUP:
-            sub = _required_in(list(av.data), ignore_case, sub_left, sub_right)
-        if sub is not None:
-            candidates.append(sub)
+            candidates.extend(_needs_in(list(av.data), ignore_case, sub_left, sub_right))
     flush(len(seq))
-    return _best(candidates)
+    return candidates
 
 
-def _required_literals(source: str, flags: int) -> _Need | None:
-    """What every match of ``source`` contains, or None when nothing can be derived (the regex then runs on
-    every clause)."""
+def _required_literals(source: str, flags: int) -> tuple[_Need | None, tuple[_Need, ...]]:
+    """What every match of ``source`` contains: the best single need (it wakes the regex) and all of them
+    (each is checked on a woken clause before the regex runs). (None, ()) when nothing can be derived."""
     if _PARSER is None:  # pragma: no cover
-        return None
+        return None, ()
     try:
         parsed = _PARSER.parse(source, flags)
-        return _required_in(list(parsed.data), bool(flags & re.IGNORECASE), False, False)
+        needs = _needs_in(list(parsed.data), bool(flags & re.IGNORECASE), False, False)
     except Exception:  # pragma: no cover - an unexpected parser shape only costs speed
-        return None
+        return None, ()
+    best = _best(needs)
+    if best is None:
+        return None, ()
+    # cheapest checks first: word sets, then few literals
+    ordered = sorted(set(needs), key=lambda n: (not n.words, len(n.literals)))
+    return best, tuple(ordered)
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -440,15 +485,14 @@ def _combine(parts: list[tuple[str, bool]]) -> re.Pattern[str] | None:
 
 @dataclass(frozen=True)
 class _Group:
-    """Claim regexes that share what they need; ``gate`` (their alternation) skips a clause none matches."""
+    """Claim regexes woken by the same literals."""
 
     patterns: tuple[_Pattern, ...]
-    gate: re.Pattern[str] | None
 
 
 @dataclass(frozen=True)
 class _Scan:
-    """One alternation of literals, searched over the reply (or its lower-cased copy)."""
+    """One alternation of literals (a trie), searched over the reply (or its lower-cased copy)."""
 
     regex: re.Pattern[str]
     groups: Mapping[str, tuple[int, ...]]  # a literal the scan finds -> the groups it wakes (its prefixes' too)
@@ -457,10 +501,18 @@ class _Scan:
 def _scan(literal_groups: Mapping[str, set[int]]) -> _Scan | None:
     if not literal_groups:
         return None
-    literals = sorted(literal_groups, key=lambda s: (-len(s), s))
+    literals = sorted(literal_groups)
     woken = {lit: tuple(sorted({g for other in literals if lit.startswith(other) for g in literal_groups[other]}))
              for lit in literals}
-    return _Scan(re.compile("|".join(re.escape(lit) for lit in literals)), woken)
+    return _Scan(re.compile(_trie(literals)), woken)
+
+
+def _words_of(text: str) -> frozenset[bytes]:
+    """The ASCII words of ``text``, lower-cased (a superset index of what \\b-bounded literals can match)."""
+    for odd, plain in ODD_CASE_CHARS.items():
+        if odd in text:
+            text = text.replace(odd, plain)
+    return frozenset(text.encode("utf-8", "surrogatepass").translate(_WORD_TABLE).split())
 
 
 class ReplyGuard:
@@ -490,10 +542,7 @@ class ReplyGuard:
         unfiltered: list[int] = []
         for (ignore_case, need), pats in by_need.items():
             gi = len(groups)
-            gate = None
-            if len(pats) > 1:
-                gate = _combine([(pt.regex.pattern, pt.ignore_case) for pt in pats])
-            groups.append(_Group(tuple(pats), gate))
+            groups.append(_Group(tuple(pats)))
             if need is None:
                 unfiltered.append(gi)
             elif need.words:
@@ -544,6 +593,7 @@ class ReplyGuard:
         preceding: list[tuple[str, bool]] = []
         anywhere: list[tuple[str, bool]] = []
         breaks: list[tuple[str, bool]] = [(_BASE_BREAK, False)]
+        need_ids: dict[_Need, int] = {}
         for f in files:
             name = f.name[: -len(".yaml")]
             where = f.name
@@ -574,7 +624,9 @@ class ReplyGuard:
                     spot = f"{where}: claims.{verb}[{i}]"
                     expanded = _expand(src, defines, spot)
                     regex = _compile(expanded, flags, spot)
-                    patterns.append(_Pattern(name, verb, src, regex, ignore_case, _required_literals(expanded, flags)))
+                    need, requires = _required_literals(expanded, flags)
+                    ids = tuple((need_ids.setdefault(r, len(need_ids)), r) for r in requires)
+                    patterns.append(_Pattern(name, verb, src, regex, ignore_case, need, ids))
 
             cancel = raw.get("not_a_claim") or {}
             if not isinstance(cancel, dict) or set(cancel) - _CANCEL_KEYS:
@@ -672,104 +724,133 @@ class ReplyGuard:
 
     # ------------------------------------------------------------------------------------ detection
 
-    def _wake(self, text: str) -> dict[int, set[int] | None]:
-        """The groups worth running: group -> positions of its literals in ``text`` (None: every clause)."""
-        woken: dict[int, set[int] | None] = {gi: None for gi in self._unfiltered}
+    def _wake(self, text: str) -> tuple[dict[int, set[int]], set[int], frozenset[bytes]]:
+        """Where the literals are: position -> the groups a literal there wakes; the groups that must run on
+        every clause (no literal, or a lower-cased copy whose offsets do not line up with ``text``); the words."""
+        at: dict[int, set[int]] = {}
+        everywhere = set(self._unfiltered)
         lowered: str | None = None
         aligned = True
-
-        def lower() -> str:
-            nonlocal lowered, aligned
-            if lowered is None:
+        words = _words_of(text)
+        if self._word_keys:
+            present = self._word_keys.intersection(words)
+            if present:
                 lowered = text.lower()
                 aligned = len(lowered) == len(text) and not any(c in text for c in ODD_CASE_CHARS)
-            return lowered
-
-        def add(gi: int, pos: int | None) -> None:
-            if gi in woken and woken[gi] is None:
-                return
-            if pos is None:
-                woken[gi] = None
-            else:
-                woken.setdefault(gi, set()).add(pos)  # type: ignore[union-attr]
-
-        if self._word_keys:
-            probe = text
-            for odd, plain in ODD_CASE_CHARS.items():
-                if odd in probe:
-                    probe = probe.replace(odd, plain)
-            present = self._word_keys.intersection(
-                probe.encode("utf-8", "surrogatepass").translate(_WORD_TABLE).split())
-            for key in present:
-                low = lower()
-                lit = self._word_literals[key]
-                positions = _occurrences(low, lit) if aligned else []
-                for gi in self._words[key]:
+                for key in present:
+                    groups = self._words[key]
                     if not aligned:
-                        add(gi, None)
-                    for pos in positions:
-                        add(gi, pos)
-        for scan, haystack_is_lowered in ((self._exact_scan, False), (self._folded_scan, True)):
+                        everywhere.update(groups)
+                        continue
+                    lit = self._word_literals[key]
+                    i = lowered.find(lit)
+                    while i >= 0:
+                        at.setdefault(i, set()).update(groups)
+                        i = lowered.find(lit, i + 1)
+        for scan, on_lowered in ((self._exact_scan, False), (self._folded_scan, True)):
             if scan is None:
                 continue
-            haystack = lower() if haystack_is_lowered else text
-            exact_positions = not haystack_is_lowered or aligned
-            m = scan.regex.search(haystack)
+            if on_lowered and lowered is None:
+                lowered = text.lower()
+                aligned = len(lowered) == len(text) and not any(c in text for c in ODD_CASE_CHARS)
+            haystack = lowered if on_lowered and lowered is not None else text
+            search = scan.regex.search
+            m = search(haystack)
             while m is not None:
                 pos = m.start()
-                for gi in scan.groups[m.group()]:
-                    add(gi, pos if exact_positions else None)
-                m = scan.regex.search(haystack, pos + 1)
-        return woken
+                if on_lowered and not aligned:
+                    everywhere.update(scan.groups[m.group()])
+                else:
+                    at.setdefault(pos, set()).update(scan.groups[m.group()])
+                m = search(haystack, pos + 1)
+        return at, everywhere, words
 
     def _claims(self, text: str, prefilter: bool = True) -> tuple[list[_Claim], list[tuple[str, str]]]:
         """The claims in ``text`` (in order; overlapping claims of one verb merged) and the cancelled
         candidates. ``prefilter=False`` runs every regex on every clause (the reference the tests compare to)."""
-        woken = self._wake(text) if prefilter else dict.fromkeys(range(len(self._groups)))
+        text_words: frozenset[bytes] = frozenset()
+        if prefilter:
+            at, everywhere, text_words = self._wake(text)
+        else:
+            at, everywhere = {}, set(range(len(self._groups)))
         found: dict[tuple[int, int, str], _Claim] = {}
         cancelled: list[tuple[str, str]] = []
-        if not woken:
+        if not at and not everywhere:
             return [], cancelled
-        every: list[tuple[int, int]] | None = None
-        reversed_text: str | None = None
-        clause_at: dict[int, tuple[int, int]] = {}
-        clause_text: dict[int, str] = {}
-        part_cache: dict[int, list[tuple[int, int]]] = {}
-        n = len(text)
-        for gi in sorted(woken):
-            positions = woken[gi]
-            spans: Iterable[tuple[int, int]]
-            if positions is None:
-                if every is None:
-                    every = _clauses(text)
-                spans = every
-            else:
-                found_spans: set[tuple[int, int]] = set()
-                for pos in positions:
-                    span = clause_at.get(pos)
-                    if span is None:
-                        if reversed_text is None:
-                            reversed_text = text[::-1]
-                        before = _CLAUSE_END_REVERSED.search(reversed_text, n - pos)
-                        after = _CLAUSE_END.search(text, pos)
-                        span = clause_at[pos] = (n - before.start() if before else 0, after.end() if after else n)
-                    found_spans.add(span)
-                spans = sorted(found_spans)
-            group = self._groups[gi]
-            for cs, ce in spans:
-                ctext = clause_text.get(cs)
-                if ctext is None:
-                    ctext = clause_text[cs] = text[cs:ce]
-                if group.gate is not None and group.gate.search(ctext) is None:
-                    continue
-                for pat in group.patterns:
+        # clause start -> (clause end, groups to run there)
+        todo: dict[int, tuple[int, set[int]]] = {}
+        if everywhere:
+            for cs, ce in _clauses(text):
+                todo[cs] = (ce, set(everywhere))
+        # the regexes of a group whose word needs are all in the reply (the others cannot match anywhere)
+        alive: dict[int, tuple[_Pattern, ...]] = {}
+        if prefilter and at:
+            for pos in list(at):
+                woken_here = at[pos]
+                for gi in list(woken_here):
+                    pats = alive.get(gi)
+                    if pats is None:
+                        pats = alive[gi] = self._alive(gi, text_words)
+                    if not pats:
+                        woken_here.discard(gi)
+                if not woken_here:
+                    del at[pos]
+        if at:
+            n = len(text)
+            reversed_text = text[::-1]
+            end = -1
+            start = 0
+            for pos in sorted(at):
+                if pos >= end:  # a new clause
+                    before = _CLAUSE_END_REVERSED.search(reversed_text, n - pos)
+                    after = _CLAUSE_END.search(text, pos)
+                    start = n - before.start() if before else 0
+                    end = after.end() if after else n
+                    if start not in todo:
+                        todo[start] = (end, set())
+                todo[start][1].update(at[pos])
+        groups = self._groups
+        for cs in sorted(todo):
+            ce, woken = todo[cs]
+            ctext = text[cs:ce]
+            words: frozenset[bytes] | None = None
+            lowered: str | None = None
+            odd: bool | None = None
+            parts: list[tuple[int, int]] | None = None
+            held: dict[int, bool] = {}  # need id -> whether this clause holds it
+            for gi in sorted(woken):
+                pats = alive.get(gi)
+                for pat in groups[gi].patterns if pats is None else pats:
+                    if prefilter:
+                        possible = True
+                        for nid, need in pat.requires:
+                            ok = held.get(nid)
+                            if ok is None:
+                                if need.words:
+                                    if words is None:
+                                        words = _words_of(ctext)
+                                    ok = not words.isdisjoint(need.keys)
+                                elif need.finder is None:
+                                    ok = True
+                                elif need.ignore_case:
+                                    if odd is None:
+                                        lowered = ctext.lower()
+                                        odd = len(lowered) != len(ctext) or any(c in ctext for c in ODD_CASE_CHARS)
+                                    ok = odd or lowered is None or need.finder.search(lowered) is not None
+                                else:
+                                    ok = need.finder.search(ctext) is not None
+                                held[nid] = ok
+                            if not ok:
+                                possible = False
+                                break
+                        if not possible:
+                            continue
                     for m in pat.regex.finditer(ctext):
                         s, e = m.span()
                         if s == e or (cs + s, cs + e, pat.verb) in found:
                             continue
-                        parts = part_cache.get(cs)
                         if parts is None:
-                            parts = part_cache[cs] = [b.span() for b in self._breaks.finditer(ctext)]
+                            parts = [b.span() for b in self._breaks.finditer(ctext)]
                         veto = self._veto(ctext, parts, s, e)
                         if veto is not None:
                             cancelled.append((m.group(0), veto))
@@ -785,6 +866,11 @@ class ReplyGuard:
                 claims.append(c)
         claims.sort(key=lambda c: (c.start, c.end, c.verb))
         return claims, cancelled
+
+    def _alive(self, gi: int, words: frozenset[bytes]) -> tuple[_Pattern, ...]:
+        """The regexes of group ``gi`` whose word needs are all among the reply's ``words``."""
+        return tuple(pat for pat in self._groups[gi].patterns
+                     if all(not need.words or not words.isdisjoint(need.keys) for _i, need in pat.requires))
 
     def _veto(self, clause: str, breaks: list[tuple[int, int]], s: int, e: int) -> str | None:
         """The text that cancels the claim clause[s:e] within its part, or None."""

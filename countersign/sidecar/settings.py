@@ -56,6 +56,8 @@ class Settings:
                                          kind="duration")
     reconcile_window: float = _setting(600.0, "how long a lookup may keep finding nothing before an action "
                                        "goes to NEEDS_MANUAL_REVIEW", kind="duration")
+    audit_ttl: float = _setting(30 * 86400.0, "how long each action's audit chain is kept in Redis "
+                                "(export it for longer)", kind="duration")
     max_wait: float = _setting(10.0, "upper bound of a Confirm's wait_ms", kind="duration")
     grace: float = _setting(10.0, "on SIGTERM: how long in-flight calls may finish", kind="duration")
     max_message_bytes: int = _setting(1 << 20, "largest gRPC message accepted", kind="int")

@@ -97,6 +97,14 @@ class ReconcileWork:
     now_ms: int
 
 
+def audit_key(action_id: str) -> str:
+    return f"cs:{{{action_id}}}:audit"
+
+
+def events_key(action_id: str) -> str:
+    return f"cs:{{{action_id}}}:events"
+
+
 def request_key(request: str) -> str:
     """The read facts and proposed actions of one user turn (a keyed hash of owner and request_id)."""
     return f"cs:req:{{{request}}}"
@@ -150,7 +158,7 @@ class Store:
             )
             for name in ("issue", "claim", "settle", "reject", "peek",
                          "cont_open", "cont_claim", "cont_settle", "cont_release",
-                         "reconcile_claim", "reconcile_defer")
+                         "reconcile_claim", "reconcile_defer", "audit", "resolve")
         }
 
     @classmethod
@@ -382,3 +390,52 @@ class Store:
             pipe.hmget(run_key(action_id), "st", "lease", "rdue")
         rows = await self._call(pipe.execute())
         return [(_s(st or b""), int(lease or 0), int(due or 0)) for st, lease, due in rows]
+
+    # -- audit chains and operator resolution ----------------------------------------------------
+
+    async def audit_anchor(self, action_id: str) -> tuple[int, str]:
+        seq, head = await self._call(self.client.hmget(audit_key(action_id), "seq", "head"))
+        return int(seq or 0), _s(head or b"")
+
+    async def audit_append(self, action_id: str, prev: str, event: bytes, mac: str, ttl_ms: int) -> bool:
+        """Append to the action's chain if its head is still prev; False on a conflict (retry)."""
+        reply = await self._script("audit", [audit_key(action_id), events_key(action_id)],
+                                   [prev, event, mac, ttl_ms])
+        if _s(reply[0]) != "ok":
+            return False
+        await self._call(self.client.xadd("cs:audit", {"a": action_id}, maxlen=1_000_000, approximate=True))
+        return True
+
+    async def events(self, action_id: str) -> list[tuple[str, bytes]]:
+        rows = await self._call(self.client.xrange(events_key(action_id)))
+        return [(_s(entry_id), fields[b"e"]) for entry_id, fields in rows]
+
+    async def audit_actions(self) -> list[str]:
+        """Every action with an audit chain, in the order their events were first written."""
+        seen: dict[str, None] = {}
+        last = "-"
+        while True:
+            rows = await self._call(self.client.xrange("cs:audit", min=last, count=5000))
+            rows = [r for r in rows if _s(r[0]) != last]
+            if not rows:
+                break
+            for entry_id, fields in rows:
+                seen.setdefault(_s(fields[b"a"]), None)
+                last = _s(entry_id)
+        async for key in self.client.scan_iter(match="cs:{*}:events", count=1000):
+            seen.setdefault(_s(key)[4:-8], None)
+        return list(seen)
+
+    async def audit_head(self, action_id: str) -> tuple[int, str] | None:
+        raw = await self._call(self.client.hmget(audit_key(action_id), "seq", "head"))
+        return None if raw[0] is None else (int(raw[0]), _s(raw[1] or b""))
+
+    async def record(self, action_id: str) -> dict[str, bytes]:
+        """The raw run record (read-only: no transition is applied)."""
+        raw: dict[bytes, bytes] = await self._call(self.client.hgetall(run_key(action_id)))
+        return {_s(k): v for k, v in raw.items()}
+
+    async def resolve(self, action_id: str, out: bytes, omac: str, reason: str, receipt_status: str) -> str:
+        reply = await self._script("resolve", [run_key(action_id), cont_key(action_id)],
+                                   [out, omac, reason, receipt_status])
+        return "ok" if _s(reply[0]) == "ok" else _s(reply[1])

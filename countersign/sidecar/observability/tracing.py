@@ -23,15 +23,23 @@ tracer = trace.get_tracer("countersign")
 _configured = False
 
 
-def setup() -> None:
-    """Install the SDK tracer provider once per process."""
+def setup(*, force: bool = False) -> bool:
+    """Install the SDK tracer provider once per process, when spans have somewhere to go.
+
+    With no exporter configured, spans are not recorded at all (measured: recording them costs
+    about 14 % of Confirm's CPU); the downstream still gets a traceparent (``outgoing_headers``).
+    Returns whether spans are recorded.
+    """
     global _configured
     if _configured:
-        return
+        return True
+    wanted = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true" or not (wanted or force):
+        return False
     _configured = True
     provider = TracerProvider(resource=Resource.create({"service.name": os.environ.get(
         "OTEL_SERVICE_NAME", "countersign")}))
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+    if wanted:
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
         except ImportError:
@@ -40,6 +48,7 @@ def setup() -> None:
         else:
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
+    return True
 
 
 @contextmanager
@@ -53,9 +62,23 @@ def server_span(name: str, metadata: Iterable[tuple[str, str | bytes]] | None) -
 
 
 def outgoing_headers() -> dict[str, str]:
-    """traceparent (and tracestate) of the current span, for a downstream call."""
+    """traceparent (and tracestate) of the current span, for a downstream call.
+
+    When spans are not recorded and the caller sent no trace, a fresh W3C traceparent is made so the
+    downstream's logs can still be joined to this call.
+    """
     headers: dict[str, str] = {}
-    propagate.inject(headers)
+    span = trace.get_current_span()
+    if span.is_recording():
+        propagate.inject(headers)
+        return headers
+    ctx = span.get_span_context()
+    if ctx.is_valid:    # continue the caller's trace as a hop of our own
+        headers["traceparent"] = f"00-{ctx.trace_id:032x}-{os.urandom(8).hex()}-{int(ctx.trace_flags):02x}"
+        if ctx.trace_state:
+            headers["tracestate"] = ctx.trace_state.to_header()
+    else:
+        headers["traceparent"] = f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
     return headers
 
 

@@ -1,0 +1,124 @@
+"""Tamper-evident audit: every transition of an action is an event in the action's own chain.
+
+One chain per action (many sidecars write at once, so a single global chain would serialise them
+all): each event carries its sequence number, the MAC of the event before it, and its own MAC under
+the server key; ``lua/audit.lua`` appends it and advances the action's anchor (seq, head) in one
+atomic step. An edited event fails its MAC, a deleted one leaves a gap, a reordered one breaks the
+prev links, a truncated tail disagrees with the anchor. Events hold hashes, never raw arguments.
+
+Writing never blocks or fails the request path: events are written in the background, retried on a
+chain conflict, and a failure is counted (countersign_audit_write_failures_total) and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from countersign.sidecar.actions import Keyring, canonical
+from countersign.sidecar.errors import CountersignError
+from countersign.sidecar.observability.metrics import Metrics
+from countersign.sidecar.store import Store
+
+log = logging.getLogger("countersign.audit")
+
+
+class Audit:
+    def __init__(self, store: Store, keyring: Keyring, metrics: Metrics, ttl_ms: int) -> None:
+        self.store, self.keyring, self.metrics, self.ttl_ms = store, keyring, metrics, ttl_ms
+        self.pending: set[asyncio.Task[Any]] = set()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def event(self, action_id: str, kind: str, **fields: Any) -> None:
+        """Record an event in the background (never raises, never waits)."""
+        task = asyncio.ensure_future(self._write(action_id, kind, fields))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def _write(self, action_id: str, kind: str, fields: dict[str, Any]) -> None:
+        lock = self._locks.setdefault(action_id, asyncio.Lock())
+        try:
+            async with lock:        # one process writes an action's events in the order it made them
+                for _ in range(8):
+                    seq, head = await self.store.audit_anchor(action_id)
+                    body = {"a": action_id, "seq": seq + 1, "prev": head, "t": kind,
+                            "at": int(time.time() * 1000), "kid": self.keyring.active, "f": fields}
+                    mac = self.keyring.mac(self.keyring.active, "audit", canonical(body))
+                    event = canonical({**body, "mac": mac})
+                    if await self.store.audit_append(action_id, head, event, mac, self.ttl_ms):
+                        return
+                raise RuntimeError("the chain kept moving")
+        except (CountersignError, RuntimeError, OSError) as exc:
+            self.metrics.audit_write_failures.inc()
+            log.warning(json.dumps({"event": "audit_write_failed", "action_id": action_id, "kind": kind,
+                                    "error": str(exc)[:200]}))
+        finally:
+            if not lock.locked() and self._locks.get(action_id) is lock:
+                self._locks.pop(action_id, None)
+
+    async def drain(self, timeout: float) -> None:
+        if self.pending:
+            await asyncio.wait(list(self.pending), timeout=timeout)
+
+
+@dataclass(frozen=True)
+class Problem:
+    action_id: str
+    entry_id: str
+    seq: int
+    what: str
+
+    def __str__(self) -> str:
+        return f"action {self.action_id}: event {self.entry_id} (seq {self.seq}): {self.what}"
+
+
+def check_chain(keyring: Keyring, action_id: str, entries: list[tuple[str, bytes]],
+                anchor: tuple[int, str] | None) -> Problem | None:
+    """The first broken, missing or reordered event of one action's chain, or None."""
+    expected_seq, prev = 1, ""
+    for entry_id, raw in entries:
+        try:
+            event = json.loads(raw)
+            body = {k: v for k, v in event.items() if k != "mac"}
+            seq = int(body.get("seq", -1))
+        except (ValueError, AttributeError):
+            return Problem(action_id, entry_id, -1, "not a valid event")
+        if body.get("a") != action_id:
+            return Problem(action_id, entry_id, seq, "belongs to another action")
+        if not keyring.verify(str(body.get("kid", "")), "audit", canonical(body), str(event.get("mac", ""))):
+            return Problem(action_id, entry_id, seq, "edited: its MAC does not verify")
+        if seq != expected_seq:
+            what = "missing event(s) before it" if seq > expected_seq else "out of order"
+            return Problem(action_id, entry_id, seq, f"{what}: expected seq {expected_seq}")
+        if body.get("prev") != prev:
+            return Problem(action_id, entry_id, seq, "reordered: it does not follow the event before it")
+        expected_seq, prev = seq + 1, str(event["mac"])
+    if anchor is not None and (anchor[0] != expected_seq - 1 or anchor[1] != prev):
+        return Problem(action_id, entries[-1][0] if entries else "-", expected_seq - 1,
+                       f"missing event(s) at the end: the anchor says {anchor[0]} events")
+    return None
+
+
+async def verify(store: Store, keyring: Keyring) -> tuple[int, int, list[Problem]]:
+    """Walk every chain; returns (actions, events, problems)."""
+    problems: list[Problem] = []
+    actions = events = 0
+    for action_id in await store.audit_actions():
+        entries = await store.events(action_id)
+        actions += 1
+        events += len(entries)
+        problem = check_chain(keyring, action_id, entries, await store.audit_head(action_id))
+        if problem is not None:
+            problems.append(problem)
+    return actions, events, problems
+
+
+async def export(store: Store) -> AsyncIterator[dict[str, Any]]:
+    for action_id in await store.audit_actions():
+        for entry_id, raw in await store.events(action_id):
+            yield {"id": entry_id, **json.loads(raw)}

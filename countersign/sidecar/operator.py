@@ -1,0 +1,159 @@
+"""`countersign actions` and `countersign audit`: what an SRE needs when evidence is not enough.
+
+Read-only unless asked: list and show only read records (no lease transition is applied);
+`resolve` writes, and records the operator's name and reason in the action's audit chain.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+from google.protobuf import json_format
+
+from countersign.sidecar import audit as audit_mod
+from countersign.sidecar.actions import Keyring, is_action_id
+from countersign.sidecar.audit import Audit
+from countersign.sidecar.execute import seal_action
+from countersign.sidecar.observability.metrics import Metrics
+from countersign.sidecar.store import Store
+from countersign.v1 import common_pb2
+
+STATES = {"unknown": "unknown", "needs-manual-review": "review", "compensation-failed": "settled",
+          "running": "running"}
+
+
+def _action(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> common_pb2.Action | None:
+    out = record.get("out", b"")
+    if not out:
+        return None
+    kid = record.get("kid", b"").decode()
+    if not keyring.verify(kid, "outcome:" + action_id, out, record.get("omac", b"").decode()):
+        return common_pb2.Action(action_id=action_id, error=common_pb2.ActionError(
+            reason="RECORD_TAMPERED", message="the stored outcome does not verify"))
+    return common_pb2.Action.FromString(out)
+
+
+def _row(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> dict[str, Any]:
+    action = _action(keyring, action_id, record)
+    card = json.loads(record.get("card", b"{}") or b"{}")
+    ms = int(record.get("settled_at", b"0") or 0) or int(record.get("claimed_at", b"0") or 0)
+    return {"action_id": action_id, "record_state": record.get("st", b"").decode(),
+            "state": common_pb2.ActionState.Name(action.state).removeprefix("ACTION_STATE_") if action else
+            record.get("st", b"").decode().upper(),
+            "tool": record.get("tool", b"").decode(),
+            "reason": (action.error.reason if action else "") or record.get("reason", b"").decode(),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000)) if ms else "",
+            "compensates": card.get("compensates", "")}
+
+
+async def list_actions(store: Store, keyring: Keyring, state: str, as_json: bool, out: TextIO = sys.stdout) -> int:
+    wanted = STATES[state]
+    rows = []
+    cursor = 0
+    while True:
+        cursor, ids = await store.scan_runs(cursor, 1000)
+        for action_id in ids:
+            record = await store.record(action_id)
+            if record.get("st", b"").decode() != wanted:
+                continue
+            row = _row(keyring, action_id, record)
+            if state == "compensation-failed" and not (row["compensates"] and row["state"] == "FAILED"):
+                continue
+            rows.append(row)
+        if cursor == 0:
+            break
+    if as_json:
+        print(json.dumps(rows, ensure_ascii=False, indent=2), file=out)
+    else:
+        print(f"{len(rows)} action(s) {state}", file=out)
+        for r in rows:
+            extra = f"  compensates {r['compensates']}" if r["compensates"] else ""
+            print(f"  {r['action_id']}  {r['state']:<20} {r['tool']:<18} {r['reason']:<26} {r['since']}{extra}",
+                  file=out)
+    return 0
+
+
+async def show(store: Store, keyring: Keyring, action_id: str, as_json: bool, out: TextIO = sys.stdout) -> int:
+    if not is_action_id(action_id):
+        print(f"not an action id: {action_id!r}", file=sys.stderr)
+        return 2
+    record = await store.record(action_id)
+    entries = await store.events(action_id)
+    problem = audit_mod.check_chain(keyring, action_id, entries, await store.audit_head(action_id))
+    history = [json.loads(raw) for _, raw in entries]
+    action = _action(keyring, action_id, record)
+    doc = {**(_row(keyring, action_id, record) if record else {"action_id": action_id, "state": "NOT_FOUND"}),
+           "action": json_format.MessageToDict(action, preserving_proto_field_name=True) if action else None,
+           "history": history, "audit": str(problem) if problem else "verified"}
+    if as_json:
+        print(json.dumps(doc, ensure_ascii=False, indent=2), file=out)
+        return 0
+    print(f"action {action_id}: {doc['state']} ({doc.get('tool', '')}) {doc.get('reason', '')}", file=out)
+    if action is not None and action.HasField("receipt"):
+        print(f"  receipt: {action.receipt.summary or '-'} resource {action.receipt.resource_id or '-'}", file=out)
+    print(f"  audit chain: {doc['audit']}", file=out)
+    for event in history:
+        when = time.strftime("%H:%M:%S", time.gmtime(event["at"] / 1000))
+        fields = " ".join(f"{k}={v}" for k, v in event.get("f", {}).items() if v not in ("", None))
+        print(f"  {event['seq']:>3} {when} {event['t']:<22} {fields}", file=out)
+    return 0
+
+
+async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, reason: str, operator: str,
+                  resource_id: str, out: TextIO = sys.stdout) -> int:
+    if not is_action_id(action_id) or not reason.strip() or not operator.strip():
+        print("resolve needs an action id, --reason and --operator", file=sys.stderr)
+        return 2
+    record = await store.record(action_id)
+    if not record:
+        print(f"no record of action {action_id}", file=sys.stderr)
+        return 1
+    kid = record.get("kid", b"").decode() or keyring.active
+    tool = record.get("tool", b"").decode()
+    action = common_pb2.Action(action_id=action_id, tool_name=tool)
+    receipt = action.receipt
+    receipt.action_id, receipt.tool_name, receipt.resource_id = action_id, tool, resource_id
+    receipt.summary = f"resolved by {operator}: {reason}"
+    receipt.evidence_json = json.dumps({"operator": operator, "reason": reason}, ensure_ascii=False)
+    receipt.settled_at.FromMilliseconds(int(time.time() * 1000))
+    if outcome == "succeeded":
+        action.state, receipt.status = common_pb2.ACTION_STATE_SUCCEEDED, common_pb2.RECEIPT_STATUS_SUCCEEDED
+    else:
+        action.state, receipt.status = common_pb2.ACTION_STATE_FAILED, common_pb2.RECEIPT_STATUS_FAILED
+        action.error.reason, action.error.message = "RESOLVED_BY_OPERATOR", reason
+    blob, omac = seal_action(keyring, kid, action)
+    result = await store.resolve(action_id, blob, omac, action.error.reason,
+                                 "SUCCEEDED" if outcome == "succeeded" else "")
+    if result != "ok":
+        print(f"action {action_id} is {result}: only unknown or needs-manual-review actions are resolved by hand",
+              file=sys.stderr)
+        return 1
+    trail = Audit(store, keyring, Metrics(), 30 * 86_400_000)
+    trail.event(action_id, "resolved", operator=operator, outcome=outcome, reason=reason)
+    await trail.drain(10)
+    print(f"action {action_id} resolved {outcome.upper()} by {operator}", file=out)
+    return 0
+
+
+async def verify(store: Store, keyring: Keyring, out: TextIO = sys.stdout) -> int:
+    actions, events, problems = await audit_mod.verify(store, keyring)
+    if problems:
+        print(f"audit chain BROKEN: {len(problems)} of {actions} action(s); first: {problems[0]}", file=out)
+        for problem in problems[1:20]:
+            print(f"  also: {problem}", file=out)
+        return 1
+    print(f"audit verified: {actions} action(s), {events} event(s), every chain intact", file=out)
+    return 0
+
+
+async def export(store: Store, out: TextIO) -> int:
+    count = 0
+    async for event in audit_mod.export(store):
+        out.write(json.dumps(event, ensure_ascii=False) + "\n")
+        count += 1
+    print(f"exported {count} event(s)", file=sys.stderr)
+    return 0
+

@@ -1,0 +1,108 @@
+"""Manual review and the tamper-evident audit, through the real CLI (issue 4, part)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+
+import redis
+from conftest import ROOT, Stack, ctx
+from test_reconcile import Cutter, registry_with
+
+from countersign.v1 import common_pb2, gateway_pb2
+
+
+def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "countersign.sidecar.cli", *args, "--redis-url",
+                           stack.redis.info["url"], "--keys-file", str(stack.keys)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def _events(stack: Stack, action_id: str, count: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        rows = r.xrange(f"cs:{{{action_id}}}:events")
+        if len(rows) >= count:
+            return rows
+        time.sleep(0.05)
+    raise AssertionError(f"expected {count} events, got {len(r.xrange(f'cs:{{{action_id}}}:events'))}")
+
+
+def _rewrite(stack: Stack, action_id: str, rows: list[dict[bytes, bytes]]) -> None:
+    r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
+    key = f"cs:{{{action_id}}}:events"
+    r.delete(key)
+    for fields in rows:
+        r.xadd(key, fields)
+
+
+def test_needs_manual_review_is_listed_shown_and_resolved_by_a_named_operator(stack: Stack) -> None:
+    cutter = Cutter()
+    sidecar = stack.start_sidecar(registry=registry_with(stack, execute_url=cutter.url, fence=False, lookup=False),
+                                  flags=["--reconcile-interval", "1h"])
+    try:
+        stub = stack.stub(sidecar.info["grpc"])
+        card = stack.card(stub, request_id=uuid.uuid4().hex, title="人工复核")
+        stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token))
+        stub.Reconcile(gateway_pb2.ReconcileRequest(context=ctx(), action_id=card.action_id))
+    finally:
+        sidecar.stop()
+        cutter.close()
+    listed = cli(stack, "actions", "list", "--state", "needs-manual-review", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["action_id"]: r for r in json.loads(listed.stdout)}
+    assert rows[card.action_id]["reason"] == "NO_LOOKUP" and rows[card.action_id]["tool"] == "create_todo"
+    human = cli(stack, "actions", "list", "--state", "needs-manual-review")
+    assert card.action_id in human.stdout and "NEEDS_MANUAL_REVIEW" in human.stdout
+    resolved = cli(stack, "actions", "resolve", card.action_id, "--outcome", "failed", "--reason",
+                   "checked the todo service: no such todo", "--operator", "sre-alice")
+    assert resolved.returncode == 0, resolved.stderr
+    action = stack.stub().GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)).action
+    assert action.state == common_pb2.ACTION_STATE_FAILED and action.error.reason == "RESOLVED_BY_OPERATOR"
+    shown = json.loads(cli(stack, "actions", "show", card.action_id, "--json").stdout)
+    kinds = [e["t"] for e in shown["history"]]
+    assert kinds[:2] == ["issued", "claimed"] and kinds[-1] == "resolved"
+    assert shown["history"][-1]["f"]["operator"] == "sre-alice" and shown["audit"] == "verified"
+    again = cli(stack, "actions", "resolve", card.action_id, "--outcome", "succeeded", "--reason", "x",
+                "--operator", "sre-bob")
+    assert again.returncode == 1 and "only unknown or needs-manual-review" in again.stderr
+
+
+def test_a_clean_run_verifies_and_an_edit_a_deletion_or_a_reordering_is_named(stack: Stack) -> None:
+    card = stack.card(request_id=uuid.uuid4().hex, title="审计")
+    stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token))
+    rows = _events(stack, card.action_id, 3)
+    clean = cli(stack, "audit", "verify")
+    assert clean.returncode == 0 and "every chain intact" in clean.stdout, clean.stdout + clean.stderr
+    assert "买" not in json.dumps([f[b"e"].decode() for _, f in rows]) and "审计" not in str(rows), "no raw args"
+    original = [fields for _, fields in rows]
+
+    edited = [dict(f) for f in original]
+    event = json.loads(edited[1][b"e"])
+    event["f"]["tool"] = "delete_account"
+    edited[1][b"e"] = json.dumps(event).encode()
+    _rewrite(stack, card.action_id, edited)
+    out = cli(stack, "audit", "verify")
+    assert out.returncode == 1 and card.action_id in out.stdout and "seq 2" in out.stdout and "edited" in out.stdout
+
+    _rewrite(stack, card.action_id, [original[0], original[2]])
+    out = cli(stack, "audit", "verify")
+    assert out.returncode == 1 and "missing" in out.stdout and "seq 3" in out.stdout
+
+    _rewrite(stack, card.action_id, [original[0], original[2], original[1]])
+    out = cli(stack, "audit", "verify")
+    assert out.returncode == 1 and ("missing" in out.stdout or "out of order" in out.stdout)
+
+    _rewrite(stack, card.action_id, original[:2])
+    out = cli(stack, "audit", "verify")
+    assert out.returncode == 1 and "at the end" in out.stdout
+
+    _rewrite(stack, card.action_id, original)
+    assert cli(stack, "audit", "verify").returncode == 0
+    exported = cli(stack, "audit", "export")
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert [e["t"] for e in lines if e["a"] == card.action_id][:3] == ["issued", "claimed", "settled"]
