@@ -29,15 +29,6 @@ from examples import harness
 
 S = common_pb2  # action states
 
-# Sidecar defects found by these tests (countersign/sidecar/store.py); remove the marks once fixed.
-DURABLE_PIPELINE_BUG = pytest.mark.xfail(strict=True, reason=(
-    "store.py Store._durable_script calls the AsyncScript without await, so EVALSHA never joins the "
-    "pipeline; the pipeline returns only WAIT's reply and `reply, acked = ...` raises ValueError: every "
-    "claim with --redis-wait-replicas >= 1 answers INTERNAL. Fix: `await self._scripts[name](..., client=pipe)`"))
-CLUSTER_EXCEPTION_BUG = pytest.mark.xfail(strict=True, reason=(
-    "store.py Store._call catches RedisError, but redis-py's RedisClusterException ('Redis Cluster cannot be "
-    "connected') is not a RedisError: with every cluster node down the sidecar answers INTERNAL, not "
-    "UNAVAILABLE STORE_UNAVAILABLE. Fix: add redis.exceptions.RedisClusterException to the except tuple"))
 SETTLED = {S.ACTION_STATE_SUCCEEDED, S.ACTION_STATE_FAILED}
 SUBJECT = {"X-Countersign-Subject": "alice"}
 
@@ -222,7 +213,6 @@ def test_cluster_expired_card_is_not_found(cluster: tuple[topo.Cluster, Env]) ->
     assert env.todo.writes(card.action_id) == []
 
 
-@CLUSTER_EXCEPTION_BUG
 def test_cluster_down_fails_closed_and_the_downstream_sees_nothing(cluster: tuple[topo.Cluster, Env]) -> None:
     """Runs last in this module: it stops every node of the cluster."""
     redis_cluster, env = cluster
@@ -271,7 +261,6 @@ def test_sentinel_replay_after_settle_is_byte_identical(sentinel: tuple[topo.Sen
     check_replay(sentinel[1])
 
 
-@DURABLE_PIPELINE_BUG
 def test_sentinel_wait_not_met_fails_closed_with_replicas_not_acknowledged(
         sentinel: tuple[topo.SentinelSetup, Env]) -> None:
     setup, env = sentinel
@@ -384,7 +373,7 @@ def _state_after_failover(stub: gateway_pb2_grpc.ToolGatewayServiceStub, action_
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("wait", [pytest.param(0, id="no-wait"),
-                                  pytest.param(1, id="wait-1", marks=DURABLE_PIPELINE_BUG)])
+                                  pytest.param(1, id="wait-1")])
 def test_sentinel_failover_in_the_middle_of_traffic(
         sentinel: tuple[topo.SentinelSetup, Env], failover_table: dict[str, Row], wait: int) -> None:
     _, shared = sentinel

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,37 +30,57 @@ log = logging.getLogger("countersign.audit")
 
 
 class Audit:
+    """Writes events in the background: one writer per action at a time, events batched per call."""
+
     def __init__(self, store: Store, keyring: Keyring, metrics: Metrics, ttl_ms: int) -> None:
         self.store, self.keyring, self.metrics, self.ttl_ms = store, keyring, metrics, ttl_ms
         self.pending: set[asyncio.Task[Any]] = set()
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._queues: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
+        self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()   # the last chain state we wrote
 
     def event(self, action_id: str, kind: str, **fields: Any) -> None:
         """Record an event in the background (never raises, never waits)."""
-        task = asyncio.ensure_future(self._write(action_id, kind, fields))
+        queue = self._queues.get(action_id)
+        entry = (kind, int(time.time() * 1000), fields)
+        if queue is not None:            # a writer for this action is running: it takes this one too
+            queue.append(entry)
+            return
+        self._queues[action_id] = [entry]
+        task = asyncio.ensure_future(self._writer(action_id))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
-    async def _write(self, action_id: str, kind: str, fields: dict[str, Any]) -> None:
-        lock = self._locks.setdefault(action_id, asyncio.Lock())
+    async def _writer(self, action_id: str) -> None:
         try:
-            async with lock:        # one process writes an action's events in the order it made them
-                for _ in range(8):
-                    seq, head = await self.store.audit_anchor(action_id)
-                    body = {"a": action_id, "seq": seq + 1, "prev": head, "t": kind,
-                            "at": int(time.time() * 1000), "kid": self.keyring.active, "f": fields}
-                    mac = self.keyring.mac(self.keyring.active, "audit", canonical(body))
-                    event = canonical({**body, "mac": mac})
-                    if await self.store.audit_append(action_id, head, event, mac, self.ttl_ms):
-                        return
-                raise RuntimeError("the chain kept moving")
-        except (CountersignError, RuntimeError, OSError) as exc:
-            self.metrics.audit_write_failures.inc()
-            log.warning(json.dumps({"event": "audit_write_failed", "action_id": action_id, "kind": kind,
-                                    "error": str(exc)[:200]}))
+            while self._queues[action_id]:
+                batch, self._queues[action_id] = self._queues[action_id], []
+                await self._append(action_id, batch)
         finally:
-            if not lock.locked() and self._locks.get(action_id) is lock:
-                self._locks.pop(action_id, None)
+            self._queues.pop(action_id, None)
+
+    async def _append(self, action_id: str, batch: list[tuple[str, int, dict[str, Any]]]) -> None:
+        try:
+            state = self._heads.pop(action_id, None)
+            for _ in range(8):
+                seq, head = state if state is not None else await self.store.audit_anchor(action_id)
+                events, prev = [], head
+                for n, (kind, at, fields) in enumerate(batch, start=1):
+                    body = {"a": action_id, "seq": seq + n, "prev": prev, "t": kind, "at": at,
+                            "kid": self.keyring.active, "f": fields}
+                    prev = self.keyring.mac(self.keyring.active, "audit", canonical(body))
+                    events.append((canonical({**body, "mac": prev}), prev))
+                ok, seq_now, head_now = await self.store.audit_append(action_id, head, events, self.ttl_ms)
+                state = (seq_now, head_now)
+                if ok:
+                    self._heads[action_id] = state
+                    while len(self._heads) > 10_000:
+                        self._heads.popitem(last=False)
+                    return
+            raise RuntimeError("the chain kept moving")
+        except (CountersignError, RuntimeError, OSError) as exc:
+            self.metrics.audit_write_failures.inc(len(batch))
+            log.warning(json.dumps({"event": "audit_write_failed", "action_id": action_id,
+                                    "kinds": [k for k, _, _ in batch], "error": str(exc)[:200]}))
 
     async def drain(self, timeout: float) -> None:
         if self.pending:
@@ -119,6 +140,12 @@ async def verify(store: Store, keyring: Keyring) -> tuple[int, int, list[Problem
 
 
 async def export(store: Store) -> AsyncIterator[dict[str, Any]]:
+    """Every action's events, actions ordered by their first event's time."""
+    chains = []
     for action_id in await store.audit_actions():
-        for entry_id, raw in await store.events(action_id):
-            yield {"id": entry_id, **json.loads(raw)}
+        entries = await store.events(action_id)
+        if entries:
+            chains.append([{"id": entry_id, **json.loads(raw)} for entry_id, raw in entries])
+    for chain in sorted(chains, key=lambda c: (c[0].get("at", 0), c[0]["a"])):
+        for event in chain:
+            yield event

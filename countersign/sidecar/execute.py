@@ -20,7 +20,7 @@ from countersign.sidecar import policy
 from countersign.sidecar.actions import Keyring, canonical, sha256_hex
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.cards import Card, open_card
-from countersign.sidecar.errors import CountersignError, DataLoss, FailedPrecondition, StoreUnavailable
+from countersign.sidecar.errors import CountersignError, DataLoss, FailedPrecondition, Unavailable
 from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.logs import decision
 from countersign.sidecar.observability.metrics import Metrics
@@ -197,7 +197,7 @@ class Executor:
         try:
             with self.metrics.timed("settle"):
                 result = await self.store.settle(*args)
-        except StoreUnavailable:
+        except Unavailable:   # the store is away, or too few replicas acknowledged the settle
             # The downstream's answer is the truth the caller gets; record it when the store is back.
             task = asyncio.ensure_future(self._settle_later(args))
             self.background.add(task)
@@ -213,7 +213,7 @@ class Executor:
             await asyncio.sleep(delay)
             try:
                 result = await self.store.settle(*args)
-            except StoreUnavailable:
+            except Unavailable:
                 delay = min(delay * 2, 5.0)
                 continue
             self.metrics.settle_retries.labels(result).inc()

@@ -44,7 +44,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,8 +70,10 @@ BACKED_BY: Mapping[str, frozenset[str]] = {
 }
 
 _CLAUSE_END = re.compile(r"[。！？!?；;\n\r]+|\.+(?=\s|$)")
-# the same boundaries, searched in the reversed text: the nearest clause end before a position
-_CLAUSE_END_REVERSED = re.compile(r"[。！？!?；;\n\r]|(?<=\s)\.")
+# The same ends, written to start with a character class (so re skips ahead fast): the first clause end after
+# a position, and, in the reversed text, the last one before it. tests/test_reply_guard.py checks they agree.
+_CLAUSE_END_AFTER = re.compile(r"[。！？!?；;\n\r.](?:(?<=[^.])[。！？!?；;\n\r]*|(?<=\.)\.*(?=\s|$))")
+_CLAUSE_END_REVERSED = re.compile(r"[。！？!?；;\n\r.](?<!(?<!\s)\.)")
 _BASE_BREAK = r"[,，、:：—–…]+"
 _DEFINE_REF = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
 _BACKREF = re.compile(r"\\[1-9]|\(\?P=")
@@ -121,6 +123,13 @@ class _Pattern:
     ignore_case: bool
     need: _Need | None  # what wakes it: one of these literals is in every match; None: it runs on every clause
     requires: tuple[tuple[int, _Need], ...]  # (id, need): everything a match contains, checked on a woken clause
+    word_keys: tuple[frozenset[bytes], ...] = field(init=False, compare=False, repr=False)
+    finders: tuple[tuple[int, re.Pattern[str], bool], ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "word_keys", tuple(n.keys for _i, n in self.requires if n.words))
+        object.__setattr__(self, "finders", tuple(
+            (i, n.finder, n.ignore_case) for i, n in self.requires if not n.words and n.finder is not None))
 
 
 @dataclass(frozen=True)
@@ -507,11 +516,13 @@ def _scan(literal_groups: Mapping[str, set[int]]) -> _Scan | None:
     return _Scan(re.compile(_trie(literals)), woken)
 
 
-def _words_of(text: str) -> frozenset[bytes]:
-    """The ASCII words of ``text``, lower-cased (a superset index of what \\b-bounded literals can match)."""
-    for odd, plain in ODD_CASE_CHARS.items():
-        if odd in text:
-            text = text.replace(odd, plain)
+def _words_of(text: str, odd: bool = True) -> frozenset[bytes]:
+    """The ASCII words of ``text``, lower-cased (a superset index of what \\b-bounded literals can match).
+    ``odd=False``: the caller knows ``text`` holds none of ODD_CASE_CHARS."""
+    if odd:
+        for ch, plain in ODD_CASE_CHARS.items():
+            if ch in text:
+                text = text.replace(ch, plain)
     return frozenset(text.encode("utf-8", "surrogatepass").translate(_WORD_TABLE).split())
 
 
@@ -650,6 +661,18 @@ class ReplyGuard:
                 if not isinstance(replacement.get(reason), str) or not replacement[reason].strip():
                     raise ValueError(f"{where}: replacement.{reason} is missing")
             lexicons[name] = _Lexicon(name, {r: replacement[r].strip() for r in REPLACED_REASONS})
+        # wake each regex by its most telling need: long literals, then literals few other regexes need
+        # ("创建" rather than "完成", which a read-only answer says as often as a claim)
+        popularity: dict[tuple[str, ...], int] = {}
+        for pat in patterns:
+            for lits in {n.literals for _i, n in pat.requires}:
+                popularity[lits] = popularity.get(lits, 0) + 1
+        patterns = [
+            pat if pat.need is None else replace(pat, need=max(
+                (n for _i, n in pat.requires if n.literals and all(n.literals)),
+                key=lambda n: (n.words, min(4, *(len(x) for x in n.literals)), -popularity[n.literals],
+                               sum(len(x) for x in n.literals) / len(n.literals), -len(n.literals))))
+            for pat in patterns]
         combined_breaks = _combine(breaks)
         assert combined_breaks is not None
         return cls(lexicons, patterns, _combine(preceding), _combine(anywhere), combined_breaks)
@@ -724,19 +747,21 @@ class ReplyGuard:
 
     # ------------------------------------------------------------------------------------ detection
 
-    def _wake(self, text: str) -> tuple[dict[int, set[int]], set[int], frozenset[bytes]]:
+    def _wake(self, text: str) -> tuple[dict[int, set[int]], set[int], frozenset[bytes], bool]:
         """Where the literals are: position -> the groups a literal there wakes; the groups that must run on
-        every clause (no literal, or a lower-cased copy whose offsets do not line up with ``text``); the words."""
+        every clause (no literal, or a lower-cased copy whose offsets do not line up with ``text``); the words;
+        whether ``text`` holds one of ODD_CASE_CHARS."""
         at: dict[int, set[int]] = {}
         everywhere = set(self._unfiltered)
         lowered: str | None = None
         aligned = True
-        words = _words_of(text)
+        odd = any(c in text for c in ODD_CASE_CHARS)
+        words = _words_of(text, odd)
         if self._word_keys:
             present = self._word_keys.intersection(words)
             if present:
                 lowered = text.lower()
-                aligned = len(lowered) == len(text) and not any(c in text for c in ODD_CASE_CHARS)
+                aligned = len(lowered) == len(text) and not odd
                 for key in present:
                     groups = self._words[key]
                     if not aligned:
@@ -752,7 +777,7 @@ class ReplyGuard:
                 continue
             if on_lowered and lowered is None:
                 lowered = text.lower()
-                aligned = len(lowered) == len(text) and not any(c in text for c in ODD_CASE_CHARS)
+                aligned = len(lowered) == len(text) and not odd
             haystack = lowered if on_lowered and lowered is not None else text
             search = scan.regex.search
             m = search(haystack)
@@ -763,14 +788,15 @@ class ReplyGuard:
                 else:
                     at.setdefault(pos, set()).update(scan.groups[m.group()])
                 m = search(haystack, pos + 1)
-        return at, everywhere, words
+        return at, everywhere, words, odd
 
     def _claims(self, text: str, prefilter: bool = True) -> tuple[list[_Claim], list[tuple[str, str]]]:
         """The claims in ``text`` (in order; overlapping claims of one verb merged) and the cancelled
         candidates. ``prefilter=False`` runs every regex on every clause (the reference the tests compare to)."""
         text_words: frozenset[bytes] = frozenset()
+        odd_text = True
         if prefilter:
-            at, everywhere, text_words = self._wake(text)
+            at, everywhere, text_words, odd_text = self._wake(text)
         else:
             at, everywhere = {}, set(range(len(self._groups)))
         found: dict[tuple[int, int, str], _Claim] = {}
@@ -803,7 +829,7 @@ class ReplyGuard:
             for pos in sorted(at):
                 if pos >= end:  # a new clause
                     before = _CLAUSE_END_REVERSED.search(reversed_text, n - pos)
-                    after = _CLAUSE_END.search(text, pos)
+                    after = _CLAUSE_END_AFTER.search(text, pos)
                     start = n - before.start() if before else 0
                     end = after.end() if after else n
                     if start not in todo:
@@ -822,28 +848,32 @@ class ReplyGuard:
                 pats = alive.get(gi)
                 for pat in groups[gi].patterns if pats is None else pats:
                     if prefilter:
-                        possible = True
-                        for nid, need in pat.requires:
+                        if pat.word_keys:
+                            if words is None:
+                                words = _words_of(ctext, odd_text)
+                            missing = False
+                            for keys in pat.word_keys:
+                                if words.isdisjoint(keys):
+                                    missing = True
+                                    break
+                            if missing:
+                                continue
+                        missing = False
+                        for nid, finder, ignore_case in pat.finders:
                             ok = held.get(nid)
                             if ok is None:
-                                if need.words:
-                                    if words is None:
-                                        words = _words_of(ctext)
-                                    ok = not words.isdisjoint(need.keys)
-                                elif need.finder is None:
-                                    ok = True
-                                elif need.ignore_case:
-                                    if odd is None:
-                                        lowered = ctext.lower()
-                                        odd = len(lowered) != len(ctext) or any(c in ctext for c in ODD_CASE_CHARS)
-                                    ok = odd or lowered is None or need.finder.search(lowered) is not None
+                                if not ignore_case:
+                                    ok = finder.search(ctext) is not None
                                 else:
-                                    ok = need.finder.search(ctext) is not None
+                                    if lowered is None:
+                                        lowered = ctext.lower()
+                                        odd = odd_text or len(lowered) != len(ctext)
+                                    ok = bool(odd) or finder.search(lowered) is not None
                                 held[nid] = ok
                             if not ok:
-                                possible = False
+                                missing = True
                                 break
-                        if not possible:
+                        if missing:
                             continue
                     for m in pat.regex.finditer(ctext):
                         s, e = m.span()
@@ -869,8 +899,14 @@ class ReplyGuard:
 
     def _alive(self, gi: int, words: frozenset[bytes]) -> tuple[_Pattern, ...]:
         """The regexes of group ``gi`` whose word needs are all among the reply's ``words``."""
-        return tuple(pat for pat in self._groups[gi].patterns
-                     if all(not need.words or not words.isdisjoint(need.keys) for _i, need in pat.requires))
+        out = []
+        for pat in self._groups[gi].patterns:
+            for keys in pat.word_keys:
+                if words.isdisjoint(keys):
+                    break
+            else:
+                out.append(pat)
+        return tuple(out)
 
     def _veto(self, clause: str, breaks: list[tuple[int, int]], s: int, e: int) -> str | None:
         """The text that cancels the claim clause[s:e] within its part, or None."""

@@ -20,7 +20,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from countersign.sidecar.errors import StoreUnavailable, Unavailable
 
@@ -206,7 +206,7 @@ class Store:
         try:
             async with asyncio.timeout(self.op_timeout):
                 return await awaitable
-        except (RedisError, OSError, TimeoutError) as exc:
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}") from exc
 
     async def _script(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
@@ -219,7 +219,7 @@ class Store:
         if not self.wait_replicas:
             return await self._script(name, keys, args)
         pipe = self.client.pipeline(transaction=False)
-        self._scripts[name](keys=keys, args=args, client=pipe)
+        await self._scripts[name](keys=keys, args=args, client=pipe)
         pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
         reply, acked = await self._call(pipe.execute())
         if int(acked) < self.wait_replicas:
@@ -375,9 +375,11 @@ class Store:
 
     async def scan_runs(self, cursor: int, count: int) -> tuple[int, list[str]]:
         """One step of a SCAN over run records; returns the next cursor and action ids seen."""
-        if hasattr(self.client, "scan_iter") and not isinstance(self.client, aioredis.Redis):
-            ids = [_s(k)[4:-5] async for k in self.client.scan_iter(match="cs:{*}:run", count=count)]
-            return 0, ids
+        if not isinstance(self.client, aioredis.Redis):      # a cluster: one full pass over every node
+            async def every() -> list[str]:
+                return [_s(k)[4:-5] async for k in self.client.scan_iter(match="cs:{*}:run", count=count)]
+
+            return 0, await self._call(every())
         nxt, keys = await self._call(self.client.scan(cursor=cursor, match="cs:{*}:run", count=count))
         return int(nxt), [_s(k)[4:-5] for k in keys]
 
@@ -397,34 +399,27 @@ class Store:
         seq, head = await self._call(self.client.hmget(audit_key(action_id), "seq", "head"))
         return int(seq or 0), _s(head or b"")
 
-    async def audit_append(self, action_id: str, prev: str, event: bytes, mac: str, ttl_ms: int) -> bool:
-        """Append to the action's chain if its head is still prev; False on a conflict (retry)."""
-        reply = await self._script("audit", [audit_key(action_id), events_key(action_id)],
-                                   [prev, event, mac, ttl_ms])
-        if _s(reply[0]) != "ok":
-            return False
-        await self._call(self.client.xadd("cs:audit", {"a": action_id}, maxlen=1_000_000, approximate=True))
-        return True
+    async def audit_append(self, action_id: str, prev: str, events: list[tuple[bytes, str]],
+                           ttl_ms: int) -> tuple[bool, int, str]:
+        """Append chained events if the action's head is still prev: (ok, seq, head now)."""
+        args: list[Any] = [prev, ttl_ms]
+        for event, mac in events:
+            args += [event, mac]
+        reply = await self._script("audit", [audit_key(action_id), events_key(action_id)], args)
+        if _s(reply[0]) == "ok":
+            return True, int(reply[1]), events[-1][1]
+        return False, int(reply[1]), _s(reply[2])
 
     async def events(self, action_id: str) -> list[tuple[str, bytes]]:
         rows = await self._call(self.client.xrange(events_key(action_id)))
         return [(_s(entry_id), fields[b"e"]) for entry_id, fields in rows]
 
     async def audit_actions(self) -> list[str]:
-        """Every action with an audit chain, in the order their events were first written."""
-        seen: dict[str, None] = {}
-        last = "-"
-        while True:
-            rows = await self._call(self.client.xrange("cs:audit", min=last, count=5000))
-            rows = [r for r in rows if _s(r[0]) != last]
-            if not rows:
-                break
-            for entry_id, fields in rows:
-                seen.setdefault(_s(fields[b"a"]), None)
-                last = _s(entry_id)
-        async for key in self.client.scan_iter(match="cs:{*}:events", count=1000):
-            seen.setdefault(_s(key)[4:-8], None)
-        return list(seen)
+        """Every action that has an audit chain."""
+        async def every() -> list[str]:
+            return [_s(key)[4:-8] async for key in self.client.scan_iter(match="cs:{*}:events", count=1000)]
+
+        return await self._call(every())
 
     async def audit_head(self, action_id: str) -> tuple[int, str] | None:
         raw = await self._call(self.client.hmget(audit_key(action_id), "seq", "head"))
