@@ -1,0 +1,34 @@
+"""The claim protocol's model (spin): every property holds, and the two counterexamples that justify
+the fence and the WAIT are still found (model/README.md)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from conftest import ROOT
+
+EXPECTED = {
+    **{f"protocol.pml FENCE=1 {p}": 0 for p in ("at_most_once", "never_ready_again", "failed_means_not_applied",
+                                                  "succeeded_means_applied", "settled_is_final")},
+    **{f"protocol.pml FENCE=0 {p}": 0 for p in ("at_most_once", "never_ready_again", "succeeded_means_applied",
+                                                  "settled_is_final")},
+    "protocol.pml FENCE=0 failed_means_not_applied": 1,
+    "failover.pml WAIT=1 one_send": 0,
+    "failover.pml WAIT=1 one_effect": 0,
+    "failover.pml WAIT=0 one_send": 1,
+    "failover.pml WAIT=0 one_effect": 0,
+}
+
+
+def test_the_protocol_model_checks() -> None:
+    if shutil.which("spin") is None or shutil.which("gcc") is None:
+        pytest.fail("spin and gcc are needed (apt-get install spin gcc; `make test` installs spin)")
+    done = subprocess.run(["bash", str(ROOT / "model" / "check.sh")], capture_output=True, text=True, timeout=300)
+    found = {}
+    for line in done.stdout.splitlines():
+        name, _, result = line.rpartition(": errors=")
+        if name:
+            found[name] = int(result) if result.isdigit() else -1
+    assert found == EXPECTED, done.stdout + done.stderr
