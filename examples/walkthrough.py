@@ -25,7 +25,15 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from countersign.v1 import (
+    common_pb2,
+    continuation_pb2,
+    continuation_pb2_grpc,
+    gateway_pb2,
+    gateway_pb2_grpc,
+    guard_pb2,
+    guard_pb2_grpc,
+)
 from examples import harness
 
 RPC_TIMEOUT = 15.0
@@ -92,6 +100,7 @@ class Agent:
     """The scripted agent: what a model's tool calls and a user's clicks look like on the wire."""
 
     def __init__(self, channel: grpc.Channel) -> None:
+        self.channel = channel
         self.stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)  # type: ignore[no-untyped-call]
 
     def invoke(self, request_id: str, tool: str, args: dict[str, Any]) -> gateway_pb2.InvokeResponse:
@@ -118,11 +127,14 @@ class Walkthrough:
         # carried from step to step
         self.card: gateway_pb2.ConfirmationCard | None = None
         self.first: common_pb2.Action | None = None
+        self.stale: common_pb2.Action | None = None
+        self.reconciled: common_pb2.Action | None = None
 
     def run(self) -> None:
         steps: list[Callable[[int], None]] = [
             self.read, self.write, self.retry_same_turn, self.two_tabs, self.confirm_after_settle,
             self.invoke_after_settle, self.refusals, self.stale_status, self.forged_token,
+            self.continuation, self.guard_failed, self.unknown_reconciled, self.compensation,
         ]
         for number, step in enumerate(steps, 1):
             self.steps += 1
@@ -296,6 +308,7 @@ class Walkthrough:
         print(f"    the user confirms the stale card → {short(action)} (the service answered {http_status})")
         print(f"    the todo at the service: status {after.get('status')}, version {after.get('version')}"
               " — not overwritten")
+        self.stale = action
         expect("FAILED", action.state == common_pb2.ACTION_STATE_FAILED, short(action))
         expect("reason TODO_VERSION_CONFLICT", action.error.reason == "TODO_VERSION_CONFLICT", action.error.reason)
         expect("not retryable", not action.error.retryable, action.error)
@@ -327,6 +340,94 @@ class Walkthrough:
         raise Mismatch(f"expected INVALID_ARGUMENT, got an Action: {short(action)}")
 
 
+    # [10] ---------------------------------------------------------------------------------
+    def continuation(self, n: int) -> None:
+        card = self.need_card()
+        conts = continuation_pb2_grpc.ContinuationServiceStub(self.agent.channel)  # type: ignore[no-untyped-call]
+        snapshot = continuation_pb2.ContinuationSnapshot(question="帮我建一个今晚 9 点买牛奶的待办", locale="zh-CN",
+                                                         lead_in="好的，")
+        opened = conts.OpenContinuation(continuation_pb2.OpenContinuationRequest(
+            context=ctx("turn-1"), action_id=card.action_id, snapshot=snapshot), timeout=RPC_TIMEOUT).continuation
+        got = conts.ClaimContinuation(continuation_pb2.ClaimContinuationRequest(
+            context=ctx("turn-1"), token=opened.token), timeout=RPC_TIMEOUT).continuation
+        facts = ", ".join(f"{f.tool_name} ({f.summary})" for f in got.facts) or "none"
+        print(f"[{n}] the reply, after the write: continuation {cont_state(opened.state)} → claimed "
+              f"{cont_state(got.state)}; it offers no tools, only facts: {facts}; receipt «{got.receipt.summary}»")
+        reply = "好的，已经帮你创建好了待办「买牛奶」，今晚 9 点提醒你。"
+        settled = conts.SettleContinuation(continuation_pb2.SettleContinuationRequest(
+            context=ctx("turn-1"), token=opened.token, reply_text=reply), timeout=RPC_TIMEOUT).continuation
+        again = conts.ClaimContinuation(continuation_pb2.ClaimContinuationRequest(
+            context=ctx("turn-1"), token=opened.token), timeout=RPC_TIMEOUT).continuation
+        print(f"    the model's reply passes the guard (a succeeded receipt backs it): «{settled.reply_text}»")
+        print(f"    a retried generation gets the stored reply (replayed: {again.replayed}); nothing ran again")
+        expect("READY at once (the action already succeeded)",
+               opened.state == continuation_pb2.CONTINUATION_STATE_READY, cont_state(opened.state))
+        expect("the read of step 1 among the facts", any(f.tool_name == "list_todos" for f in got.facts), facts)
+        expect("the reply kept", settled.reply_text == reply, settled.reply_text)
+        expect("replayed, same reply", again.replayed and again.reply_text == reply, again)
+        expect("still one POST /todos for the action", len(self.todo_writes(card.action_id)) == 1,
+               self.todo_writes(card.action_id))
+
+    # [11] ---------------------------------------------------------------------------------
+    def guard_failed(self, n: int) -> None:
+        expect("the failed action of step 8", self.stale is not None, None)
+        assert self.stale is not None
+        guard = guard_pb2_grpc.ReplyGuardServiceStub(self.agent.channel)  # type: ignore[no-untyped-call]
+        claim = "✅ 已经帮你把「交房租」标记为完成了！"
+        verdict = guard.CheckReply(guard_pb2.CheckReplyRequest(
+            context=ctx("turn-5"), reply_text=claim, action_ids=[self.stale.action_id]), timeout=RPC_TIMEOUT)
+        print(f"[{n}] the model claims «{claim}» for the action that FAILED (409)")
+        print(f"    guard: {guard_pb2.GuardVerdict.Name(verdict.verdict).removeprefix('GUARD_VERDICT_')} "
+              f"({verdict.reason.split(':')[0]}) → «{verdict.reply_text}»")
+        expect("REPLACED", verdict.verdict == guard_pb2.GUARD_VERDICT_REPLACED, verdict)
+        expect("a deterministic sentence", verdict.reply_text != claim and "完成了" not in verdict.reply_text,
+               verdict.reply_text)
+
+    # [12] ---------------------------------------------------------------------------------
+    def unknown_reconciled(self, n: int) -> None:
+        response = self.agent.invoke("turn-7", "create_todo", {"title": "取快递"})
+        card = response.confirmation
+        self.todo.call("POST", "/_test/faults", {"path": "/todos", "method": "POST", "mode": "hang_after_commit",
+                                                 "seconds": 2.0, "times": 1})
+        action = self.agent.confirm("turn-7", card.token)
+        print(f"[{n}] the service commits 取快递 and then hangs past the deadline → {short(action)}")
+        again = self.agent.confirm("turn-7", card.token)
+        print(f"    the user clicks again → {short(again)}: the claim stays held, nothing is re-sent")
+        resolved = self.agent.stub.Reconcile(gateway_pb2.ReconcileRequest(
+            context=ctx("turn-7"), action_id=card.action_id), timeout=RPC_TIMEOUT).action
+        print(f"    Reconcile asks the service by idempotency key → {short(resolved)}")
+        self.reconciled = resolved
+        expect("UNKNOWN first", action.state == common_pb2.ACTION_STATE_UNKNOWN, short(action))
+        expect("UNKNOWN again, replayed", again.state == common_pb2.ACTION_STATE_UNKNOWN and again.replayed,
+               short(again))
+        expect("SUCCEEDED by evidence", resolved.state == common_pb2.ACTION_STATE_SUCCEEDED, short(resolved))
+        expect("one POST /todos", len(self.todo_writes(card.action_id)) == 1, self.todo_writes(card.action_id))
+
+    # [13] ---------------------------------------------------------------------------------
+    def compensation(self, n: int) -> None:
+        expect("the reconciled action of step 12", self.reconciled is not None, None)
+        assert self.reconciled is not None
+        todo_id = self.reconciled.receipt.resource_id
+        request = gateway_pb2.CompensateRequest(context=ctx("turn-8"), action_id=self.reconciled.action_id)
+        undone = self.agent.stub.Compensate(request, timeout=RPC_TIMEOUT).action
+        twice = self.agent.stub.Compensate(request, timeout=RPC_TIMEOUT).action
+        gone = self.todo.call("GET", f"/todos/{todo_id}")
+        print(f"[{n}] the user changes their mind: Compensate runs the declared inverse (delete_todo {todo_id}) → "
+              f"{state_name(undone.state)}; again → {state_name(twice.state)} (replayed: {twice.replayed})")
+        print(f"    the todo at the service: {gone.get('reason', gone)}")
+        expect("COMPENSATED", undone.state == common_pb2.ACTION_STATE_COMPENSATED, short(undone))
+        expect("the first outcome again", twice.state == common_pb2.ACTION_STATE_COMPENSATED and twice.replayed,
+               short(twice))
+        expect("the todo deleted", gone.get("reason") == "TODO_NOT_FOUND", gone)
+
+    def todo_writes(self, key: str) -> list[dict[str, Any]]:
+        return [e for e in self.todo.requests() if e.get("idempotency_key") == key and "/by-key/" not in e["path"]]
+
+
+def cont_state(state: int) -> str:
+    return continuation_pb2.ContinuationState.Name(state).removeprefix("CONTINUATION_STATE_")  # type: ignore[arg-type]
+
+
 # ---------------------------------------------------------------------------- processes
 
 
@@ -339,7 +440,8 @@ def main(verbose: bool = False) -> int:
         todo = harness.start_todo_service(work)
         procs.append(todo)
         registry = harness.write_registry(work, todo.info["url"])
-        sidecar = harness.start_sidecar(work, registry, flags=["--log-level", "warning"])
+        sidecar = harness.start_sidecar(work, registry, flags=["--log-level", "warning", "--downstream-deadline",
+                                                               "1s", "--reconcile-interval", "1h"])
         procs.append(sidecar)
         print(f"Countersign walkthrough — sidecar {sidecar.info.get('grpc')} (redis: "
               f"{sidecar.info.get('redis')}), todo service {todo.info['url']}")
