@@ -92,7 +92,7 @@ class Keyring:
         return cls(active="gen", keys={"gen": os.urandom(MIN_KEY_BYTES)}, generated=True)
 
     def _hmac(self, kid: str, label: str, data: bytes) -> bytes:
-        return hmac.new(self.keys[kid], label.encode() + b":" + data, hashlib.sha256).digest()
+        return hmac.digest(self.keys[kid], label.encode() + b":" + data, "sha256")
 
     # -- action ids and tokens ---------------------------------------------------------------
 
@@ -128,7 +128,8 @@ class Keyring:
 
     def binding(self, kid: str, owner: list[str]) -> str:
         """A keyed hash of (tenant, actor, subject, session): stored instead of the ids."""
-        return self._hmac(kid, "bind", canonical(owner))[:16].hex()
+        # A list of strings: plain JSON is already unambiguous (and much cheaper than RFC 8785 here).
+        return self._hmac(kid, "bind", json.dumps(owner).encode())[:16].hex()
 
     def mac(self, kid: str, kind: str, payload: bytes) -> str:
         return _b64(self._hmac(kid, "record:" + kind, payload))

@@ -37,6 +37,7 @@ class Audit:
         self.pending: set[asyncio.Task[Any]] = set()
         self._queues: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
         self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()   # the last chain state we wrote
+        self.batch_delay = 0.02
 
     def event(self, action_id: str, kind: str, **fields: Any) -> None:
         """Record an event in the background (never raises, never waits)."""
@@ -52,6 +53,9 @@ class Audit:
 
     async def _writer(self, action_id: str) -> None:
         try:
+            # A short wait lets the events of one step travel together (claimed + settled of a quick
+            # Confirm become one script call).
+            await asyncio.sleep(self.batch_delay)
             while self._queues[action_id]:
                 batch, self._queues[action_id] = self._queues[action_id], []
                 await self._append(action_id, batch)
@@ -60,9 +64,11 @@ class Audit:
 
     async def _append(self, action_id: str, batch: list[tuple[str, int, dict[str, Any]]]) -> None:
         try:
-            state = self._heads.pop(action_id, None)
+            # Optimistic: chain to the head we last wrote (or to nothing, for a new action); on a conflict the
+            # script answers the real head and we chain again.
+            state = self._heads.pop(action_id, None) or (0, "")
             for _ in range(8):
-                seq, head = state if state is not None else await self.store.audit_anchor(action_id)
+                seq, head = state
                 events, prev = [], head
                 for n, (kind, at, fields) in enumerate(batch, start=1):
                     body = {"a": action_id, "seq": seq + n, "prev": prev, "t": kind, "at": at,

@@ -70,6 +70,7 @@ BACKED_BY: Mapping[str, frozenset[str]] = {
 }
 
 _CLAUSE_END = re.compile(r"[。！？!?；;\n\r]+|\.+(?=\s|$)")
+_CLAUSE_END_CHARS = frozenset("。！？!?；;\n\r.")
 # The same ends, written to start with a character class (so re skips ahead fast): the first clause end after
 # a position, and, in the reversed text, the last one before it. tests/test_reply_guard.py checks they agree.
 _CLAUSE_END_AFTER = re.compile(r"[。！？!?；;\n\r.](?:(?<=[^.])[。！？!?；;\n\r]*|(?<=\.)\.*(?=\s|$))")
@@ -185,6 +186,10 @@ _TOKEN_VERBS: Mapping[str, frozenset[str]] = {
     "forward": frozenset({"send"}),
 }
 _ANYWHERE_TOKENS = ("done", "complete", "finish")
+# a name's last word counts only when it is unmistakably a verb ("todo_create", not "get_email")
+_LAST_TOKENS = frozenset({"create", "add", "insert", "upsert", "delete", "remove", "destroy", "erase", "purge",
+                          "update", "edit", "rename", "modify", "reschedule", "complete", "finish", "save", "send",
+                          "notify"})
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 
@@ -202,8 +207,8 @@ def verbs_of(tool_name: str) -> frozenset[str]:
     if not tokens:
         return frozenset()
     verbs = set(_TOKEN_VERBS.get(tokens[0], ()))
-    if not verbs:
-        verbs.update(_TOKEN_VERBS.get(tokens[-1], ()))
+    if not verbs and tokens[-1] in _LAST_TOKENS:
+        verbs.update(_TOKEN_VERBS[tokens[-1]])
     for token in tokens:
         if token in _ANYWHERE_TOKENS:
             verbs.update(_TOKEN_VERBS[token])
@@ -805,8 +810,10 @@ class ReplyGuard:
             return [], cancelled
         # clause start -> (clause end, groups to run there)
         todo: dict[int, tuple[int, set[int]]] = {}
+        every: list[tuple[int, int]] | None = None
         if everywhere:
-            for cs, ce in _clauses(text):
+            every = _clauses(text)
+            for cs, ce in every:
                 todo[cs] = (ce, set(everywhere))
         # the regexes of a group whose word needs are all in the reply (the others cannot match anywhere)
         alive: dict[int, tuple[_Pattern, ...]] = {}
@@ -827,6 +834,14 @@ class ReplyGuard:
             end = -1
             start = 0
             for pos in sorted(at):
+                if text[pos] in _CLAUSE_END_CHARS:  # a literal inside a run of clause ends: read every clause
+                    if every is None:
+                        every = _clauses(text)
+                        for cs, ce in every:
+                            todo.setdefault(cs, (ce, set()))
+                    for cs, _ce in every:
+                        todo[cs][1].update(at[pos])
+                    continue
                 if pos >= end:  # a new clause
                     before = _CLAUSE_END_REVERSED.search(reversed_text, n - pos)
                     after = _CLAUSE_END_AFTER.search(text, pos)

@@ -96,7 +96,10 @@ class Metrics:
             return
         start = time.perf_counter()
         try:
-            with tracing.stage_span(stage):
+            if tracing.recording:
+                with tracing.stage_span(stage):
+                    yield
+            else:
                 yield
         finally:
             self.stage.labels(stage).observe(time.perf_counter() - start)

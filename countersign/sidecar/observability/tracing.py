@@ -21,6 +21,7 @@ from opentelemetry.trace import Span, SpanKind
 log = logging.getLogger("countersign.tracing")
 tracer = trace.get_tracer("countersign")
 _configured = False
+recording = False     # True once setup() installed the SDK: stage spans are worth creating
 
 
 def setup(*, force: bool = False) -> bool:
@@ -48,6 +49,8 @@ def setup(*, force: bool = False) -> bool:
         else:
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
+    global recording
+    recording = True
     return True
 
 
