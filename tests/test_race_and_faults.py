@@ -221,3 +221,30 @@ def test_grpcurl_lists_services_reads_health_and_invokes(stack: Stack) -> None:
     confirmation = card["confirmation"]
     assert confirmation.get("toolName", confirmation.get("tool_name")) == "create_todo"
     assert confirmation["token"].startswith("cs1.")
+
+
+def test_beyond_max_in_flight_calls_are_shed_at_once_and_touch_nothing(stack: Stack) -> None:
+    sidecar = stack.start_sidecar(flags=["--max-in-flight", "2"])
+    try:
+        stub = stack.stub(sidecar.info["grpc"])
+        cards = [stack.card(stub, request_id=uuid.uuid4().hex, title=f"过载 {i}") for i in range(6)]
+        stack.todo.fault(path="/todos", method="POST", mode="hang_before_commit", seconds=1.0, times=6)
+        futures = [stub.Confirm.future(gateway_pb2.ConfirmRequest(context=ctx(), token=c.token), timeout=10)
+                   for c in cards]
+        outcomes = []
+        for f in futures:
+            try:
+                outcomes.append(f.result().action.state)
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert error_info(exc).reason == "OVERLOADED"
+                outcomes.append("shed")
+        assert outcomes.count("shed") == 4 and outcomes.count(common_pb2.ACTION_STATE_SUCCEEDED) == 2
+        shed = [c for c, o in zip(cards, outcomes, strict=True) if o == "shed"]
+        for card in shed:
+            assert stack.todo.writes(card.action_id) == []
+            got = stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)).action
+            assert got.state == common_pb2.ACTION_STATE_READY, "a shed Confirm leaves the card untouched"
+    finally:
+        stack.todo.clear_faults()
+        sidecar.stop()

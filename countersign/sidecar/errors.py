@@ -13,6 +13,7 @@
      ├── DataLoss                       DATA_LOSS: CONFIRMATION_TAMPERED, RECORD_TAMPERED
      ├── Unavailable                    UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE,
      │                                   REPLICAS_NOT_ACKNOWLEDGED
+     ├── ResourceExhausted              RESOURCE_EXHAUSTED: OVERLOADED (more calls in flight than allowed)
      └── Unimplemented                  UNIMPLEMENTED: NOT_IMPLEMENTED
 
 Stages raise these; only the server turns them into a status. Nothing else is allowed to
@@ -81,6 +82,10 @@ class DataLoss(CountersignError):
 
 class Unavailable(CountersignError):
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class ResourceExhausted(CountersignError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 class Unimplemented(CountersignError):

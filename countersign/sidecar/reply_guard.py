@@ -124,6 +124,7 @@ class _Pattern:
     ignore_case: bool
     need: _Need | None  # what wakes it: one of these literals is in every match; None: it runs on every clause
     requires: tuple[tuple[int, _Need], ...]  # (id, need): everything a match contains, checked on a woken clause
+    anchored: bool = False  # it starts with ^: it can only match at the start of a clause
     word_keys: tuple[frozenset[bytes], ...] = field(init=False, compare=False, repr=False)
     finders: tuple[tuple[int, re.Pattern[str], bool], ...] = field(init=False, compare=False, repr=False)
 
@@ -452,6 +453,18 @@ def _required_literals(source: str, flags: int) -> tuple[_Need | None, tuple[_Ne
     return best, tuple(ordered)
 
 
+def _anchored(source: str) -> bool:
+    """Whether every match of ``source`` starts at the start of the string (its first op is ^ or \\A)."""
+    if _PARSER is None:  # pragma: no cover
+        return False
+    try:
+        data = list(_PARSER.parse(source).data)
+    except Exception:  # pragma: no cover
+        return False
+    return bool(data) and data[0][0] is _PARSER.AT and data[0][1] in (_PARSER.AT_BEGINNING,
+                                                                       _PARSER.AT_BEGINNING_STRING)
+
+
 # ------------------------------------------------------------------------------------------- loading
 
 def _expand(source: str, defines: Mapping[str, str], where: str) -> str:
@@ -521,14 +534,14 @@ def _scan(literal_groups: Mapping[str, set[int]]) -> _Scan | None:
     return _Scan(re.compile(_trie(literals)), woken)
 
 
-def _words_of(text: str, odd: bool = True) -> frozenset[bytes]:
-    """The ASCII words of ``text``, lower-cased (a superset index of what \\b-bounded literals can match).
-    ``odd=False``: the caller knows ``text`` holds none of ODD_CASE_CHARS."""
+def _words_of(text: str, known: frozenset[bytes], odd: bool = True) -> frozenset[bytes]:
+    """The lexicon words (``known``) that ``text`` holds as whole ASCII words, lower-cased: a superset of what
+    a \\b-bounded literal can match. ``odd=False``: the caller knows ``text`` holds none of ODD_CASE_CHARS."""
     if odd:
         for ch, plain in ODD_CASE_CHARS.items():
             if ch in text:
                 text = text.replace(ch, plain)
-    return frozenset(text.encode("utf-8", "surrogatepass").translate(_WORD_TABLE).split())
+    return known.intersection(text.encode("utf-8", "surrogatepass").translate(_WORD_TABLE).split())
 
 
 class ReplyGuard:
@@ -571,6 +584,7 @@ class ReplyGuard:
                 for lit in need.literals:
                     bucket.setdefault(lit, set()).add(gi)
         self._groups = tuple(groups)
+        self._known_words = frozenset(k for p in self._patterns for keys in p.word_keys for k in keys)
         self._words = {k: tuple(sorted(v)) for k, v in words.items()}
         self._word_keys = frozenset(self._words)
         self._word_literals = word_literals
@@ -642,7 +656,7 @@ class ReplyGuard:
                     regex = _compile(expanded, flags, spot)
                     need, requires = _required_literals(expanded, flags)
                     ids = tuple((need_ids.setdefault(r, len(need_ids)), r) for r in requires)
-                    patterns.append(_Pattern(name, verb, src, regex, ignore_case, need, ids))
+                    patterns.append(_Pattern(name, verb, src, regex, ignore_case, need, ids, _anchored(expanded)))
 
             cancel = raw.get("not_a_claim") or {}
             if not isinstance(cancel, dict) or set(cancel) - _CANCEL_KEYS:
@@ -752,31 +766,44 @@ class ReplyGuard:
 
     # ------------------------------------------------------------------------------------ detection
 
-    def _wake(self, text: str) -> tuple[dict[int, set[int]], set[int], frozenset[bytes], bool]:
+    def _wake(self, text: str) -> tuple[dict[int, set[int]], set[int], dict[int, tuple[_Pattern, ...]], bool]:
         """Where the literals are: position -> the groups a literal there wakes; the groups that must run on
-        every clause (no literal, or a lower-cased copy whose offsets do not line up with ``text``); the words;
-        whether ``text`` holds one of ODD_CASE_CHARS."""
+        every clause (no literal, or a lower-cased copy whose offsets do not line up with ``text``); for each
+        woken group, its regexes whose word needs are all in ``text``; whether ``text`` holds ODD_CASE_CHARS."""
         at: dict[int, set[int]] = {}
         everywhere = set(self._unfiltered)
         lowered: str | None = None
         aligned = True
         odd = any(c in text for c in ODD_CASE_CHARS)
-        words = _words_of(text, odd)
-        if self._word_keys:
-            present = self._word_keys.intersection(words)
-            if present:
-                lowered = text.lower()
-                aligned = len(lowered) == len(text) and not odd
-                for key in present:
-                    groups = self._words[key]
-                    if not aligned:
-                        everywhere.update(groups)
-                        continue
-                    lit = self._word_literals[key]
-                    i = lowered.find(lit)
-                    while i >= 0:
-                        at.setdefault(i, set()).update(groups)
-                        i = lowered.find(lit, i + 1)
+        words = _words_of(text, self._known_words, odd)
+        alive: dict[int, tuple[_Pattern, ...]] = {}
+        living: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+        def live(groups: tuple[int, ...]) -> tuple[int, ...]:
+            out = living.get(groups)
+            if out is None:
+                for gi in groups:
+                    if gi not in alive:
+                        alive[gi] = self._alive(gi, words)
+                out = living[groups] = tuple(gi for gi in groups if alive[gi])
+            return out
+
+        present = self._word_keys.intersection(words)
+        if present:
+            lowered = text.lower()
+            aligned = len(lowered) == len(text) and not odd
+            for key in present:
+                groups = live(self._words[key])
+                if not groups:
+                    continue
+                if not aligned:
+                    everywhere.update(groups)
+                    continue
+                lit = self._word_literals[key]
+                i = lowered.find(lit)
+                while i >= 0:
+                    at.setdefault(i, set()).update(groups)
+                    i = lowered.find(lit, i + 1)
         for scan, on_lowered in ((self._exact_scan, False), (self._folded_scan, True)):
             if scan is None:
                 continue
@@ -788,20 +815,22 @@ class ReplyGuard:
             m = search(haystack)
             while m is not None:
                 pos = m.start()
-                if on_lowered and not aligned:
-                    everywhere.update(scan.groups[m.group()])
-                else:
-                    at.setdefault(pos, set()).update(scan.groups[m.group()])
+                groups = live(scan.groups[m.group()])
+                if groups:
+                    if on_lowered and not aligned:
+                        everywhere.update(groups)
+                    else:
+                        at.setdefault(pos, set()).update(groups)
                 m = search(haystack, pos + 1)
-        return at, everywhere, words, odd
+        return at, everywhere, alive, odd
 
     def _claims(self, text: str, prefilter: bool = True) -> tuple[list[_Claim], list[tuple[str, str]]]:
         """The claims in ``text`` (in order; overlapping claims of one verb merged) and the cancelled
         candidates. ``prefilter=False`` runs every regex on every clause (the reference the tests compare to)."""
-        text_words: frozenset[bytes] = frozenset()
         odd_text = True
+        alive: dict[int, tuple[_Pattern, ...]] = {}  # group -> its regexes whose word needs the reply holds
         if prefilter:
-            at, everywhere, text_words, odd_text = self._wake(text)
+            at, everywhere, alive, odd_text = self._wake(text)
         else:
             at, everywhere = {}, set(range(len(self._groups)))
         found: dict[tuple[int, int, str], _Claim] = {}
@@ -815,19 +844,6 @@ class ReplyGuard:
             every = _clauses(text)
             for cs, ce in every:
                 todo[cs] = (ce, set(everywhere))
-        # the regexes of a group whose word needs are all in the reply (the others cannot match anywhere)
-        alive: dict[int, tuple[_Pattern, ...]] = {}
-        if prefilter and at:
-            for pos in list(at):
-                woken_here = at[pos]
-                for gi in list(woken_here):
-                    pats = alive.get(gi)
-                    if pats is None:
-                        pats = alive[gi] = self._alive(gi, text_words)
-                    if not pats:
-                        woken_here.discard(gi)
-                if not woken_here:
-                    del at[pos]
         if at:
             n = len(text)
             reversed_text = text[::-1]
@@ -865,7 +881,7 @@ class ReplyGuard:
                     if prefilter:
                         if pat.word_keys:
                             if words is None:
-                                words = _words_of(ctext, odd_text)
+                                words = _words_of(ctext, self._known_words, odd_text)
                             missing = False
                             for keys in pat.word_keys:
                                 if words.isdisjoint(keys):
@@ -890,6 +906,8 @@ class ReplyGuard:
                                 break
                         if missing:
                             continue
+                    if pat.regex.search(ctext) is None:
+                        continue
                     for m in pat.regex.finditer(ctext):
                         s, e = m.span()
                         if s == e or (cs + s, cs + e, pat.verb) in found:

@@ -22,6 +22,7 @@ from countersign.sidecar.errors import (
     DOMAIN,
     CountersignError,
     InvalidArgument,
+    ResourceExhausted,
     StoreUnavailable,
 )
 from countersign.sidecar.observability import tracing
@@ -70,9 +71,17 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
         @functools.wraps(handler)
         async def inner(self: Any, request: Any, context: Ctx) -> R:
             metrics: Metrics = self.metrics
+            gate: Gate = self.gate
             with tracing.server_span(name, context.invocation_metadata()) as span:
                 try:
-                    return await handler(self, request, context)
+                    if gate.in_flight >= gate.limit:
+                        raise ResourceExhausted("OVERLOADED", f"more than {gate.limit} calls in flight; retry "
+                                                "with backoff", metadata={"limit": str(gate.limit)})
+                    gate.in_flight += 1
+                    try:
+                        return await handler(self, request, context)
+                    finally:
+                        gate.in_flight -= 1
                 except CountersignError as exc:
                     error = exc
                     span.set_status(trace.Status(trace.StatusCode.ERROR, exc.reason))
@@ -99,6 +108,13 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
     return wrap
 
 
+class Gate:
+    """Bounds the calls in flight across the sidecar's services (health and reflection are not counted)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.in_flight = limit, 0
+
+
 def _token(token: str) -> str:
     if not token:
         raise InvalidArgument("CONFIRMATION_TOKEN_INVALID", "token is required")
@@ -106,8 +122,8 @@ def _token(token: str) -> str:
 
 
 class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
-    def __init__(self, pipeline: Pipeline) -> None:
-        self.pipeline, self.metrics = pipeline, pipeline.metrics
+    def __init__(self, pipeline: Pipeline, gate: Gate) -> None:
+        self.pipeline, self.metrics, self.gate = pipeline, pipeline.metrics, gate
 
     @rpc("Invoke")
     async def Invoke(self, request: gateway_pb2.InvokeRequest,
@@ -145,8 +161,8 @@ class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
 
 
 class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):
-    def __init__(self, pipeline: Pipeline) -> None:
-        self.continuations, self.metrics = pipeline.continuations, pipeline.metrics
+    def __init__(self, pipeline: Pipeline, gate: Gate) -> None:
+        self.continuations, self.metrics, self.gate = pipeline.continuations, pipeline.metrics, gate
 
     @rpc("OpenContinuation")
     async def OpenContinuation(self, request: continuation_pb2.OpenContinuationRequest,
@@ -174,8 +190,8 @@ class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):
 
 
 class ReplyGuardServicer(guard_pb2_grpc.ReplyGuardServiceServicer):
-    def __init__(self, pipeline: Pipeline) -> None:
-        self.continuations, self.metrics = pipeline.continuations, pipeline.metrics
+    def __init__(self, pipeline: Pipeline, gate: Gate) -> None:
+        self.continuations, self.metrics, self.gate = pipeline.continuations, pipeline.metrics, gate
 
     @rpc("CheckReply")
     async def CheckReply(self, request: guard_pb2.CheckReplyRequest,
