@@ -2,10 +2,12 @@
 
     /work/main/.venv/bin/python bench/guard.py [--calls N] [--warmup N]
 
-The reply is mixed Chinese/English read-only text (a todo listing, with words such as 已经, completed, set,
-saved that make the prefilter work) and one success claim near the end. Each scenario runs ``--calls``
-calls after ``--warmup`` calls and prints p50/p99 wall time per call (perf_counter_ns around each call) and
-the CPU time per call (time.process_time over the whole loop / calls). Pure CPU: no I/O, no threads.
+The reply is mixed Chinese/English read-only text (a todo listing whose every sentence holds a word such as
+完成, completed, set or saved, so the prefilter wakes claim regexes all over it: a hard case) and one success
+claim near the end. Each scenario runs ``--calls`` calls (the 16 KB one a tenth) after ``--warmup`` calls,
+interleaved with the others in ``--rounds`` rounds, and prints p50/p99 wall time per call (perf_counter_ns
+around each call) and the CPU time per call (time.process_time over its loops / calls). Pure CPU: no I/O, no
+threads. The first line prints a yardstick (a 10k-iteration Python loop) to compare machines.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,32 +54,61 @@ def build_reply(claim: str = CLAIM) -> str:
     return text + " " * max(0, TARGET_CHARS - len(text))
 
 
-def run(guard: ReplyGuard, name: str, reply: str, evidence: list[Evidence], calls: int, warmup: int) -> None:
-    for _ in range(warmup):
-        guard.check(reply, "zh-CN", evidence)
-    samples = [0] * calls
+@dataclass
+class Scenario:
+    name: str
+    reply: str
+    evidence: list[Evidence]
+    calls: int
+    samples: list[int] = field(default_factory=list)
+    cpu: float = 0.0
+
+
+def run(guard: ReplyGuard, scenarios: list[Scenario], warmup: int, rounds: int) -> None:
+    """Interleave the scenarios in ``rounds`` rounds, so that a noisy neighbour slows them all alike."""
+    for sc in scenarios:
+        for _ in range(warmup):
+            guard.check(sc.reply, "zh-CN", sc.evidence)
     clock = time.perf_counter_ns
-    cpu0 = time.process_time()
-    for k in range(calls):
-        t0 = clock()
-        guard.check(reply, "zh-CN", evidence)
-        samples[k] = clock() - t0
-    cpu = time.process_time() - cpu0
-    samples.sort()
-    verdict = guard.check(reply, "zh-CN", evidence)
-    p50 = samples[calls // 2] / 1000
-    p99 = samples[min(calls - 1, int(calls * 0.99))] / 1000
-    mean = statistics.fmean(samples) / 1000
-    print(f"{name:<28} {len(reply):>5} chars {len(reply.encode()):>5} B  p50 {p50:7.1f} us  p99 {p99:7.1f} us  "
-          f"mean {mean:7.1f} us  cpu/call {cpu / calls * 1e6:7.1f} us  -> {verdict.reason}"
-          f"{' (replaced)' if verdict.replaced else ''}")
+    for _ in range(rounds):
+        for sc in scenarios:
+            n = sc.calls // rounds
+            buf = [0] * n
+            cpu0 = time.process_time()
+            for k in range(n):
+                t0 = clock()
+                guard.check(sc.reply, "zh-CN", sc.evidence)
+                buf[k] = clock() - t0
+            sc.cpu += time.process_time() - cpu0
+            sc.samples.extend(buf)
+    for sc in scenarios:
+        samples = sorted(sc.samples)
+        calls = len(samples)
+        verdict = guard.check(sc.reply, "zh-CN", sc.evidence)
+        p50 = samples[calls // 2] / 1000
+        p99 = samples[min(calls - 1, int(calls * 0.99))] / 1000
+        mean = statistics.fmean(samples) / 1000
+        print(f"{sc.name:<28} {len(sc.reply):>5} chars {len(sc.reply.encode()):>5} B  {calls:>6} calls  "
+              f"p50 {p50:7.1f} us  p99 {p99:7.1f} us  mean {mean:7.1f} us  cpu/call {sc.cpu / calls * 1e6:7.1f} us"
+              f"  -> {verdict.reason}{' (replaced)' if verdict.replaced else ''}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=20_000)
     ap.add_argument("--warmup", type=int, default=2_000)
+    ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args()
+
+    # a yardstick for the machine: CPU time of a 10k-iteration pure-Python loop (best of 20)
+    yardstick = []
+    for _ in range(20):
+        c0 = time.process_time()
+        total = 0
+        for i in range(10_000):
+            total += i
+        yardstick.append(time.process_time() - c0)
+    print(f"yardstick: a 10k-iteration Python loop takes {min(yardstick) * 1e6:.0f} us of CPU here")
 
     t0 = time.perf_counter()
     guard = ReplyGuard.load()
@@ -86,12 +118,13 @@ def main() -> None:
           f"{args.warmup} warm-up calls")
     created = Evidence("act_1", "create_todo", True, verbs_of("create_todo"))
     reply = build_reply()
-    run(guard, "claim, succeeded receipt", reply, [created], args.calls, args.warmup)
-    run(guard, "claim, no receipt", reply, [], args.calls, args.warmup)
-    run(guard, "read-only, no claim", build_reply("Let me know if you need anything."), [], args.calls,
-        args.warmup)
-    run(guard, "16 KB mixed, claim at end", (reply * 8)[-SCAN:] if (SCAN := 16 * 1024) else reply, [created],
-        args.calls // 4, args.warmup // 4)
+    scenarios = [
+        Scenario("claim, succeeded receipt", reply, [created], args.calls),
+        Scenario("claim, no receipt", reply, [], args.calls),
+        Scenario("read-only, no claim", build_reply("Let me know if you need anything."), [], args.calls),
+        Scenario("16 KB mixed, claim at end", (reply * 8)[-16 * 1024:], [created], args.calls // 10),
+    ]
+    run(guard, scenarios, args.warmup, args.rounds)
 
 
 if __name__ == "__main__":

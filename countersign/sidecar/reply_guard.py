@@ -27,8 +27,8 @@ How a reply is read:
 
 1. At most 16 KB is scanned: the first and last 8 KB of a longer reply (the explanation says so).
 2. The text is cut into clauses at 。！？!?；; newlines and ". "; claim regexes are searched in each clause
-   (``^``/``$`` are the clause's ends). A claim regex is only run on the clauses that contain a literal the
-   regex cannot match without (derived from the regex at load), which keeps a 2 KB reply well under 0.2 ms.
+   (``^``/``$`` are the clause's ends). A claim regex only runs on a clause that holds every literal the regex
+   cannot match without (derived from the parsed regex at load): most clauses of a reply run no regex at all.
 3. A clause is cut into parts at commas, colons, dashes and the lexicons' ``scope_breaks``; a claim is
    cancelled by a ``preceding`` match in its part before the claim ends, or an ``anywhere`` match in its part
    ("已经创建好了，但没有设置提醒" stays a claim: the negation is in another part).
@@ -124,7 +124,6 @@ class _Pattern:
     ignore_case: bool
     need: _Need | None  # what wakes it: one of these literals is in every match; None: it runs on every clause
     requires: tuple[tuple[int, _Need], ...]  # (id, need): everything a match contains, checked on a woken clause
-    anchored: bool = False  # it starts with ^: it can only match at the start of a clause
     word_keys: tuple[frozenset[bytes], ...] = field(init=False, compare=False, repr=False)
     finders: tuple[tuple[int, re.Pattern[str], bool], ...] = field(init=False, compare=False, repr=False)
 
@@ -442,7 +441,8 @@ def _required_literals(source: str, flags: int) -> tuple[_Need | None, tuple[_Ne
         return None, ()
     try:
         parsed = _PARSER.parse(source, flags)
-        needs = _needs_in(list(parsed.data), bool(flags & re.IGNORECASE), False, False)
+        ignore_case = bool((flags | parsed.state.flags) & re.IGNORECASE)  # an inline (?i) counts too
+        needs = _needs_in(list(parsed.data), ignore_case, False, False)
     except Exception:  # pragma: no cover - an unexpected parser shape only costs speed
         return None, ()
     best = _best(needs)
@@ -451,18 +451,6 @@ def _required_literals(source: str, flags: int) -> tuple[_Need | None, tuple[_Ne
     # cheapest checks first: word sets, then few literals
     ordered = sorted(set(needs), key=lambda n: (not n.words, len(n.literals)))
     return best, tuple(ordered)
-
-
-def _anchored(source: str) -> bool:
-    """Whether every match of ``source`` starts at the start of the string (its first op is ^ or \\A)."""
-    if _PARSER is None:  # pragma: no cover
-        return False
-    try:
-        data = list(_PARSER.parse(source).data)
-    except Exception:  # pragma: no cover
-        return False
-    return bool(data) and data[0][0] is _PARSER.AT and data[0][1] in (_PARSER.AT_BEGINNING,
-                                                                       _PARSER.AT_BEGINNING_STRING)
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -562,7 +550,7 @@ class ReplyGuard:
         self._breaks = breaks
         by_need: dict[tuple[bool, _Need | None], list[_Pattern]] = {}
         for pat in self._patterns:
-            by_need.setdefault((pat.ignore_case, pat.need), []).append(pat)
+            by_need.setdefault((pat.need.ignore_case if pat.need else pat.ignore_case, pat.need), []).append(pat)
         groups: list[_Group] = []
         words: dict[bytes, set[int]] = {}
         word_literals: dict[bytes, str] = {}
@@ -656,7 +644,7 @@ class ReplyGuard:
                     regex = _compile(expanded, flags, spot)
                     need, requires = _required_literals(expanded, flags)
                     ids = tuple((need_ids.setdefault(r, len(need_ids)), r) for r in requires)
-                    patterns.append(_Pattern(name, verb, src, regex, ignore_case, need, ids, _anchored(expanded)))
+                    patterns.append(_Pattern(name, verb, src, regex, ignore_case, need, ids))
 
             cancel = raw.get("not_a_claim") or {}
             if not isinstance(cancel, dict) or set(cancel) - _CANCEL_KEYS:
@@ -692,9 +680,13 @@ class ReplyGuard:
                 key=lambda n: (n.words, min(4, *(len(x) for x in n.literals)), -popularity[n.literals],
                                sum(len(x) for x in n.literals) / len(n.literals), -len(n.literals))))
             for pat in patterns]
-        combined_breaks = _combine(breaks)
-        assert combined_breaks is not None
-        return cls(lexicons, patterns, _combine(preceding), _combine(anywhere), combined_breaks)
+        try:  # a regex with a global inline flag such as (?i) in the middle cannot join an alternation
+            combined = [_combine(preceding), _combine(anywhere), _combine(breaks)]
+        except re.error as exc:
+            raise ValueError(f"not_a_claim/scope_breaks: cannot combine the regexes (use (?i:...), not (?i)): {exc}"
+                             ) from exc
+        assert combined[2] is not None
+        return cls(lexicons, patterns, combined[0], combined[1], combined[2])
 
     # --------------------------------------------------------------------------------------- check
 
@@ -811,6 +803,9 @@ class ReplyGuard:
                 lowered = text.lower()
                 aligned = len(lowered) == len(text) and not odd
             haystack = lowered if on_lowered and lowered is not None else text
+            if on_lowered and odd:  # what re.IGNORECASE reads as an ASCII letter (offsets no longer line up)
+                for ch, plain in ODD_CASE_CHARS.items():
+                    haystack = haystack.replace(ch.lower(), plain)
             search = scan.regex.search
             m = search(haystack)
             while m is not None:
