@@ -16,7 +16,7 @@ deps: $(STAMP) redis
 
 # System tools (redis-server; promtool from prometheus; spin): installed through apt-get when we are root,
 # else a clear message naming the package.
-SYSTEM_TOOLS := redis-server:redis-server promtool:prometheus spin:spin
+SYSTEM_TOOLS := redis-server:redis-server promtool:prometheus spin:spin node:nodejs npm:npm
 redis:
 	@for pair in $(SYSTEM_TOOLS); do tool=$${pair%%:*}; pkg=$${pair##*:}; \
 	  command -v $$tool >/dev/null 2>&1 && continue; \
@@ -34,7 +34,7 @@ test: deps proto-check lint
 
 lint: $(STAMP)
 	cd proto && ../$(BIN)/buf lint
-	$(BIN)/ruff check countersign examples tests bench
+	$(BIN)/ruff check countersign examples tests bench fuzz
 	$(BIN)/mypy
 
 ## regenerate the Python stubs from proto/ (never edit countersign/v1 by hand)

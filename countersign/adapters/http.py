@@ -77,7 +77,7 @@ class HttpAdapter:
             "subject_id": meta.subject_id, "locale": meta.locale}}
         try:
             status, answer = await self._send(call, arguments, body, meta, _timeout(tool, timeout))
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError, TypeError) as exc:
             raise PrepareUnavailable(f"prepare for {tool.name!r} failed: {type(exc).__name__}") from exc
         if 200 <= status < 300 and isinstance(answer, dict) and isinstance(answer.get("arguments"), dict):
             preview = answer.get("preview")
@@ -99,6 +99,10 @@ class HttpAdapter:
         except aiohttp.ClientConnectorError as exc:
             # DNS failure or connection refused: the request never left this process.
             return Outcome(Kind.FAILED, "NOT_SENT", f"could not connect: {exc.os_error}", retryable=True)
+        except (ValueError, TypeError) as exc:
+            # The request could not even be built (a header or URL aiohttp refuses): nothing was sent.
+            return Outcome(Kind.FAILED, "NOT_SENT", f"the request could not be built: {str(exc)[:120]}",
+                           retryable=False)
         except (TimeoutError, aiohttp.ServerTimeoutError):
             return Outcome(Kind.UNKNOWN, "DOWNSTREAM_TIMEOUT", "no answer before the deadline")
         except (aiohttp.ClientError, OSError) as exc:

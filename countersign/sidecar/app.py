@@ -28,7 +28,14 @@ from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.pipeline import Pipeline
 from countersign.sidecar.reply_guard import ReplyGuard
-from countersign.sidecar.server import SERVICES, ContinuationServicer, Gate, GatewayServicer, ReplyGuardServicer
+from countersign.sidecar.server import (
+    SERVICES,
+    ContinuationServicer,
+    Gate,
+    GatewayServicer,
+    ReplyGuardServicer,
+    register,
+)
 from countersign.sidecar.settings import Settings
 from countersign.sidecar.store import Store
 from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
@@ -131,9 +138,10 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
                ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(options=options)
     gate = Gate(settings.max_in_flight)
-    gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server(GatewayServicer(pipeline, gate), server)  # type: ignore[no-untyped-call]
-    continuation_pb2_grpc.add_ContinuationServiceServicer_to_server(ContinuationServicer(pipeline, gate), server)  # type: ignore[no-untyped-call]
-    guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server(ReplyGuardServicer(pipeline, gate), server)  # type: ignore[no-untyped-call]
+    register(gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server, GatewayServicer(pipeline, gate), server)
+    register(continuation_pb2_grpc.add_ContinuationServiceServicer_to_server, ContinuationServicer(pipeline, gate),
+             server)
+    register(guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server, ReplyGuardServicer(pipeline, gate), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection(

@@ -33,6 +33,8 @@ from countersign.v1 import common_pb2
 MAX_ARGUMENTS_BYTES = 64 * 1024
 MAX_DEPTH = 32
 _ID_FIELDS = ("tenant_id", "actor_id", "subject_id", "session_id")
+_TEXT_FIELDS = (*_ID_FIELDS, "request_id", "role", "admin_context_id", "locale")
+MAX_ID_BYTES = 256
 
 
 class Phase(enum.Enum):
@@ -61,18 +63,36 @@ def resolve(registry: Registry, name: str) -> Tool | Capability:
     refusal = registry.refusals.get(name)
     if refusal is not None:
         return refusal
-    raise NotFound("TOOL_NOT_FOUND", f"no tool named {name!r} is registered",
+    raise NotFound("TOOL_NOT_FOUND", f"no tool named {cut(name)!r} is registered",
                    metadata={"tool": name[:64]})
 
 
 def check_context(context: common_pb2.CallContext) -> None:
-    """The ids every call must carry."""
+    """The ids every call must carry: present, at most 256 bytes, no control characters (they travel
+    on to the downstream as headers)."""
     missing = [f for f in _ID_FIELDS if not getattr(context, f)]
     if missing:
         raise InvalidArgument(
             "REQUEST_INVALID", f"context is missing {', '.join(missing)}",
             violations=tuple(FieldViolation(f"context.{f}", "required") for f in missing),
         )
+    bad = [f for f in _TEXT_FIELDS if not _id_ok(getattr(context, f))]
+    if bad:
+        raise InvalidArgument(
+            "REQUEST_INVALID", f"context.{bad[0]} must be at most {MAX_ID_BYTES} bytes of printable text",
+            violations=tuple(FieldViolation(f"context.{f}", f"at most {MAX_ID_BYTES} bytes, no control "
+                                            "characters") for f in bad),
+        )
+
+
+def _id_ok(value: str) -> bool:
+    return len(value) <= MAX_ID_BYTES and len(value.encode("utf-8", "surrogatepass")) <= MAX_ID_BYTES \
+        and value.isprintable()
+
+
+def cut(value: str, limit: int = 64) -> str:
+    """A caller's value as it may appear in an error message: short."""
+    return value if len(value) <= limit else value[:limit] + "…"
 
 
 def may_write_now(context: common_pb2.CallContext) -> None:
@@ -98,7 +118,7 @@ def authorize(
     tool = found
     _boundary(context, tool.is_write)
     if context.role not in tool.roles:
-        raise PermissionDenied("ROLE_NOT_ALLOWED", f"role {context.role!r} may not use {tool.name!r}")
+        raise PermissionDenied("ROLE_NOT_ALLOWED", f"role {cut(context.role)!r} may not use {tool.name!r}")
     args = normalise(tool, arguments)
     if tool.is_write and phase in (Phase.EXECUTE, Phase.COMPENSATE) and not claimed:
         raise FailedPrecondition("TOOL_CONFIRMATION_REQUIRED",
@@ -115,7 +135,7 @@ def normalise(tool: Tool, arguments: Mapping[str, Any] | str | None) -> dict[str
     for key, value in raw.items():
         target = tool.aliases.get(key, key)
         if target in out:
-            problems.append(FieldViolation(target, f"given twice (as {target!r} and an alias)"))
+            problems.append(FieldViolation(cut(target), f"given twice (as {cut(target)!r} and an alias)"))
             continue
         out[target] = value
     if not problems:
@@ -190,7 +210,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise ValueError(f"duplicate key {key!r}")
+            raise ValueError(f"duplicate key {cut(key)!r}")
         out[key] = value
     return out
 

@@ -168,7 +168,17 @@ def load(path: str) -> Registry:
         raise RegistryError(path, "-", "readable", str(exc)) from exc
     except yaml.YAMLError as exc:
         raise RegistryError(path, "-", "yaml", str(exc).replace("\n", " ")) from exc
-    return build(doc, path)
+    except (UnicodeDecodeError, TypeError, ValueError, RecursionError) as exc:
+        raise RegistryError(path, "-", "yaml", f"not a readable YAML mapping: {type(exc).__name__}: "
+                            f"{str(exc)[:200]}") from exc
+    try:
+        return build(doc, path)
+    except RegistryError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as exc:
+        # A shape no rule above anticipated: still a clear refusal, never a traceback.
+        raise RegistryError(path, "-", "known-keys", f"malformed registry: {type(exc).__name__}: "
+                            f"{str(exc)[:200]}") from exc
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -342,8 +352,9 @@ def _tool(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Too
 
     props = set(schema.get("properties", {}))
     aliases = raw.get("aliases") or {}
-    if not isinstance(aliases, dict):
-        raise fail(name, "known-keys", "aliases must map alias to property")
+    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in aliases.items()):
+        raise fail(name, "known-keys", "aliases must map alias to property (both strings)")
     for alias, target in aliases.items():
         if alias in props:
             raise fail(name, "alias-no-collision", f"alias {alias!r} is also a declared property")
@@ -384,7 +395,7 @@ def _tool(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Too
         compensation = Compensation(comp_raw["tool"], {str(k): str(v) for k, v in args.items()})
 
     verbs = raw.get("verbs") or []
-    if not isinstance(verbs, list) or not set(verbs) <= VERBS:
+    if not isinstance(verbs, list) or not all(isinstance(v, str) for v in verbs) or not set(verbs) <= VERBS:
         raise fail(name, "known-keys", f"verbs must be a list drawn from {', '.join(sorted(VERBS))}")
     return Tool(
         verbs=frozenset(verbs), name=name, capability=cap.id if cap else "", is_write=is_write, risk=risk,

@@ -50,14 +50,16 @@ SERVICES = (
 
 
 def rich_status(error: CountersignError) -> grpc.Status:
-    status = status_pb2.Status(code=error.code.value[0], message=error.message)
+    """The status with its details, kept well under the trailer limits of every client (8 KiB)."""
+    status = status_pb2.Status(code=error.code.value[0], message=error.message[:1000])
     info = any_pb2.Any()
-    info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=error.metadata))
+    info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN,
+                                          metadata={k[:64]: v[:128] for k, v in list(error.metadata.items())[:8]}))
     status.details.append(info)
     if error.violations:
         bad = error_details_pb2.BadRequest(field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-            for v in error.violations])
+            error_details_pb2.BadRequest.FieldViolation(field=v.field[:128], description=v.description[:300])
+            for v in error.violations[:10]])
         detail = any_pb2.Any()
         detail.Pack(bad)
         status.details.append(detail)
@@ -74,6 +76,9 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
             gate: Gate = self.gate
             with tracing.server_span(name, context.invocation_metadata()) as span:
                 try:
+                    if request is UNDECODABLE:
+                        raise InvalidArgument("REQUEST_INVALID", "the request is not a valid protobuf message "
+                                              "(invalid UTF-8 in a string field, or corrupt bytes)")
                     if gate.in_flight >= gate.limit:
                         raise ResourceExhausted("OVERLOADED", f"more than {gate.limit} calls in flight; retry "
                                                 "with backoff", metadata={"limit": str(gate.limit)})
@@ -106,6 +111,43 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
         return inner
 
     return wrap
+
+
+class _Undecodable:
+    """Stands in for a request gRPC could not decode, so the handler can answer it properly."""
+
+
+UNDECODABLE = _Undecodable()
+
+
+def _tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def decode(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except Exception:   # DecodeError, invalid UTF-8 in a string field: answered as REQUEST_INVALID
+            return UNDECODABLE
+    return decode
+
+
+def register(add: Callable[[Any, Any], None], servicer: Any, server: grpc.aio.Server) -> None:
+    """Add a generated servicer, with request decoding that cannot turn bad bytes into UNKNOWN."""
+
+    class Capture:
+        service, handlers = "", {}
+
+        def add_generic_rpc_handlers(self, _: Any) -> None:
+            pass
+
+        def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+            self.service, self.handlers = service, handlers
+
+    capture = Capture()
+    add(servicer, capture)
+    wrapped = {name: grpc.unary_unary_rpc_method_handler(
+        h.unary_unary, request_deserializer=_tolerant(h.request_deserializer),
+        response_serializer=h.response_serializer) for name, h in capture.handlers.items()}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(capture.service, wrapped),))
+    server.add_registered_method_handlers(capture.service, wrapped)  # type: ignore[attr-defined]
 
 
 class Gate:

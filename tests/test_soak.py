@@ -1,0 +1,31 @@
+"""The short soak with faults (bench/soak.py): two sidecars, one Redis, a fault schedule, then the checker."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_short_soak_with_faults_keeps_every_invariant() -> None:
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "soak.py"), "--seconds", "35", "--workers", "12",
+         "--passive", "8", "--settle-timeout", "30"],
+        cwd=ROOT, capture_output=True, text=True, timeout=115)
+    out = run.stdout
+    assert run.returncode == 0, out[-4000:] + run.stderr[-4000:]
+    assert "RESULT: PASS" in out
+    attempted = int(re.search(r"^writes attempted \(cards confirmed\): (\d+)", out, re.M).group(1))  # type: ignore[union-attr]
+    assert attempted >= 1000, out[-3000:]
+    assert re.search(r"^side effects per idempotency key: max [01] .*OK$", out, re.M), out[-3000:]
+    assert re.search(r"^receipts without a side effect: 0  OK$", out, re.M)
+    assert re.search(r"^side effects without a receipt: 0  OK$", out, re.M)
+    assert re.search(r"^unknowns left: 0 .*OK$", out, re.M)
+    replays = re.search(r"^replays byte-identical: (\d+)/(\d+)  OK$", out, re.M)
+    assert replays and replays.group(1) == replays.group(2) and int(replays.group(2)) > 0
+    dup = re.search(r"confirmed 2-5 times: \d+ = ([\d.]+) %", out)
+    assert dup and float(dup.group(1)) >= 30
+    assert re.search(r"failed to inject: 0$", out, re.M), "every fault of the schedule was injected"
