@@ -10,7 +10,7 @@ import uuid
 
 import redis
 from conftest import ROOT, Stack, ctx
-from test_reconcile import Cutter, registry_with
+from test_reconcile import Cutter, quiet, registry_with
 
 from countersign.v1 import common_pb2, gateway_pb2
 
@@ -40,7 +40,8 @@ def _rewrite(stack: Stack, action_id: str, rows: list[dict[bytes, bytes]]) -> No
         r.xadd(key, fields)
 
 
-def test_needs_manual_review_is_listed_shown_and_resolved_by_a_named_operator(stack: Stack) -> None:
+def test_needs_manual_review_is_listed_shown_and_resolved_by_a_named_operator(fresh_stack: Stack) -> None:
+    stack = quiet(fresh_stack)
     cutter = Cutter()
     sidecar = stack.start_sidecar(registry=registry_with(stack, execute_url=cutter.url, fence=False, lookup=False),
                                   flags=["--reconcile-interval", "1h"])
@@ -61,7 +62,12 @@ def test_needs_manual_review_is_listed_shown_and_resolved_by_a_named_operator(st
     resolved = cli(stack, "actions", "resolve", card.action_id, "--outcome", "failed", "--reason",
                    "checked the todo service: no such todo", "--operator", "sre-alice")
     assert resolved.returncode == 0, resolved.stderr
-    action = stack.stub().GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)).action
+    reader = stack.start_sidecar()
+    try:
+        action = stack.stub(reader.info["grpc"]).GetAction(gateway_pb2.GetActionRequest(
+            context=ctx(), action_id=card.action_id)).action
+    finally:
+        reader.stop()
     assert action.state == common_pb2.ACTION_STATE_FAILED and action.error.reason == "RESOLVED_BY_OPERATOR"
     shown = json.loads(cli(stack, "actions", "show", card.action_id, "--json").stdout)
     kinds = [e["t"] for e in shown["history"]]

@@ -51,6 +51,13 @@ class Cutter:
         self.sock.close()
 
 
+def quiet(stack: Stack) -> Stack:
+    """A stack of its own with its default sidecar stopped: no other sidecar's background reconciler (with
+    another registry) may resolve this test's actions first. Every sidecar on one Redis must run one registry."""
+    stack.sidecar.stop()
+    return stack
+
+
 def registry_with(stack: Stack, *, execute_url: str | None = None, fence: bool = True, lookup: bool = True) -> Path:
     doc = yaml.safe_load(stack.registry.read_text())
     tool = next(t for t in doc["tools"] if t["name"] == "create_todo")
@@ -107,7 +114,8 @@ def test_a_request_that_never_arrived_is_fenced_to_failed_not_applied_and_refuse
         cutter.close()
 
 
-def test_a_plain_lookup_that_finds_nothing_stays_unknown_then_needs_manual_review(stack: Stack) -> None:
+def test_a_plain_lookup_that_finds_nothing_stays_unknown_then_needs_manual_review(fresh_stack: Stack) -> None:
+    stack = quiet(fresh_stack)
     cutter = Cutter()
     sidecar = stack.start_sidecar(registry=registry_with(stack, execute_url=cutter.url, fence=False),
                                   flags=["--reconcile-interval", "1h", "--reconcile-window", "1500ms"])
@@ -130,7 +138,8 @@ def test_a_plain_lookup_that_finds_nothing_stays_unknown_then_needs_manual_revie
         cutter.close()
 
 
-def test_no_lookup_configured_goes_to_manual_review(stack: Stack) -> None:
+def test_no_lookup_configured_goes_to_manual_review(fresh_stack: Stack) -> None:
+    stack = quiet(fresh_stack)
     cutter = Cutter()
     sidecar = stack.start_sidecar(registry=registry_with(stack, execute_url=cutter.url, fence=False, lookup=False),
                                   flags=["--reconcile-interval", "1h"])
