@@ -14,9 +14,9 @@ from typing import Any
 from google.protobuf import json_format
 
 from countersign.sidecar.actions import Keyring, canonical, sha256_hex
-from countersign.sidecar.errors import DataLoss
+from countersign.sidecar.errors import DataLoss, PermissionDenied
 from countersign.sidecar.registry import RISKS, Tool
-from countersign.sidecar.store import CardRecord
+from countersign.sidecar.store import CardRecord, RunRecord
 from countersign.v1 import common_pb2, gateway_pb2
 
 VERSION = 1
@@ -47,6 +47,18 @@ def owner(context: common_pb2.CallContext) -> list[str]:
     """What a card is bound to, besides the tool: who, for whom, where, under which admin context."""
     return [context.tenant_id, context.actor_id, context.subject_id, context.session_id,
             context.admin_context_id]
+
+
+def binding_of(keyring: Keyring, record: CardRecord | RunRecord, context: common_pb2.CallContext) -> str:
+    """The caller's binding, keyed like the record's (its key id, or the active key if that one is gone)."""
+    kid = record.kid if record.kid in keyring.keys else keyring.active
+    return keyring.binding(kid, owner(context))
+
+
+def require_owner(keyring: Keyring, record: CardRecord | RunRecord, context: common_pb2.CallContext) -> None:
+    """PERMISSION_DENIED unless the caller is who the record is bound to."""
+    if record.binding != binding_of(keyring, record, context):
+        raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "the action belongs to another owner or session")
 
 
 def seal(

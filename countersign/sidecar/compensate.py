@@ -79,9 +79,7 @@ class Compensator:
         found = await self.store.peek(action_id)
         if found is None:
             raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its records expired")
-        kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
-        if found.binding != self.keyring.binding(kid, cards.owner(context)):
-            raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "the action belongs to another owner")
+        cards.require_owner(self.keyring, found, context)
         original = open_action(self.keyring, action_id, found, replayed=False) if isinstance(found, RunRecord) \
             else common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         if original.state != common_pb2.ACTION_STATE_SUCCEEDED:

@@ -82,7 +82,7 @@ class Continuations:
         if found is None:
             raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its card expired")
         kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
-        binding = self.keyring.binding(kid, cards.owner(context))
+        binding = cards.binding_of(self.keyring, found, context)
         snap = canonical(json_format.MessageToDict(snapshot, preserving_proto_field_name=True))
         request = request_key(self.keyring, context)
         mac = self._mac(kid, action_id, binding, snap, request)
@@ -247,9 +247,7 @@ class Continuations:
         return open_action(self.keyring, action_id, found, replayed=False)
 
     def _owned(self, found: RunRecord | CardRecord, context: common_pb2.CallContext) -> None:
-        kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
-        if found.binding != self.keyring.binding(kid, cards.owner(context)):
-            raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "a named action belongs to another owner")
+        cards.require_owner(self.keyring, found, context)
 
     async def _receipt(self, action_id: str) -> common_pb2.Receipt:
         action = await self._action(action_id)

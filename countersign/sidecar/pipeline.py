@@ -205,9 +205,7 @@ class Pipeline:
         found = await self.store.peek(action_id)
         if found is None:
             raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its card expired")
-        kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
-        if found.binding != self.keyring.binding(kid, cards.owner(context)):
-            raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "the action belongs to another owner")
+        cards.require_owner(self.keyring, found, context)
         if isinstance(found, CardRecord):
             return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         action = open_action(self.keyring, action_id, found, replayed=False)

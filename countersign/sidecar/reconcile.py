@@ -25,7 +25,7 @@ from countersign.sidecar import cards, policy
 from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.cards import open_card
-from countersign.sidecar.errors import CountersignError, DataLoss, InvalidArgument, NotFound, PermissionDenied
+from countersign.sidecar.errors import CountersignError, DataLoss, InvalidArgument, NotFound
 from countersign.sidecar.execute import Executor, open_action, to_action
 from countersign.sidecar.observability.logs import decision
 from countersign.sidecar.observability.metrics import Metrics
@@ -54,10 +54,8 @@ class Reconciler:
         found = await self.store.peek(action_id)
         if found is None:
             raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its records expired")
-        kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
-        maintainer = context.admin_context_id and context.admin_mode == common_pb2.ADMIN_MODE_MAINTAIN
-        if found.binding != self.keyring.binding(kid, cards.owner(context)) and not maintainer:
-            raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "the action belongs to another owner")
+        if not (context.admin_context_id and context.admin_mode == common_pb2.ADMIN_MODE_MAINTAIN):
+            cards.require_owner(self.keyring, found, context)
         if not isinstance(found, RunRecord):
             return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         return await self.reconcile(action_id)
