@@ -145,7 +145,7 @@ class Executor:
         meta = CallMeta(idempotency_key=action_id, attempt=1, policy_version=card.policy_version,
                         tenant_id=context.tenant_id, actor_id=context.actor_id,
                         subject_id=context.subject_id, locale=context.locale)
-        with self.metrics.timed("execute"), tracing.client_span(tool.name, tool.adapter.kind) as span:
+        with self.metrics.timed("execute", span=False), tracing.client_span(tool.name, tool.adapter.kind) as span:
             start = time.perf_counter()
             outcome = await self.adapters[tool.adapter.kind].execute(
                 tool, card.arguments, meta, self.timing.downstream_deadline)

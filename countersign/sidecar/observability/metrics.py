@@ -89,14 +89,14 @@ class Metrics:
         return name if name in self.tools else "other"
 
     @contextmanager
-    def timed(self, stage: str) -> Iterator[None]:
+    def timed(self, stage: str, *, span: bool = True) -> Iterator[None]:
         """One stage of the path: a child span and a latency observation, from one place."""
         if not self.enabled:
             yield
             return
         start = time.perf_counter()
         try:
-            if tracing.recording:
+            if span and tracing.recording:
                 with tracing.stage_span(stage):
                     yield
             else:

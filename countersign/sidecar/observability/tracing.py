@@ -94,8 +94,11 @@ def stage_span(name: str) -> Iterator[Span]:
 
 @contextmanager
 def client_span(tool: str, adapter: str) -> Iterator[Span]:
-    """The downstream call; the adapters inject its traceparent."""
-    with tracer.start_as_current_span(f"downstream {tool}", kind=SpanKind.CLIENT, record_exception=False,
+    """The execute stage: the downstream call itself (one CLIENT span; the adapters inject its traceparent)."""
+    if not recording:
+        yield trace.INVALID_SPAN
+        return
+    with tracer.start_as_current_span("countersign.execute", kind=SpanKind.CLIENT, record_exception=False,
                                       attributes={"countersign.tool": tool, "countersign.adapter": adapter}) as span:
         yield span
 

@@ -1,0 +1,157 @@
+"""What telemetry costs: Confirm throughput at c=16 with traces and metrics off, metrics only, and both on.
+
+    .venv/bin/python bench/telemetry.py [--seconds 5] [--rounds 3]
+
+Three sidecars on one Redis and one todo service, measured in interleaved slices in one run:
+  off       --telemetry off: no metrics, no spans (the traceparent is still passed on)
+  metrics   the default with no OTLP endpoint: Prometheus metrics, spans not recorded
+  traced    metrics, and every span recorded and exported over OTLP/gRPC to a sink in this process
+  sampled   the same with OTEL_TRACES_SAMPLER=parentbased_traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1
+The issue's target: traced costs at most 15 % of Confirm throughput against off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from write_path import closed_loop  # noqa: E402
+
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
+from examples import harness  # noqa: E402
+
+CTX = dict(tenant_id="bench", actor_id="u", subject_id="u", session_id="s", role="user", locale="en")
+
+
+class Sink(trace_service_pb2_grpc.TraceServiceServicer):
+    """An OTLP trace endpoint that counts what it receives."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+
+    def Export(self, request: trace_service_pb2.ExportTraceServiceRequest, context: object  # noqa: N802
+               ) -> trace_service_pb2.ExportTraceServiceResponse:
+        self.spans += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+async def measure(address: str, seconds: float, concurrency: int) -> tuple[float, float]:
+    """Confirm throughput and p99 (ms) of fresh cards, prepared before the timed window."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+        cards: list[str] = []
+        need = int(seconds * 1200) + 200
+
+        async def invoke() -> None:
+            response = await stub.Invoke(gateway_pb2.InvokeRequest(
+                context=common_pb2.CallContext(**CTX, request_id=uuid.uuid4().hex), tool_name="create_todo",
+                arguments_json=json.dumps({"title": uuid.uuid4().hex[:12]})))
+            cards.append(response.confirmation.token)
+
+        for start in range(0, need, 64):
+            await asyncio.gather(*(invoke() for _ in range(min(64, need - start))))
+
+        async def confirm() -> None:
+            token = cards.pop()
+            await stub.Confirm(gateway_pb2.ConfirmRequest(context=common_pb2.CallContext(**CTX), token=token))
+
+        calls, errors, elapsed, lat, first_error, _ = await closed_loop(confirm, concurrency, seconds)
+        if errors:
+            print(f"  {errors} errors, first: {first_error}", file=sys.stderr)
+        lat.sort()
+        return calls / elapsed, (lat[int(len(lat) * 0.99) - 1] / 1e6 if lat else 0.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per slice")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved slices per variant")
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args(argv)
+
+    sink = Sink()
+    otlp = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(sink, otlp)
+    otlp_port = otlp.add_insecure_port("127.0.0.1:0")
+    otlp.start()
+
+    work = harness.workdir("countersign-telemetry-")
+    procs: list[harness.Proc] = []
+    try:
+        redis = harness.start_redis(work)
+        procs.append(redis)
+        todo = harness.start_todo_service(work)
+        procs.append(todo)
+        registry = harness.write_registry(work, todo.info["url"])
+        keys = harness.write_keys(work)
+        flags = ["--log-level", "warning", "--reconcile-interval", "1h"]
+        variants: dict[str, harness.Proc] = {}
+        for name, extra, env in (("off", ["--telemetry", "off"], {}), ("metrics", [], {}),
+                                 ("traced", [], {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
+                                                 "OTEL_EXPORTER_OTLP_INSECURE": "true",
+                                                 "OTEL_BSP_SCHEDULE_DELAY": "200"}),
+                                 ("sampled", [], {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
+                                                  "OTEL_EXPORTER_OTLP_INSECURE": "true",
+                                                  "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                                                  "OTEL_TRACES_SAMPLER_ARG": "0.1",
+                                                  "OTEL_BSP_SCHEDULE_DELAY": "200"})):
+            saved = dict(os.environ)
+            os.environ.update(env)
+            try:
+                variants[name] = harness.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
+                                                       flags=flags + extra)
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+            procs.append(variants[name])
+        results: dict[str, list[float]] = {name: [] for name in variants}
+        p99s: dict[str, list[float]] = {name: [] for name in variants}
+        print(f"telemetry: Confirm c={args.concurrency}, {args.rounds} x {args.seconds:g} s per variant, "
+              f"interleaved; loadavg {os.getloadavg()[0]:.2f}")
+        for round_ in range(args.rounds):
+            for name, proc in variants.items():
+                rate, p99 = asyncio.run(measure(str(proc.info["grpc"]), args.seconds, args.concurrency))
+                results[name].append(rate)
+                p99s[name].append(p99)
+                print(f"  round {round_ + 1} {name:<8} {rate:8.1f} calls/s  p99 {p99:6.1f} ms")
+        time.sleep(1.0)
+        median = {name: statistics.median(v) for name, v in results.items()}
+        print("\nvariant   calls/s (median)   p99 ms (median)   vs off")
+        for name in variants:
+            print(f"{name:<9} {median[name]:16.1f} {statistics.median(p99s[name]):17.1f} "
+                  f"{median[name] / median['off']:8.3f}")
+        cost = 1 - median["traced"] / median["off"]
+        print(f"\ntraced costs {cost * 100:.1f} % of Confirm throughput against off (target <= 15 %): "
+              f"{'OK' if cost <= 0.15 else 'MISSED'}; the OTLP sink received {sink.spans} spans")
+        for name in ("metrics", "sampled"):
+            part = 1 - median[name] / median["off"]
+            print(f"{name} costs {part * 100:.1f} % (target <= 15 %): {'OK' if part <= 0.15 else 'MISSED'}")
+        out = ROOT / "bench" / "results" / f"telemetry-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+        out.write_text(json.dumps({"median_calls_per_s": median, "rounds": results, "p99_ms": p99s,
+                                   "cost_traced_vs_off": cost, "spans_exported": sink.spans,
+                                   "concurrency": args.concurrency, "seconds": args.seconds}, indent=1))
+        print(f"results: {out.relative_to(ROOT)}")
+        return 0
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+        otlp.stop(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
