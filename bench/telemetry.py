@@ -44,7 +44,7 @@ class Sink(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self) -> None:
         self.spans = 0
 
-    def Export(self, request: trace_service_pb2.ExportTraceServiceRequest, context: object  # noqa: N802
+    def Export(self, request: trace_service_pb2.ExportTraceServiceRequest, context: object
                ) -> trace_service_pb2.ExportTraceServiceResponse:
         self.spans += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
         return trace_service_pb2.ExportTraceServiceResponse()
