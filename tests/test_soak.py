@@ -12,6 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_short_soak_with_faults_keeps_every_invariant() -> None:
+    # The soak's own --reconcile-window (20 s): the background reconcilers work from their index of open
+    # actions, so an applied write is found by its lookups long before the window ends.
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "soak.py"), "--seconds", "45", "--workers", "12",
          "--passive", "8", "--settle-timeout", "25"],

@@ -128,6 +128,7 @@ class Executor:
     async def _run(self, registry: Registry, context: common_pb2.CallContext, action_id: str,
                    claim_id: str, record: CardRecord) -> common_pb2.Action:
         self.audit.event(action_id, "claimed", tool=record.tool)
+        self._index(action_id, int(self.clock() * 1000) + self.timing.lease_ms)
         try:
             card = open_card(self.keyring, action_id, record)
         except DataLoss as exc:
@@ -194,6 +195,10 @@ class Executor:
                          outcome_sha256=sha256_hex(out), by=(claim_id[:1] == "r" and "reconciler") or "executor")
         receipt = "SUCCEEDED" if action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED else ""
         args = (action_id, claim_id, state, out, omac, action.error.reason, receipt, self.timing.replay_ms)
+        if state == "settled":
+            self._index(action_id, None)
+        elif state == "unknown":
+            self._index(action_id, int(self.clock() * 1000))
         try:
             with self.metrics.timed("settle"):
                 result = await self.store.settle(*args)
@@ -205,6 +210,22 @@ class Executor:
             return
         if result != "ok":
             log.warning(json.dumps({"event": "settle_lost", "action_id": action_id, "result": result}))
+
+    def _index(self, action_id: str, due_ms: int | None) -> None:
+        """Keep the reconciler's index of open actions, in the background (off the caller's path).
+
+        A crash between the claim and this write is caught by the reconciler's slow SCAN pass."""
+        async def write() -> None:
+            try:
+                if due_ms is None:
+                    await self.store.open_remove(action_id)
+                else:
+                    await self.store.open_add(action_id, due_ms)
+            except CountersignError:
+                pass
+        task = asyncio.ensure_future(write())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
     async def _settle_later(self, args: tuple[Any, ...]) -> None:
         delay = 0.05

@@ -100,14 +100,15 @@ class Reconciler:
                 Kind.FAILED, "NOT_APPLIED", "the downstream never applied this key and now refuses it",
                 retryable=True, status="410"), now_ms)
             result = "not_applied"
-        elif now_ms - work.unknown_since_ms >= self.window_ms:
-            why = "the downstream has no record of the key" if found.kind is LookupKind.ABSENT_UNFENCED \
-                else f"the downstream could not be asked ({found.message})"
+        elif found.kind is LookupKind.ABSENT_UNFENCED and now_ms - work.unknown_since_ms >= self.window_ms:
             return await self._review(action_id, card.kid, tool.name, claim_id, "NOT_RESOLVED_IN_WINDOW",
-                                      f"{why} after {self.window_ms // 1000} s; without a fence that proves nothing")
+                                      f"the downstream has no record of the key after {self.window_ms // 1000} s; "
+                                      "without a fence that proves nothing")
         else:
+            # a miss proves nothing, and an unreachable downstream is asked again too (never a verdict)
             delay = min(self.backoff_ms * 2 ** min(work.attempts - 1, 6), 60_000)
             await self.store.reconcile_defer(action_id, claim_id, delay)
+            await self.store.open_add(action_id, now_ms + delay)
             self.metrics.reconciliations.labels(label, "still_unknown").inc()
             found_run = await self.store.peek(action_id)
             assert isinstance(found_run, RunRecord)
@@ -132,11 +133,15 @@ class Reconciler:
     # -- in the background, in every sidecar -----------------------------------------------------
 
     async def run_forever(self, interval: float, stop: asyncio.Event) -> None:
-        """Scan run records; reconcile unknowns that are due and running records whose lease lapsed."""
-        cursor = 0
+        """Reconcile what the index says is due, every interval; and, slowly, SCAN for records the index
+        missed (a sidecar killed between its claim and the index write)."""
+        cursor, tick = 0, 0
         while not stop.is_set():
             try:
-                cursor = await self.sweep(cursor)
+                await self.due()
+                tick += 1
+                if tick % 6 == 1:
+                    cursor = await self.sweep(cursor)
             except CountersignError as exc:
                 log.warning(json.dumps({"event": "reconciler_sweep_failed", "reason": exc.reason}))
             except Exception:
@@ -146,7 +151,22 @@ class Reconciler:
             except TimeoutError:
                 pass
 
-    async def sweep(self, cursor: int = 0, count: int = 500) -> int:
+    async def due(self, count: int = 200) -> None:
+        """Reconcile the indexed actions that are due; drop the ones that settled meanwhile."""
+        now_ms = int(time.time() * 1000)
+        for action_id in await self.store.open_due(now_ms, count):
+            try:
+                action = await self.reconcile(action_id)
+            except NotFound:
+                await self.store.open_remove(action_id)
+                continue
+            except CountersignError as exc:
+                log.warning(json.dumps({"event": "reconcile_failed", "action_id": action_id, "reason": exc.reason}))
+                continue
+            if action.state not in (common_pb2.ACTION_STATE_UNKNOWN, common_pb2.ACTION_STATE_RUNNING):
+                await self.store.open_remove(action_id)
+
+    async def sweep(self, cursor: int = 0, count: int = 2000) -> int:
         cursor, ids = await self.store.scan_runs(cursor, count)
         now_ms = int(time.time() * 1000)
         states = await self.store.run_states(ids)

@@ -97,6 +97,9 @@ class ReconcileWork:
     now_ms: int
 
 
+OPEN_KEY = "cs:{open}"   # actions that may need reconciling, scored by when to look (one key: fine per deployment)
+
+
 def audit_key(action_id: str) -> str:
     return f"cs:{{{action_id}}}:audit"
 
@@ -372,6 +375,17 @@ class Store:
     async def reconcile_defer(self, action_id: str, claim_id: str, delay_ms: int) -> str:
         reply = await self._script("reconcile_defer", [run_key(action_id)], [claim_id, delay_ms])
         return _s(reply[0])
+
+    async def open_add(self, action_id: str, due_ms: int) -> None:
+        """Index an action that may need reconciling (running now, or unknown), by when to look at it."""
+        await self._call(self.client.zadd(OPEN_KEY, {action_id: due_ms}))
+
+    async def open_remove(self, action_id: str) -> None:
+        await self._call(self.client.zrem(OPEN_KEY, action_id))
+
+    async def open_due(self, now_ms: int, count: int) -> list[str]:
+        rows = await self._call(self.client.zrangebyscore(OPEN_KEY, "-inf", now_ms, start=0, num=count))
+        return [_s(r) for r in rows]
 
     async def scan_runs(self, cursor: int, count: int) -> tuple[int, list[str]]:
         """One step of a SCAN over run records; returns the next cursor and action ids seen."""
