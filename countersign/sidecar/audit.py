@@ -21,12 +21,18 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from countersign.sidecar.actions import Keyring, canonical
+from countersign.sidecar.actions import Keyring
 from countersign.sidecar.errors import CountersignError
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.store import Store
 
 log = logging.getLogger("countersign.audit")
+
+
+def encode(event: dict[str, Any]) -> bytes:
+    """An event's bytes: sorted keys, no spaces. Events hold only strings, integers and booleans, for which
+    this is as deterministic as RFC 8785 and several times cheaper (it runs twice per event)."""
+    return json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class Audit:
@@ -73,8 +79,8 @@ class Audit:
                 for n, (kind, at, fields) in enumerate(batch, start=1):
                     body = {"a": action_id, "seq": seq + n, "prev": prev, "t": kind, "at": at,
                             "kid": self.keyring.active, "f": fields}
-                    prev = self.keyring.mac(self.keyring.active, "audit", canonical(body))
-                    events.append((canonical({**body, "mac": prev}), prev))
+                    prev = self.keyring.mac(self.keyring.active, "audit", encode(body))
+                    events.append((encode({**body, "mac": prev}), prev))
                 ok, seq_now, head_now = await self.store.audit_append(action_id, head, events, self.ttl_ms)
                 state = (seq_now, head_now)
                 if ok:
@@ -117,7 +123,7 @@ def check_chain(keyring: Keyring, action_id: str, entries: list[tuple[str, bytes
             return Problem(action_id, entry_id, -1, "not a valid event")
         if body.get("a") != action_id:
             return Problem(action_id, entry_id, seq, "belongs to another action")
-        if not keyring.verify(str(body.get("kid", "")), "audit", canonical(body), str(event.get("mac", ""))):
+        if not keyring.verify(str(body.get("kid", "")), "audit", encode(body), str(event.get("mac", ""))):
             return Problem(action_id, entry_id, seq, "edited: its MAC does not verify")
         if seq != expected_seq:
             what = "missing event(s) before it" if seq > expected_seq else "out of order"

@@ -36,7 +36,6 @@ class Card:
     confirmation: str
     policy_version: str
     arguments: dict[str, Any]
-    arguments_json: str        # canonical
     resource_version: str
     preview: dict[str, Any]
     issued_at_ms: int
@@ -95,7 +94,7 @@ def open_card(keyring: Keyring, action_id: str, record: CardRecord) -> Card:
     return Card(
         action_id=action_id, kid=record.kid, binding=body["b"], tool=body["tool"],
         capability=body["capability"], risk=body["risk"], confirmation=body["confirmation"],
-        policy_version=body["policy_version"], arguments=args, arguments_json=canonical(args).decode(),
+        policy_version=body["policy_version"], arguments=args,
         resource_version=body.get("resource_version", ""), preview=body.get("preview", {}),
         issued_at_ms=int(body["issued_at_ms"]), expires_at_ms=int(body["expires_at_ms"]),
     )
@@ -105,7 +104,7 @@ def to_proto(keyring: Keyring, card: Card) -> gateway_pb2.ConfirmationCard:
     out = gateway_pb2.ConfirmationCard(
         token=keyring.token(card.action_id, card.kid), action_id=card.action_id,
         capability_id=card.capability, tool_name=card.tool, risk=RISK_ENUM.get(card.risk, 0),  # type: ignore[arg-type]
-        prepared_arguments_json=card.arguments_json,
+        prepared_arguments_json=canonical(card.arguments).decode(),
     )
     json_format.ParseDict(card.preview, out.preview)
     out.expires_at.FromMilliseconds(card.expires_at_ms)

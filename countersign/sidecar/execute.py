@@ -128,7 +128,6 @@ class Executor:
     async def _run(self, registry: Registry, context: common_pb2.CallContext, action_id: str,
                    claim_id: str, record: CardRecord) -> common_pb2.Action:
         self.audit.event(action_id, "claimed", tool=record.tool)
-        self._index(action_id, int(self.clock() * 1000) + self.timing.lease_ms)
         try:
             card = open_card(self.keyring, action_id, record)
         except DataLoss as exc:
@@ -195,9 +194,7 @@ class Executor:
                          outcome_sha256=sha256_hex(out), by=(claim_id[:1] == "r" and "reconciler") or "executor")
         receipt = "SUCCEEDED" if action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED else ""
         args = (action_id, claim_id, state, out, omac, action.error.reason, receipt, self.timing.replay_ms)
-        if state == "settled":
-            self._index(action_id, None)
-        elif state == "unknown":
+        if state == "unknown":   # only what may need reconciling is indexed; a settled Confirm costs nothing
             self._index(action_id, int(self.clock() * 1000))
         try:
             with self.metrics.timed("settle"):
@@ -214,7 +211,7 @@ class Executor:
     def _index(self, action_id: str, due_ms: int | None) -> None:
         """Keep the reconciler's index of open actions, in the background (off the caller's path).
 
-        A crash between the claim and this write is caught by the reconciler's slow SCAN pass."""
+        A sidecar killed mid-call never writes it: the reconciler's slow SCAN pass finds that lapsed lease."""
         async def write() -> None:
             try:
                 if due_ms is None:

@@ -119,16 +119,21 @@ def authorize(
     _boundary(context, tool.is_write)
     if context.role not in tool.roles:
         raise PermissionDenied("ROLE_NOT_ALLOWED", f"role {cut(context.role)!r} may not use {tool.name!r}")
-    args = normalise(tool, arguments)
+    args, canonical_args = _normalise(tool, arguments)
     if tool.is_write and phase in (Phase.EXECUTE, Phase.COMPENSATE) and not claimed:
         raise FailedPrecondition("TOOL_CONFIRMATION_REQUIRED",
                                  f"{tool.name!r} writes; it runs only after a claimed confirmation")
     _session_mode(context, tool.is_write)
-    return Allowed(tool, args, canonical(args))
+    return Allowed(tool, args, canonical_args)
 
 
 def normalise(tool: Tool, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
     """Decode, rename aliases, validate against the closed schema; never invent a value."""
+    return _normalise(tool, arguments)[0]
+
+
+def _normalise(tool: Tool, arguments: Mapping[str, Any] | str | None) -> tuple[dict[str, Any], bytes]:
+    """normalise, and the RFC 8785 bytes of its result (computed once: every hash uses them)."""
     raw = decode_arguments(arguments) if isinstance(arguments, str) or arguments is None else dict(arguments)
     out: dict[str, Any] = {}
     problems: list[FieldViolation] = []
@@ -145,11 +150,10 @@ def normalise(tool: Tool, arguments: Mapping[str, Any] | str | None) -> dict[str
                               + "; ".join(f"{p.field or '(root)'}: {p.description}" for p in problems[:5]),
                               violations=tuple(problems[:20]))
     try:
-        canonical(out)
+        return out, canonical(out)
     except ValueError as exc:
         raise InvalidArgument("ARGS_INVALID", f"arguments are not canonical JSON: {exc}",
                               violations=(FieldViolation("", str(exc)),)) from exc
-    return out
 
 
 def validate(tool: Tool, arguments: Mapping[str, Any]) -> list[FieldViolation]:
