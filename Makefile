@@ -34,6 +34,8 @@ test: deps proto-check lint
 
 lint: $(STAMP)
 	cd proto && ../$(BIN)/buf lint
+	@# breaking changes against the last landed contract (main); a session's edits are compared before they land
+	cd proto && ../$(BIN)/buf breaking --against '../.git#branch=main,subdir=proto'
 	$(BIN)/ruff check countersign examples tests bench fuzz
 	$(BIN)/mypy
 
