@@ -32,3 +32,17 @@ def test_the_protocol_model_checks() -> None:
         if name:
             found[name] = int(result) if result.isdigit() else -1
     assert found == EXPECTED, done.stdout + done.stderr
+
+
+def test_the_transition_table_names_the_scripts_that_enforce_it() -> None:
+    import re
+
+    from countersign.sidecar import states
+
+    named = {m for targets in states.TRANSITIONS.values() for how in targets.values()
+             for m in re.findall(r"[a-z_]+\.lua", how)}
+    scripts = {p.name for p in (ROOT / "countersign" / "lua").glob("*.lua")}
+    assert named <= scripts, named - scripts
+    action_scripts = {s for s in scripts if not s.startswith(("cont_", "audit"))} - {"issue.lua"}
+    assert action_scripts <= named, f"a script of the action state machine is missing from states.py: " \
+                                    f"{action_scripts - named}"

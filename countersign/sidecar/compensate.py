@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from countersign.adapters.base import render
-from countersign.sidecar import cards, policy
+from countersign.sidecar import cards, policy, states
 from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
@@ -83,9 +83,8 @@ class Compensator:
         original = open_action(self.keyring, action_id, found, replayed=False) if isinstance(found, RunRecord) \
             else common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         if original.state != common_pb2.ACTION_STATE_SUCCEEDED:
-            state = common_pb2.ActionState.Name(original.state).removeprefix("ACTION_STATE_")
             raise FailedPrecondition("NOT_COMPENSABLE", f"only a SUCCEEDED action can be compensated; this one "
-                                     f"is {state}")
+                                     f"is {states.name(original.state)}")
         tool = registry.tools.get(original.tool_name)
         if tool is None or tool.compensation is None:
             raise FailedPrecondition("NO_COMPENSATION", f"{original.tool_name!r} declares no compensation in the "

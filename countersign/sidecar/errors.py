@@ -13,8 +13,7 @@
      ├── DataLoss                       DATA_LOSS: CONFIRMATION_TAMPERED, RECORD_TAMPERED
      ├── Unavailable                    UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE,
      │                                   REPLICAS_NOT_ACKNOWLEDGED
-     ├── ResourceExhausted              RESOURCE_EXHAUSTED: OVERLOADED (more calls in flight than allowed)
-     └── Unimplemented                  UNIMPLEMENTED: NOT_IMPLEMENTED
+     └── ResourceExhausted              RESOURCE_EXHAUSTED: OVERLOADED (more calls in flight than allowed)
 
 Stages raise these; only the server turns them into a status. Nothing else is allowed to
 reach a caller as INTERNAL for bad input.
@@ -86,10 +85,6 @@ class Unavailable(CountersignError):
 
 class ResourceExhausted(CountersignError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
-class Unimplemented(CountersignError):
-    code = grpc.StatusCode.UNIMPLEMENTED
 
 
 class StoreUnavailable(Unavailable):

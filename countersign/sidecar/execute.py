@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, Outcome, render
-from countersign.sidecar import policy
+from countersign.sidecar import policy, states
 from countersign.sidecar.actions import Keyring, canonical, sha256_hex
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.cards import Card, open_card
@@ -189,7 +189,7 @@ class Executor:
                       state: str = "") -> None:
         out, omac = seal_action(self.keyring, kid, action)
         state = state or ("unknown" if action.state == common_pb2.ACTION_STATE_UNKNOWN else "settled")
-        self.audit.event(action_id, "settled", state=common_pb2.ActionState.Name(action.state),
+        self.audit.event(action_id, "settled", state=states.name(action.state),
                          reason=action.error.reason, resource_id=action.receipt.resource_id,
                          outcome_sha256=sha256_hex(out), by=(claim_id[:1] == "r" and "reconciler") or "executor")
         receipt = "SUCCEEDED" if action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED else ""

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from google.protobuf import json_format
 
 from countersign.sidecar import audit as audit_mod
+from countersign.sidecar import states
 from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.execute import seal_action
@@ -41,7 +42,7 @@ def _row(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> dict[str
     card = json.loads(record.get("card", b"{}") or b"{}")
     ms = int(record.get("settled_at", b"0") or 0) or int(record.get("claimed_at", b"0") or 0)
     return {"action_id": action_id, "record_state": record.get("st", b"").decode(),
-            "state": common_pb2.ActionState.Name(action.state).removeprefix("ACTION_STATE_") if action else
+            "state": states.name(action.state) if action else
             record.get("st", b"").decode().upper(),
             "tool": record.get("tool", b"").decode(),
             "reason": (action.error.reason if action else "") or record.get("reason", b"").decode(),
