@@ -233,12 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     work = harness.workdir("countersign-overload-")
     procs: list[harness.Proc] = []
     try:
-        redis = harness.start_redis(work)
-        procs.append(redis)
-        todo = harness.start_todo_service(work)
-        procs.append(todo)
-        registry = harness.write_registry(work, todo.info["url"])
-        keys = harness.write_keys(work)
+        redis, todo, registry, keys = harness.start_backends(work)
+        procs += [redis, todo]
         if args.slow_downstream:
             body = json.dumps({"path": "/todos", "method": "POST", "mode": "hang_before_commit",
                                "seconds": args.slow_downstream, "times": 10_000_000}).encode()

@@ -93,12 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     work = harness.workdir("countersign-telemetry-")
     procs: list[harness.Proc] = []
     try:
-        redis = harness.start_redis(work)
-        procs.append(redis)
-        todo = harness.start_todo_service(work)
-        procs.append(todo)
-        registry = harness.write_registry(work, todo.info["url"])
-        keys = harness.write_keys(work)
+        redis, todo, registry, keys = harness.start_backends(work)
+        procs += [redis, todo]
         flags = ["--log-level", "warning", "--reconcile-interval", "1h"]
         variants: dict[str, harness.Proc] = {}
         for name, extra, env in (("off", ["--telemetry", "off"], {}), ("metrics", [], {}),

@@ -497,12 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     work = harness.workdir("countersign-bench-")
     procs: list[harness.Proc] = []
     try:
-        redis = harness.start_redis(work)
-        procs.append(redis)
-        todo = harness.start_todo_service(work)
-        procs.append(todo)
-        registry = harness.write_registry(work, todo.info["url"])
-        keys = harness.write_keys(work)
+        redis, todo, registry, keys = harness.start_backends(work)
+        procs += [redis, todo]
         sidecar = harness.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
                                         flags=["--log-level", "warning"])
         procs.append(sidecar)

@@ -149,5 +149,17 @@ def start_sidecar(work: Path, registry: Path, *, redis_url: str = "", keys: Path
     return _start(cmd, work, "sidecar")
 
 
+def start_backends(work: Path) -> tuple[Proc, Proc, Path, Path]:
+    """What every sidecar here runs against: redis-server, the todo service, a registry pointing at it and a keys
+    file. Returns (redis, todo, registry, keys); the caller stops the two processes."""
+    redis = start_redis(work)
+    try:
+        todo = start_todo_service(work)
+    except BaseException:
+        redis.stop()
+        raise
+    return redis, todo, write_registry(work, todo.info["url"]), write_keys(work)
+
+
 def workdir(prefix: str = "countersign-") -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))

@@ -121,26 +121,12 @@ class Compensator:
             decision(action_id, original.tool_name, "compensated", result.error.reason or outcome.upper(),
                      inverse=comp_id)
         else:
-            result = open_action(self.keyring, comp_id, await self._settled(comp_id, claimed), replayed=True)
+            # a second Compensate waits (bounded) for the first to finish, then returns its outcome
+            settled = await self.store.wait_settled(comp_id, claimed, self.timing.downstream_deadline + 1)
+            result = open_action(self.keyring, comp_id, settled, replayed=True)
         out = overlay(original, result)
         out.replayed = not isinstance(claimed, CardRecord)
         return out
-
-    async def _settled(self, comp_id: str, run: RunRecord) -> RunRecord:
-        """A second Compensate waits (bounded) for the first to finish, then returns its outcome."""
-        deadline = time.monotonic() + self.timing.downstream_deadline + 1
-        while run.state == "running" and time.monotonic() < deadline:
-            await self._sleep()
-            found = await self.store.peek(comp_id)
-            if isinstance(found, RunRecord):
-                run = found
-        return run
-
-    @staticmethod
-    async def _sleep() -> None:
-        import asyncio
-
-        await asyncio.sleep(0.02)
 
     def _arguments(self, templates: Any, found: Any, original: common_pb2.Action) -> dict[str, Any]:
         """The inverse's arguments: templates over the receipt (and the action), one value each."""

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -157,7 +156,7 @@ class Pipeline:
             label = self.metrics.tool(found.tool)
             tracing.annotate(tool=found.tool, replayed=True)
             self.metrics.claims.labels(label, "running" if found.state == "running" else "replayed").inc()
-            found = await self._wait(action_id, found, wait_ms)
+            found = await self.store.wait_settled(action_id, found, min(wait_ms / 1000, self.max_wait))
             action = open_action(self.keyring, action_id, found, replayed=True)
             if found.state != "running":
                 self.metrics.replay_hits.labels(label, "confirm").inc()
@@ -165,19 +164,6 @@ class Pipeline:
             return action
         self.metrics.claims.labels(self.metrics.tool(found.tool), "won").inc()
         return await self.executor.run(registry, context, action_id, claim_id, found)
-
-    async def _wait(self, action_id: str, run: RunRecord, wait_ms: int) -> RunRecord:
-        """A duplicate may wait (bounded) for the running execution to settle."""
-        deadline = time.monotonic() + min(wait_ms / 1000, self.max_wait)
-        delay = 0.005
-        while run.state == "running" and time.monotonic() < deadline:
-            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, 0.1)
-            found = await self.store.peek(action_id)
-            if not isinstance(found, RunRecord):
-                break
-            run = found
-        return run
 
     # -- Reject / GetAction --------------------------------------------------------------------
 

@@ -18,14 +18,6 @@ from __future__ import annotations
 
 from countersign.v1 import common_pb2
 
-READY = common_pb2.ACTION_STATE_READY
-RUNNING = common_pb2.ACTION_STATE_RUNNING
-SUCCEEDED = common_pb2.ACTION_STATE_SUCCEEDED
-FAILED = common_pb2.ACTION_STATE_FAILED
-UNKNOWN = common_pb2.ACTION_STATE_UNKNOWN
-REJECTED = common_pb2.ACTION_STATE_REJECTED
-EXPIRED = common_pb2.ACTION_STATE_EXPIRED
-
 # record state in Redis (cs:{A}:run "st") -> what it may become, by which script
 TRANSITIONS: dict[str, dict[str, str]] = {
     "ready": {"running": "claim.lua", "rejected": "reject.lua", "expired": "(card TTL)"},
@@ -36,8 +28,6 @@ TRANSITIONS: dict[str, dict[str, str]] = {
     "review": {"settled": "resolve.lua (operator)"},
     "settled": {},
 }
-
-FINAL = frozenset({SUCCEEDED, FAILED, REJECTED})
 
 
 def name(state: int) -> str:

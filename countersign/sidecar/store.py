@@ -10,6 +10,7 @@ Each method is one atomic transition. Any Redis failure (refused, timed out, los
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from importlib import resources
@@ -231,9 +232,6 @@ class Store:
         result: list[Any] = reply
         return result
 
-    async def ping(self) -> bool:
-        return bool(await self._call(self.client.ping()))
-
     # -- transitions ---------------------------------------------------------------------------
 
     async def issue(self, action_id: str, card: CardRecord, ttl_ms: int) -> CardRecord | RunRecord | None:
@@ -289,6 +287,19 @@ class Store:
             return _run(reply)
         return Refused(kind)
 
+    async def wait_settled(self, action_id: str, run: RunRecord, seconds: float) -> RunRecord:
+        """Poll (bounded, with backoff) until a running action settles; the last record seen."""
+        deadline = time.monotonic() + seconds
+        delay = 0.005
+        while run.state == "running" and time.monotonic() < deadline:
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.1)
+            found = await self.peek(action_id)
+            if not isinstance(found, RunRecord):
+                break
+            run = found
+        return run
+
     async def peek(self, action_id: str) -> CardRecord | RunRecord | None:
         """Where the action stands (a lapsed lease is turned into unknown on the way)."""
         reply = await self._script("peek", [card_key(action_id), run_key(action_id)], [])
@@ -340,10 +351,6 @@ class Store:
         """running -> ready; returns ok, the state it was in, none or forbidden."""
         reply = await self._script("cont_release", [cont_key(action_id)], [binding])
         return _s(reply[1]) if _s(reply[0]) == "state" else _s(reply[0])
-
-    async def cont_peek(self, action_id: str) -> dict[str, bytes]:
-        raw: dict[bytes, bytes] = await self._call(self.client.hgetall(cont_key(action_id)))
-        return {_s(k): v for k, v in raw.items()}
 
     # -- what one user turn did: read facts and proposed actions -------------------------------
 
@@ -408,10 +415,6 @@ class Store:
         return [(_s(st or b""), int(lease or 0), int(due or 0)) for st, lease, due in rows]
 
     # -- audit chains and operator resolution ----------------------------------------------------
-
-    async def audit_anchor(self, action_id: str) -> tuple[int, str]:
-        seq, head = await self._call(self.client.hmget(audit_key(action_id), "seq", "head"))
-        return int(seq or 0), _s(head or b"")
 
     async def audit_append(self, action_id: str, prev: str, events: list[tuple[bytes, str]],
                            ttl_ms: int) -> tuple[bool, int, str]:
