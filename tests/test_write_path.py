@@ -438,3 +438,18 @@ def test_the_callers_traceparent_continues_to_the_downstream(stack: Stack) -> No
     sent = stack.todo.writes(card.action_id)[0]["headers"]["traceparent"]
     version, got_trace, span, flags = sent.split("-")
     assert (version, got_trace, flags) == ("00", trace_id, "01") and span != parent.split("-")[2]
+
+
+def test_a_settled_outcome_changed_in_redis_is_data_loss_not_a_replay(stack: Stack) -> None:
+    card = stack.card(request_id=turn(), title="回执被改")
+    confirm(stack, card.token)
+    r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
+    run = f"cs:{{{card.action_id}}}:run"
+    out = r.hget(run, "out")
+    assert out is not None
+    forged = common_pb2.Action.FromString(out)
+    forged.receipt.resource_id = "t_forged"
+    r.hset(run, "out", forged.SerializeToString())
+    err = rpc_error(lambda: confirm(stack, card.token))
+    assert (err.code(), error_info(err).reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
+    assert len(stack.todo.writes(card.action_id)) == 1
