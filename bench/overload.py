@@ -5,8 +5,11 @@
 Starts redis-server (unix socket), the example todo service and one sidecar per --max-in-flight
 value (all on loopback, stopped by PID at the end), then drives each sidecar with closed-loop
 Confirm load (first Confirms of cards Invoked before the timed window) at each concurrency. A caller
-that is shed (RESOURCE_EXHAUSTED OVERLOADED) backs off 20-40 ms and retries the same card, as a
-well-behaved client does. Cells are interleaved over --rounds so machine noise hits every cell.
+that is shed (RESOURCE_EXHAUSTED OVERLOADED) retries the same card after the google.rpc.RetryInfo
+delay the sidecar sent, doubled on each further shed (capped at 32x) with jitter: the exponential
+backoff of gRPC's retry policy and of every cloud SDK. (--fixed-backoff retries after 20-40 ms
+forever instead, to show what a retry storm does.) Cells are interleaved over --rounds so machine
+noise hits every cell.
 
 Per cell: served Confirms/s, p50/p99 of the served call, p99 as the caller saw it (with shed
 retries), sheds, other errors; then, per limit, throughput(c)/throughput(c=16) and p99 growth.
@@ -34,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -97,9 +102,19 @@ class Cell:
                 if self.seconds else None}
 
 
+def retry_delay(err: grpc.aio.AioRpcError) -> float:
+    """The google.rpc.RetryInfo delay in a status, in seconds (0.05 when the status has none)."""
+    status = rpc_status.from_call(err)  # type: ignore[arg-type]  # an AioRpcError is a call
+    for detail in status.details if status else []:
+        info = error_details_pb2.RetryInfo()
+        if detail.Unpack(info):
+            return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+    return 0.05
+
+
 class Load:
-    def __init__(self, address: str, deadline: float) -> None:
-        self.deadline = deadline
+    def __init__(self, address: str, deadline: float, fixed_backoff: bool) -> None:
+        self.deadline, self.fixed_backoff = deadline, fixed_backoff
         self.channel = grpc.aio.insecure_channel(address)
         self.stub = gateway_pb2_grpc.ToolGatewayServiceStub(self.channel)
         self.session = "overload-" + uuid.uuid4().hex[:8]
@@ -145,6 +160,7 @@ class Load:
                     return
                 ctx, token = self.cards.popleft()
                 t_first = time.perf_counter()
+                sheds = 0
                 while time.perf_counter() < deadline + 10:       # a shed call is retried with backoff
                     t0 = time.perf_counter()
                     try:
@@ -154,7 +170,11 @@ class Load:
                         if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
                             if cell is not None:
                                 cell.shed += 1
-                            await asyncio.sleep(0.02 + 0.02 * rng.random())
+                            if self.fixed_backoff:
+                                await asyncio.sleep(0.02 + 0.02 * rng.random())
+                            else:
+                                await asyncio.sleep(retry_delay(err) * 2 ** min(sheds, 5) * (0.5 + rng.random()))
+                            sheds += 1
                             continue
                         if cell is not None:
                             cell.errors += 1
@@ -216,11 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per cell (split over rounds)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved slices per cell (default 2)")
     parser.add_argument("--warmup", type=float, default=0.5)
-    parser.add_argument("--limits", default="256,32", help="--max-in-flight values (default 256,32)")
-    parser.add_argument("--concurrency", default="16,64,128", help="closed-loop callers (default 16,64,128)")
+    parser.add_argument("--limits", default="64,32", help="--max-in-flight values (default 64, the default, and 32)")
+    parser.add_argument("--concurrency", default="16,64,128,256", help="closed-loop callers (default 16,64,128,256)")
     parser.add_argument("--deadline", type=float, default=10.0, help="each Confirm's gRPC deadline, seconds")
     parser.add_argument("--slow-downstream", type=float, default=0.0, metavar="S",
                         help="every POST /todos waits S seconds at the todo service (calls park on I/O)")
+    parser.add_argument("--fixed-backoff", action="store_true",
+                        help="shed callers retry after 20-40 ms forever (a retry storm) instead of backing off")
     args = parser.parse_args(argv)
     limits = [int(x) for x in args.limits.split(",")]
     conc = [int(x) for x in args.concurrency.split(",")]
@@ -249,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
               + f", redis {redis.pid}, todo {todo.pid}", flush=True)
 
         async def go() -> dict[tuple[int, int], Cell]:
-            loads = {limit: Load(p.info["grpc"], args.deadline) for limit, p in sidecars.items()}
+            loads = {limit: Load(p.info["grpc"], args.deadline, args.fixed_backoff) for limit, p in sidecars.items()}
             ours = [p.pid for p in procs] + [os.getpid()]
             cells = {(limit, c): Cell(limit, c) for limit in limits for c in conc}
             rate = 900.0
@@ -293,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         "started_utc": started.isoformat(), "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "settings": {"seconds": args.seconds, "rounds": args.rounds, "warmup": args.warmup, "limits": limits,
                      "deadline_s": args.deadline, "slow_downstream_s": args.slow_downstream,
-                     "concurrency": conc, "shed_backoff_ms": "20-40"},
+                     "concurrency": conc,
+                     "shed_backoff": "20-40 ms" if args.fixed_backoff else "RetryInfo x 2^n (n<=5), jitter 0.5-1.5"},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "cells": [cells[(limit, c)].summary() for limit in limits for c in conc], "ratios": rs,
     }, indent=2) + "\n")

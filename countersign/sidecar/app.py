@@ -21,6 +21,7 @@ from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
 from countersign.sidecar import registry as registry_mod
 from countersign.sidecar.actions import Keyring
+from countersign.sidecar.admission import Gate, Health, new_server
 from countersign.sidecar.embedded_redis import EmbeddedRedis
 from countersign.sidecar.errors import SettingsError
 from countersign.sidecar.execute import Timing
@@ -31,7 +32,6 @@ from countersign.sidecar.reply_guard import ReplyGuard
 from countersign.sidecar.server import (
     SERVICES,
     ContinuationServicer,
-    Gate,
     GatewayServicer,
     ReplyGuardServicer,
     register,
@@ -136,13 +136,13 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
     options = [("grpc.max_receive_message_length", settings.max_message_bytes),
                ("grpc.max_send_message_length", settings.max_message_bytes),
                ("grpc.so_reuseport", 0)]
-    server = grpc.aio.server(options=options)
-    gate = Gate(settings.max_in_flight)
+    server, open_calls = new_server(options)
+    gate = Gate(settings.max_in_flight, open_calls)
     register(gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server, GatewayServicer(pipeline, gate), server)
     register(continuation_pb2_grpc.add_ContinuationServiceServicer_to_server, ContinuationServicer(pipeline, gate),
              server)
     register(guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server, ReplyGuardServicer(pipeline, gate), server)
-    health = HealthServicer()
+    health = Health(gate)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection(
         (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server)

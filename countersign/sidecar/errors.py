@@ -86,6 +86,11 @@ class Unavailable(CountersignError):
 class ResourceExhausted(CountersignError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
+    def __init__(self, reason: str, message: str, *, metadata: dict[str, str] | None = None,
+                 retry_after: float = 0.0) -> None:
+        super().__init__(reason, message, metadata=metadata)
+        self.retry_after = retry_after   # seconds; sent as google.rpc.RetryInfo when set
+
 
 class StoreUnavailable(Unavailable):
     """Redis could not be reached or did not answer in time: fail closed (I7)."""

@@ -13,11 +13,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from opentelemetry import trace
 
+from countersign.sidecar.admission import Gate
 from countersign.sidecar.errors import (
     DOMAIN,
     CountersignError,
@@ -56,6 +57,11 @@ def rich_status(error: CountersignError) -> grpc.Status:
     info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN,
                                           metadata={k[:64]: v[:128] for k, v in list(error.metadata.items())[:8]}))
     status.details.append(info)
+    retry_after = getattr(error, "retry_after", 0.0)
+    if retry_after:
+        retry = any_pb2.Any()
+        retry.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(nanos=int(retry_after * 1e9))))
+        status.details.append(retry)
     if error.violations:
         bad = error_details_pb2.BadRequest(field_violations=[
             error_details_pb2.BadRequest.FieldViolation(field=v.field[:128], description=v.description[:300])
@@ -74,37 +80,40 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
         async def inner(self: Any, request: Any, context: Ctx) -> R:
             metrics: Metrics = self.metrics
             gate: Gate = self.gate
-            with tracing.server_span(name, context.invocation_metadata()) as span:
-                try:
-                    if request is UNDECODABLE:
-                        raise InvalidArgument("REQUEST_INVALID", "the request is not a valid protobuf message "
-                                              "(invalid UTF-8 in a string field, or corrupt bytes)")
-                    if gate.in_flight >= gate.limit:
-                        raise ResourceExhausted("OVERLOADED", f"more than {gate.limit} calls in flight; retry "
-                                                "with backoff", metadata={"limit": str(gate.limit)})
-                    gate.in_flight += 1
+            try:
+                gate.admit()        # before any work, the span included: shedding must stay cheap
+            except ResourceExhausted as shed:
+                metrics.refusals.labels(name, shed.reason).inc()
+                await context.abort_with_status(rich_status(shed))
+                raise AssertionError("unreachable") from None
+            try:
+                with tracing.server_span(name, context.invocation_metadata()) as span:
                     try:
+                        if request is UNDECODABLE:
+                            raise InvalidArgument("REQUEST_INVALID", "the request is not a valid protobuf message "
+                                                  "(invalid UTF-8 in a string field, or corrupt bytes)")
                         return await handler(self, request, context)
-                    finally:
-                        gate.in_flight -= 1
-                except CountersignError as exc:
-                    error = exc
-                    span.set_status(trace.Status(trace.StatusCode.ERROR, exc.reason))
-                    span.set_attribute("rpc.grpc.status_code", exc.code.value[0])
-                    if isinstance(exc, StoreUnavailable):
-                        metrics.fail_closed.labels(name).inc()
-                    metrics.refusals.labels(name, exc.reason).inc()
-                    log.info(json.dumps({"event": "refused", "rpc": name, "reason": exc.reason,
-                                         "code": exc.code.name, "trace_id": tracing.trace_id()}))
-                except grpc.aio.AbortError:
-                    raise
-                except Exception:
-                    log.exception("unexpected error in %s", name)
-                    span.set_status(trace.Status(trace.StatusCode.ERROR, "INTERNAL"))
-                    span.set_attribute("rpc.grpc.status_code", code_pb2.INTERNAL)
-                    status = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error; see the sidecar log")
-                    await context.abort_with_status(rpc_status.to_status(status))
-                    raise AssertionError("unreachable") from None
+                    except CountersignError as exc:
+                        error = exc
+                        span.set_status(trace.Status(trace.StatusCode.ERROR, exc.reason))
+                        span.set_attribute("rpc.grpc.status_code", exc.code.value[0])
+                        if isinstance(exc, StoreUnavailable):
+                            metrics.fail_closed.labels(name).inc()
+                        metrics.refusals.labels(name, exc.reason).inc()
+                        log.info(json.dumps({"event": "refused", "rpc": name, "reason": exc.reason,
+                                             "code": exc.code.name, "trace_id": tracing.trace_id()}))
+                    except grpc.aio.AbortError:
+                        raise
+                    except Exception:
+                        log.exception("unexpected error in %s", name)
+                        span.set_status(trace.Status(trace.StatusCode.ERROR, "INTERNAL"))
+                        span.set_attribute("rpc.grpc.status_code", code_pb2.INTERNAL)
+                        status = status_pb2.Status(code=code_pb2.INTERNAL,
+                                                   message="internal error; see the sidecar log")
+                        await context.abort_with_status(rpc_status.to_status(status))
+                        raise AssertionError("unreachable") from None
+            finally:
+                gate.release()
             await context.abort_with_status(rich_status(error))
             raise AssertionError("unreachable")  # abort_with_status raises
 
@@ -148,13 +157,6 @@ def register(add: Callable[[Any, Any], None], servicer: Any, server: grpc.aio.Se
         response_serializer=h.response_serializer) for name, h in capture.handlers.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(capture.service, wrapped),))
     server.add_registered_method_handlers(capture.service, wrapped)  # type: ignore[attr-defined]
-
-
-class Gate:
-    """Bounds the calls in flight across the sidecar's services (health and reflection are not counted)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.in_flight = limit, 0
 
 
 def _token(token: str) -> str:

@@ -60,8 +60,9 @@ class Settings:
                                 "(export it for longer)", kind="duration")
     max_wait: float = _setting(10.0, "upper bound of a Confirm's wait_ms", kind="duration")
     grace: float = _setting(10.0, "on SIGTERM: how long in-flight calls may finish", kind="duration")
-    max_in_flight: int = _setting(256, "calls served at once; beyond it callers get RESOURCE_EXHAUSTED at once "
-                                  "(shed, not queued until every caller times out)", kind="int")
+    max_in_flight: int = _setting(64, "calls the sidecar holds at once, running or waiting inside gRPC; beyond it "
+                                  "callers get RESOURCE_EXHAUSTED with a RetryInfo at once (shed, not queued "
+                                  "until every caller times out). Raise it for a slow downstream", kind="int")
     max_message_bytes: int = _setting(1 << 20, "largest gRPC message accepted", kind="int")
     telemetry: str = _setting("on", "on: traces and metrics; off: neither (to measure what they cost)")
     guard_lexicon: str = _setting("", "a folder of reply-guard lexicon files (zh.yaml, en.yaml, ...); "

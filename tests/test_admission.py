@@ -1,0 +1,151 @@
+"""Admission (issue 7, overload): calls that wait inside gRPC count against --max-in-flight.
+
+grpc.aio hands a received call to a handler one per event-loop turn. When the loop is short of CPU the
+backlog waits in gRPC core, where a count of running handlers never sees it. These tests build that
+backlog for real (a handler that holds the loop, as CPU-bound work does) and check that the gate sheds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import grpc
+from conftest import Stack, ctx, error_info
+from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_status import rpc_status
+
+from countersign.sidecar.admission import Gate, new_server
+from countersign.sidecar.errors import ResourceExhausted
+from countersign.sidecar.server import rich_status
+from countersign.v1 import common_pb2, gateway_pb2
+
+METHOD = "/test.Busy/Work"
+
+
+def _serve_busy(gate_of: list[Gate], use_channelz: bool, ready: threading.Event, stop: threading.Event,
+                port: list[int], hold_s: float, limit: int) -> None:
+    """A real gRPC server whose one method holds the event loop for hold_s (CPU-bound work does that)."""
+
+    async def main() -> None:
+        server, open_calls = new_server([])
+        assert open_calls is not None, "channelz must be readable: admission depends on it"
+        gate = Gate(limit, open_calls if use_channelz else None, refresh=0.0)
+        gate_of.append(gate)
+
+        async def work(request: bytes, context: grpc.aio.ServicerContext) -> bytes:  # type: ignore[type-arg]
+            try:
+                gate.admit()
+            except ResourceExhausted as shed:
+                await context.abort_with_status(rich_status(shed))
+            try:
+                time.sleep(hold_s)  # noqa: ASYNC251 - the point: a loop with no time to accept calls
+                return b"done"
+            finally:
+                gate.release()
+
+        handler = grpc.unary_unary_rpc_method_handler(work)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Busy", {"Work": handler}),))
+        port.append(server.add_insecure_port("127.0.0.1:0"))
+        await server.start()
+        ready.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.02)
+        await server.stop(0)
+
+    asyncio.run(main())
+
+
+def _flood(use_channelz: bool, calls: int = 12, limit: int = 2, hold_s: float = 0.15) -> list[str]:
+    gates: list[Gate] = []
+    ready, stop, port = threading.Event(), threading.Event(), []
+    thread = threading.Thread(target=_serve_busy, args=(gates, use_channelz, ready, stop, port, hold_s, limit))
+    thread.start()
+    try:
+        assert ready.wait(10)
+        with grpc.insecure_channel(f"127.0.0.1:{port[0]}") as channel:
+            grpc.channel_ready_future(channel).result(timeout=10)
+            work = channel.unary_unary(METHOD)
+            futures = [work.future(b"", timeout=30) for _ in range(calls)]
+            outcomes = []
+            for f in futures:
+                try:
+                    f.result()
+                    outcomes.append("served")
+                except grpc.RpcError as exc:
+                    assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, exc
+                    assert error_info(exc).reason == "OVERLOADED"
+                    outcomes.append("shed")
+        assert gates[0].in_flight == 0, "every admitted call released its slot"
+        return outcomes
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def test_calls_waiting_inside_grpc_are_counted_and_shed() -> None:
+    outcomes = _flood(use_channelz=True)
+    # the first call holds the loop; the other 11 wait in gRPC core meanwhile, and the gate sees them
+    assert outcomes.count("shed") >= 8, outcomes
+    assert 1 <= outcomes.count("served") <= 4, outcomes
+
+
+def test_a_count_of_running_handlers_alone_never_sees_that_backlog() -> None:
+    """Why the gate reads channelz: without it the same flood is queued, every caller waiting its turn."""
+    outcomes = _flood(use_channelz=False)
+    assert outcomes == ["served"] * 12
+
+
+def test_a_shed_confirm_says_when_to_retry_and_touches_nothing(stack: Stack) -> None:
+    sidecar = stack.start_sidecar(flags=["--max-in-flight", "1"])
+    try:
+        stub = stack.stub(sidecar.info["grpc"])
+        cards = [stack.card(stub, request_id=uuid.uuid4().hex, title=f"退避 {i}") for i in range(3)]
+        stack.todo.fault(path="/todos", method="POST", mode="hang_before_commit", seconds=1.0, times=3)
+        futures = [stub.Confirm.future(gateway_pb2.ConfirmRequest(context=ctx(), token=c.token), timeout=10)
+                   for c in cards]
+        shed = []
+        for card, f in zip(cards, futures, strict=True):
+            try:
+                assert f.result().action.state == common_pb2.ACTION_STATE_SUCCEEDED
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                status = rpc_status.from_call(exc)  # type: ignore[arg-type]
+                delays = []
+                for detail in status.details if status else []:
+                    info = error_details_pb2.RetryInfo()
+                    if detail.Unpack(info):
+                        delays.append(info.retry_delay.ToTimedelta().total_seconds())
+                assert delays and 0 < delays[0] <= 1, "a shed call carries google.rpc.RetryInfo"
+                shed.append(card)
+        assert len(shed) == 2
+        for card in shed:
+            assert stack.todo.writes(card.action_id) == []
+    finally:
+        stack.todo.clear_faults()
+        sidecar.stop()
+
+
+def test_health_watch_streams_are_not_load(stack: Stack) -> None:
+    """Watchers hold a stream open for as long as they like; they must not push the sidecar into shedding."""
+    sidecar = stack.start_sidecar(flags=["--max-in-flight", "2"])
+    channel = grpc.insecure_channel(sidecar.info["grpc"])
+    try:
+        health = health_pb2_grpc.HealthStub(channel)
+        watches = [health.Watch(health_pb2.HealthCheckRequest(service="")) for _ in range(4)]
+        for w in watches:
+            assert next(w).status == health_pb2.HealthCheckResponse.SERVING
+        stub = stack.stub(sidecar.info["grpc"])
+        for i in range(3):
+            time.sleep(0.01)  # past the gate's channelz refresh
+            card = stack.card(stub, request_id=uuid.uuid4().hex, title=f"看护 {i}")
+            done = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token), timeout=10)
+            assert done.action.state == common_pb2.ACTION_STATE_SUCCEEDED
+        for w in watches:
+            w.cancel()
+    finally:
+        channel.close()
+        sidecar.stop()
