@@ -5,7 +5,8 @@
 Three sidecars on one Redis and one todo service, measured in interleaved slices in one run:
   off       --telemetry off: no metrics, no spans (the traceparent is still passed on)
   metrics   the default with no OTLP endpoint: Prometheus metrics, spans not recorded
-  traced    metrics, and every span recorded and exported over OTLP/gRPC to a sink in this process
+  traced    metrics, and every span recorded and exported over OTLP/gRPC to a sink process
+            (bench/otlp_sink.py; a collector never runs inside the load generator)
   sampled   the same with OTEL_TRACES_SAMPLER=parentbased_traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1
 The issue's target: traced costs at most 15 % of Confirm throughput against off.
 """
@@ -16,15 +17,15 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import time
 import uuid
-from concurrent import futures
 from pathlib import Path
 
 import grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,16 +39,25 @@ from examples import harness  # noqa: E402
 CTX = dict(tenant_id="bench", actor_id="u", subject_id="u", session_id="s", role="user", locale="en")
 
 
-class Sink(trace_service_pb2_grpc.TraceServiceServicer):
-    """An OTLP trace endpoint that counts what it receives."""
+def start_sink() -> tuple[subprocess.Popen[str], int]:
+    """bench/otlp_sink.py as a process of its own (a collector is never inside the load generator)."""
+    sink = subprocess.Popen([sys.executable, str(ROOT / "bench" / "otlp_sink.py")], stdout=subprocess.PIPE,
+                            text=True)
+    assert sink.stdout is not None
+    line = sink.stdout.readline()
+    if not line:
+        sink.kill()
+        raise RuntimeError("the OTLP sink did not start")
+    return sink, int(json.loads(line)["port"])
 
-    def __init__(self) -> None:
-        self.spans = 0
 
-    def Export(self, request: trace_service_pb2.ExportTraceServiceRequest, context: object
-               ) -> trace_service_pb2.ExportTraceServiceResponse:
-        self.spans += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
-        return trace_service_pb2.ExportTraceServiceResponse()
+def stop_sink(sink: subprocess.Popen[str]) -> dict[str, int]:
+    if sink.poll() is not None:
+        return {}
+    sink.send_signal(signal.SIGTERM)
+    out, _ = sink.communicate(timeout=10)
+    lines = out.strip().splitlines()
+    return dict(json.loads(lines[-1])) if lines else {}
 
 
 async def measure(address: str, seconds: float, concurrency: int) -> tuple[float, float]:
@@ -84,11 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args(argv)
 
-    sink = Sink()
-    otlp = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(sink, otlp)
-    otlp_port = otlp.add_insecure_port("127.0.0.1:0")
-    otlp.start()
+    sink, otlp_port = start_sink()
+    sunk: dict[str, int] = {}
 
     work = harness.workdir("countersign-telemetry-")
     procs: list[harness.Proc] = []
@@ -126,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 p99s[name].append(p99)
                 print(f"  round {round_ + 1} {name:<8} {rate:8.1f} calls/s  p99 {p99:6.1f} ms")
         time.sleep(1.0)
+        sunk = stop_sink(sink)
         median = {name: statistics.median(v) for name, v in results.items()}
         print("\nvariant   calls/s (median)   p99 ms (median)   vs off")
         for name in variants:
@@ -133,20 +141,21 @@ def main(argv: list[str] | None = None) -> int:
                   f"{median[name] / median['off']:8.3f}")
         cost = 1 - median["traced"] / median["off"]
         print(f"\ntraced costs {cost * 100:.1f} % of Confirm throughput against off (target <= 15 %): "
-              f"{'OK' if cost <= 0.15 else 'MISSED'}; the OTLP sink received {sink.spans} spans")
+              f"{'OK' if cost <= 0.15 else 'MISSED'}; the OTLP sink received {sunk.get('spans', 0)} spans "
+              f"in {sunk.get('exports', 0)} exports")
         for name in ("metrics", "sampled"):
             part = 1 - median[name] / median["off"]
             print(f"{name} costs {part * 100:.1f} % (target <= 15 %): {'OK' if part <= 0.15 else 'MISSED'}")
         out = ROOT / "bench" / "results" / f"telemetry-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
         out.write_text(json.dumps({"median_calls_per_s": median, "rounds": results, "p99_ms": p99s,
-                                   "cost_traced_vs_off": cost, "spans_exported": sink.spans,
+                                   "cost_traced_vs_off": cost, "spans_exported": sunk.get("spans", 0),
                                    "concurrency": args.concurrency, "seconds": args.seconds}, indent=1))
         print(f"results: {out.relative_to(ROOT)}")
         return 0
     finally:
         for proc in reversed(procs):
             proc.stop()
-        otlp.stop(1)
+        stop_sink(sink)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def _serve_busy(gate_of: list[Gate], use_channelz: bool, ready: threading.Event,
             except ResourceExhausted as shed:
                 await context.abort_with_status(rich_status(shed))
             try:
-                time.sleep(hold_s)  # noqa: ASYNC251 - the point: a loop with no time to accept calls
+                time.sleep(hold_s)  # the point: a loop with no time to accept calls
                 return b"done"
             finally:
                 gate.release()
@@ -52,8 +52,7 @@ def _serve_busy(gate_of: list[Gate], use_channelz: bool, ready: threading.Event,
         port.append(server.add_insecure_port("127.0.0.1:0"))
         await server.start()
         ready.set()
-        while not stop.is_set():
-            await asyncio.sleep(0.02)
+        await asyncio.get_running_loop().run_in_executor(None, stop.wait)
         await server.stop(0)
 
     asyncio.run(main())

@@ -30,13 +30,17 @@ def _confirm_many(addresses: list[str], token: str, count: int, start_at: float,
         await asyncio.sleep(max(0.0, start_at - time.time()))
 
         async def one(i: int) -> tuple[str, bytes]:
-            try:
-                response = await stubs[i % len(stubs)].Confirm(
-                    gateway_pb2.ConfirmRequest(context=ctx(), token=token, wait_ms=0 if i % 3 else 3000),
-                    timeout=30)
-                return ("ok", response.action.SerializeToString(deterministic=True))
-            except grpc.aio.AioRpcError as exc:
-                return (exc.code().name, (exc.details() or "").encode())
+            for attempt in range(40):   # 100 callers per sidecar, over its --max-in-flight: sheds are retried
+                try:
+                    response = await stubs[i % len(stubs)].Confirm(
+                        gateway_pb2.ConfirmRequest(context=ctx(), token=token, wait_ms=0 if i % 3 else 3000),
+                        timeout=30)
+                    return ("ok", response.action.SerializeToString(deterministic=True))
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        return (exc.code().name, (exc.details() or "").encode())
+                    await asyncio.sleep(0.05 * (1 + attempt % 4) * (0.5 + (i % 7) / 7))
+            return ("RESOURCE_EXHAUSTED", b"shed 40 times")
 
         results = await asyncio.gather(*(one(i) for i in range(count)))
         for c in channels:
