@@ -1,9 +1,11 @@
 """What telemetry costs: Confirm throughput at c=16 with traces and metrics off, metrics only, and both on.
 
-    .venv/bin/python bench/telemetry.py [--seconds 5] [--rounds 3]
+    .venv/bin/python bench/telemetry.py [--seconds 3] [--rounds 6]
 
-Three sidecars on one Redis and one todo service, measured in interleaved slices in one run:
+Five sidecars on one Redis and one todo service, measured in interleaved slices in one run (the order
+rotates each round; each variant is compared with off within the same round):
   off       --telemetry off: no metrics, no spans (the traceparent is still passed on)
+  off-again the same as off, in a second process: the noise floor of the comparison
   metrics   the default with no OTLP endpoint: Prometheus metrics, spans not recorded
   traced    metrics, and every span recorded and exported over OTLP/gRPC to a sink process
             (bench/otlp_sink.py; a collector never runs inside the load generator)
@@ -31,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from overload import cpu_s  # noqa: E402
 from write_path import closed_loop  # noqa: E402
 
 from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
@@ -60,8 +63,9 @@ def stop_sink(sink: subprocess.Popen[str]) -> dict[str, int]:
     return dict(json.loads(lines[-1])) if lines else {}
 
 
-async def measure(address: str, seconds: float, concurrency: int) -> tuple[float, float]:
-    """Confirm throughput and p99 (ms) of fresh cards, prepared before the timed window."""
+async def measure(address: str, seconds: float, concurrency: int, pid: int) -> tuple[float, float, float]:
+    """Confirm throughput, p99 (ms) and the sidecar's CPU ms per Confirm, on fresh cards prepared before the
+    timed window (the CPU counts every thread of the sidecar: the span exporter's included)."""
     async with grpc.aio.insecure_channel(address) as channel:
         stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
         cards: list[str] = []
@@ -80,17 +84,19 @@ async def measure(address: str, seconds: float, concurrency: int) -> tuple[float
             token = cards.pop()
             await stub.Confirm(gateway_pb2.ConfirmRequest(context=common_pb2.CallContext(**CTX), token=token))
 
+        cpu0 = cpu_s(pid)
         calls, errors, elapsed, lat, first_error, _ = await closed_loop(confirm, concurrency, seconds)
+        cpu_ms = 1000 * (cpu_s(pid) - cpu0) / max(1, calls)
         if errors:
             print(f"  {errors} errors, first: {first_error}", file=sys.stderr)
         lat.sort()
-        return calls / elapsed, (lat[int(len(lat) * 0.99) - 1] / 1e6 if lat else 0.0)
+        return calls / elapsed, (lat[int(len(lat) * 0.99) - 1] / 1e6 if lat else 0.0), cpu_ms
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per slice")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved slices per variant")
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per slice")
+    parser.add_argument("--rounds", type=int, default=6, help="interleaved slices per variant")
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args(argv)
 
@@ -104,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         procs += [redis, todo]
         flags = ["--log-level", "warning", "--reconcile-interval", "1h"]
         variants: dict[str, harness.Proc] = {}
-        for name, extra, env in (("off", ["--telemetry", "off"], {}), ("metrics", [], {}),
+        for name, extra, env in (("off", ["--telemetry", "off"], {}), ("off-again", ["--telemetry", "off"], {}),
+                                 ("metrics", [], {}),
                                  ("traced", [], {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
                                                  "OTEL_EXPORTER_OTLP_INSECURE": "true",
                                                  "OTEL_BSP_SCHEDULE_DELAY": "200"}),
@@ -124,30 +131,48 @@ def main(argv: list[str] | None = None) -> int:
             procs.append(variants[name])
         results: dict[str, list[float]] = {name: [] for name in variants}
         p99s: dict[str, list[float]] = {name: [] for name in variants}
+        cpus: dict[str, list[float]] = {name: [] for name in variants}
+        names = list(variants)
         print(f"telemetry: Confirm c={args.concurrency}, {args.rounds} x {args.seconds:g} s per variant, "
               f"interleaved; loadavg {os.getloadavg()[0]:.2f}")
         for round_ in range(args.rounds):
-            for name, proc in variants.items():
-                rate, p99 = asyncio.run(measure(str(proc.info["grpc"]), args.seconds, args.concurrency))
+            # the order rotates each round, so no variant always runs first (after an idle pause) or last
+            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+                proc = variants[name]
+                rate, p99, cpu_ms = asyncio.run(measure(str(proc.info["grpc"]), args.seconds, args.concurrency,
+                                                        proc.pid))
                 results[name].append(rate)
                 p99s[name].append(p99)
-                print(f"  round {round_ + 1} {name:<8} {rate:8.1f} calls/s  p99 {p99:6.1f} ms")
+                cpus[name].append(cpu_ms)
+                print(f"  round {round_ + 1} {name:<9} {rate:8.1f} calls/s  p99 {p99:6.1f} ms  "
+                      f"sidecar CPU {cpu_ms:.3f} ms/Confirm", flush=True)
         time.sleep(1.0)
         sunk = stop_sink(sink)
         median = {name: statistics.median(v) for name, v in results.items()}
-        print("\nvariant   calls/s (median)   p99 ms (median)   vs off")
+        cpu = {name: statistics.median(v) for name, v in cpus.items()}
+        # paired: each variant against off in the same round, so drifts of the machine cancel out
+        paired = {name: statistics.median(r / o for r, o in zip(results[name], results["off"], strict=True))
+                  for name in variants}
+        paired_cpu = {name: statistics.median(c / o for c, o in zip(cpus[name], cpus["off"], strict=True))
+                      for name in variants}
+        print("\nvariant    calls/s (median)  p99 ms (median)  throughput vs off  CPU ms/Confirm  CPU vs off"
+              "   (vs off: median over rounds of the ratio within the round)")
         for name in variants:
-            print(f"{name:<9} {median[name]:16.1f} {statistics.median(p99s[name]):17.1f} "
-                  f"{median[name] / median['off']:8.3f}")
-        cost = 1 - median["traced"] / median["off"]
-        print(f"\ntraced costs {cost * 100:.1f} % of Confirm throughput against off (target <= 15 %): "
+            print(f"{name:<10} {median[name]:16.1f} {statistics.median(p99s[name]):16.1f} {paired[name]:18.3f} "
+                  f"{cpu[name]:15.3f} {paired_cpu[name]:11.3f}")
+        noise = abs(1 - paired["off-again"])
+        cost = 1 - paired["traced"]
+        print(f"\nnoise floor: a second sidecar with telemetry off differs by {noise * 100:.1f} % from the first")
+        print(f"traced costs {cost * 100:.1f} % of Confirm throughput against off (target <= 15 %): "
               f"{'OK' if cost <= 0.15 else 'MISSED'}; the OTLP sink received {sunk.get('spans', 0)} spans "
               f"in {sunk.get('exports', 0)} exports")
         for name in ("metrics", "sampled"):
-            part = 1 - median[name] / median["off"]
+            part = 1 - paired[name]
             print(f"{name} costs {part * 100:.1f} % (target <= 15 %): {'OK' if part <= 0.15 else 'MISSED'}")
         out = ROOT / "bench" / "results" / f"telemetry-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-        out.write_text(json.dumps({"median_calls_per_s": median, "rounds": results, "p99_ms": p99s,
+        out.write_text(json.dumps({"median_calls_per_s": median, "paired_throughput_vs_off": paired,
+                                   "paired_cpu_vs_off": paired_cpu, "rounds": results, "p99_ms": p99s,
+                                   "cpu_ms_per_confirm": cpus, "median_cpu_ms_per_confirm": cpu,
                                    "cost_traced_vs_off": cost, "spans_exported": sunk.get("spans", 0),
                                    "concurrency": args.concurrency, "seconds": args.seconds}, indent=1))
         print(f"results: {out.relative_to(ROOT)}")

@@ -406,3 +406,19 @@ def test_dashboard_config_map() -> None:
     dashboard = json.loads((ROOT / "deploy" / "grafana" / "countersign-dashboard.json").read_text())
     assert json.loads(cm["data"]["countersign-dashboard.json"]) == dashboard
     assert not [d for d in render(None) if d["metadata"]["name"].endswith("-dashboard")]
+
+
+def test_tracing_is_off_until_an_endpoint_is_given_and_then_head_sampled() -> None:
+    plain = env(sidecar(render(STANDALONE)))
+    assert not any(name.startswith("OTEL_") for name in plain)
+    assert plain["COUNTERSIGN_MAX_IN_FLIGHT"] == "64"
+    traced = env(sidecar(render({**STANDALONE, "tracing": {"endpoint": "http://otel-agent:4317", "sampleRatio": 0.25},
+                                 "settings": {"maxInFlight": 200}})))
+    assert traced["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-agent:4317"
+    assert traced["OTEL_TRACES_SAMPLER"] == "parentbased_traceidratio"
+    assert traced["OTEL_TRACES_SAMPLER_ARG"] == "0.25"
+    assert traced["COUNTERSIGN_MAX_IN_FLIGHT"] == "200"
+    for bad in ({"tracing": {"sampleRatio": 2}}, {"tracing": {"endpoint": "otel-agent:4317"}},
+                {"settings": {"maxInFlight": 0}}):
+        with pytest.raises(helm.HelmError):
+            render({**STANDALONE, **bad})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import signal
@@ -170,9 +171,23 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
     return sidecar
 
 
+def tune_gc() -> None:
+    """Keep the collector off the hot path of a long-running server.
+
+    Everything loaded at start (modules, registry, clients) is frozen out of collection, and the young
+    generation is collected every 10,000 allocations instead of 700. Measured under Confirm load with spans
+    exported: 636 ms of collection in a 20 s run (about 3 % of the CPU, mostly full collections walking
+    the start-up objects) against 93 ms after. Cycles are still collected, a little later.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 20)
+
+
 async def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT; print one JSON line with the bound addresses once listening."""
     sidecar = await start(settings)
+    tune_gc()
     print(json.dumps({"event": "listening", "grpc": sidecar.address, "metrics": sidecar.metrics_address,
                       "redis": "embedded" if sidecar.embedded else "external",
                       "policy_version": sidecar.pipeline.registry.policy_version}), flush=True)

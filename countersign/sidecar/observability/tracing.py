@@ -2,7 +2,7 @@
 traceparent handed on to the downstream by the adapters.
 
 The exporter comes from the standard OTEL_* environment: OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is
-set (needs the ``otlp`` extra), none otherwise (spans still carry valid trace ids to the downstream).
+set, none otherwise (spans still carry valid trace ids to the downstream).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def setup(*, force: bool = False) -> bool:
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
         except ImportError:
-            log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but the otlp extra is not installed; "
-                        "pip install 'countersign[otlp]'")
+            log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but opentelemetry-exporter-otlp-proto-grpc "
+                        "is not installed: spans are recorded and dropped")
         else:
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)

@@ -162,6 +162,18 @@ failureThreshold: {{ $p.failureThreshold }}
       value: {{ $v.settings.grace | quote }}
     - name: COUNTERSIGN_LOG_LEVEL
       value: {{ $v.settings.logLevel | quote }}
+    - name: COUNTERSIGN_MAX_IN_FLIGHT
+      value: {{ $v.settings.maxInFlight | int | toString | quote }}
+    {{- if $v.tracing.endpoint }}
+    - name: OTEL_EXPORTER_OTLP_ENDPOINT
+      value: {{ $v.tracing.endpoint | quote }}
+    - name: OTEL_TRACES_SAMPLER
+      value: parentbased_traceidratio
+    - name: OTEL_TRACES_SAMPLER_ARG
+      value: {{ $v.tracing.sampleRatio | toString | quote }}
+    - name: OTEL_SERVICE_NAME
+      value: countersign
+    {{- end }}
     {{- with $v.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
