@@ -93,6 +93,21 @@ async def test_one_confirmed_write_shows_rpc_span_stages_in_order_and_the_downst
     assert sent.split("-")[2] == format(client.context.span_id, "016x")
 
 
+async def test_a_trace_the_caller_did_not_sample_records_no_span_but_still_reaches_the_downstream(
+        stack: Stack, sidecar: app.Sidecar) -> None:
+    trace_id = uuid.uuid4().hex
+    async with grpc.aio.insecure_channel(sidecar.address) as channel:
+        stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+        card = await _card(stub, "not sampled")
+        EXPORTER.clear()
+        await stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token),
+                           metadata=(("traceparent", f"00-{trace_id}-{'1' * 16}-00"),))
+    assert [s.name for s in EXPORTER.get_finished_spans() if s.context.trace_id == int(trace_id, 16)] == []
+    version, sent_trace, hop, flags = stack.todo.writes(card.action_id)[0]["headers"]["traceparent"].split("-")
+    assert (version, sent_trace, flags) == ("00", trace_id, "00"), "the caller's trace, still not sampled"
+    assert hop != "1" * 16, "a hop of the sidecar's own"
+
+
 async def test_a_faulted_downstream_marks_the_span_unknown_and_counts_it(stack: Stack, sidecar: app.Sidecar) -> None:
     before = _value(_scrape(sidecar), "countersign_executions_total", outcome="unknown")
     async with grpc.aio.insecure_channel(sidecar.address) as channel:

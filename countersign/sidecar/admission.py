@@ -5,7 +5,8 @@ grpc.aio hands received calls to handlers one per event-loop turn, so when the s
 backlog waits inside gRPC core, where no handler can count it: a limit on handlers alone never sheds, and
 callers queue until their deadlines pass (measured: 64 callers, 4 handlers running, 60 calls waiting in
 core). The server's channelz counters (calls started minus calls finished) do see that backlog. The gate
-reads them while calls arrive: every `refresh` seconds near the limit, up to every 50 ms far below it.
+reads them while calls arrive: every `refresh` (20 ms) near the limit, up to every 50 ms far below it. Between
+reads the gate subtracts the calls that left, so the bound is soft by the arrivals of one interval.
 
 A shed call is answered before any work (no Redis, no span, nothing downstream) and carries a
 google.rpc.RetryInfo so a client backs off instead of hammering.
@@ -37,7 +38,7 @@ MIN_RETRY, MAX_RETRY = 0.02, 2.0  # bounds of the RetryInfo delay, seconds
 class Gate:
     """Counts the calls in the sidecar and sheds beyond `limit` (health and reflection are not shed)."""
 
-    def __init__(self, limit: int, open_calls: OpenCalls | None = None, *, refresh: float = 0.005,
+    def __init__(self, limit: int, open_calls: OpenCalls | None = None, *, refresh: float = 0.02,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.limit, self.in_flight = limit, 0
         self.open_calls, self.refresh, self.clock = open_calls, refresh, clock
@@ -65,7 +66,7 @@ class Gate:
                     log.exception("channelz read failed; admission falls back to counting handlers")
                     self.open_calls = None
                 # far from the limit, the backlog cannot reach it soon: read again when, at twice the
-                # rate calls finish, it could (a read costs 80-250 µs; every 5 ms it was 5 % of the CPU)
+                # rate calls finish, it could (a read costs 80-250 µs: every 5 ms it was 5 % of the CPU)
                 room = self.limit - self.held
                 wait = room / (2 * self.rate) if self.rate > 0 and room > 0 else 0.0
                 self._next_read = now + min(MAX_REFRESH, max(self.refresh, wait))
