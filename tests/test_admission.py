@@ -13,6 +13,7 @@ import time
 import uuid
 
 import grpc
+import pytest
 from conftest import Stack, ctx, error_info
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -83,6 +84,37 @@ def _flood(use_channelz: bool, calls: int = 12, limit: int = 2, hold_s: float = 
     finally:
         stop.set()
         thread.join(10)
+
+
+class Clock:
+    """A clock the test moves (the only fake here: a user never runs one)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_gate_sheds_exactly_the_calls_beyond_the_limit_and_says_how_long_the_backlog_takes() -> None:
+    clock, held = Clock(), [6]
+    gate = Gate(2, lambda: held[0], refresh=0.02, clock=clock)
+    outcomes = []
+    for _ in range(6):          # six calls held at the read; each leaves (shed, or served at once)
+        try:
+            gate.admit()
+            gate.release()
+            outcomes.append("served")
+        except ResourceExhausted:
+            outcomes.append("shed")
+    assert outcomes.count("shed") == 4 and outcomes[-2:] == ["served", "served"]
+    clock.now += 0.3            # a rate window passes: 2 finished in 0.3 s
+    held[0] = 12
+    with pytest.raises(ResourceExhausted) as shed:
+        gate.admit()
+    assert shed.value.reason == "OVERLOADED" and shed.value.metadata == {"limit": "2"}
+    assert shed.value.retry_after == pytest.approx(min(2.0, 12 / gate.rate))
+    assert gate.in_flight == 0
 
 
 def test_calls_waiting_inside_grpc_are_counted_and_shed() -> None:

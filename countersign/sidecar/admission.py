@@ -51,13 +51,13 @@ class Gate:
 
     def admit(self) -> None:
         """Take a slot for this call, or raise OVERLOADED. Pair every admit() with a release()."""
+        now = self.clock()
+        if now - self._window_at >= RATE_WINDOW:
+            self.rate = 0.5 * self.rate + 0.5 * self._window_done / (now - self._window_at)
+            self._window_at, self._window_done = now, 0
         if self.in_flight >= self.limit:
             self._shed(self.in_flight)
         if self.open_calls is not None:
-            now = self.clock()
-            if now - self._window_at >= RATE_WINDOW:
-                self.rate = 0.5 * self.rate + 0.5 * self._window_done / (now - self._window_at)
-                self._window_at, self._window_done = now, 0
             if now >= self._next_read:
                 self._left = 0
                 try:
