@@ -15,9 +15,7 @@ import uuid
 import grpc
 import pytest
 from conftest import Stack, ctx, error_info
-from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_status import rpc_status
 
 from countersign.sidecar.admission import Gate, new_server
 from countersign.sidecar.errors import ResourceExhausted
@@ -128,36 +126,6 @@ def test_a_count_of_running_handlers_alone_never_sees_that_backlog() -> None:
     """Why the gate reads channelz: without it the same flood is queued, every caller waiting its turn."""
     outcomes = _flood(use_channelz=False)
     assert outcomes == ["served"] * 12
-
-
-def test_a_shed_confirm_says_when_to_retry_and_touches_nothing(stack: Stack) -> None:
-    sidecar = stack.start_sidecar(flags=["--max-in-flight", "1"])
-    try:
-        stub = stack.stub(sidecar.info["grpc"])
-        cards = [stack.card(stub, request_id=uuid.uuid4().hex, title=f"退避 {i}") for i in range(3)]
-        stack.todo.fault(path="/todos", method="POST", mode="hang_before_commit", seconds=1.0, times=3)
-        futures = [stub.Confirm.future(gateway_pb2.ConfirmRequest(context=ctx(), token=c.token), timeout=10)
-                   for c in cards]
-        shed = []
-        for card, f in zip(cards, futures, strict=True):
-            try:
-                assert f.result().action.state == common_pb2.ACTION_STATE_SUCCEEDED
-            except grpc.RpcError as exc:
-                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-                status = rpc_status.from_call(exc)  # type: ignore[arg-type]
-                delays = []
-                for detail in status.details if status else []:
-                    info = error_details_pb2.RetryInfo()
-                    if detail.Unpack(info):
-                        delays.append(info.retry_delay.ToTimedelta().total_seconds())
-                assert delays and 0 < delays[0] <= 1, "a shed call carries google.rpc.RetryInfo"
-                shed.append(card)
-        assert len(shed) == 2
-        for card in shed:
-            assert stack.todo.writes(card.action_id) == []
-    finally:
-        stack.todo.clear_faults()
-        sidecar.stop()
 
 
 def test_health_watch_streams_are_not_load(stack: Stack) -> None:

@@ -15,6 +15,8 @@ from pathlib import Path
 import grpc
 import pytest
 from conftest import ROOT, Stack, ctx, error_info
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
@@ -227,6 +229,15 @@ def test_grpcurl_lists_services_reads_health_and_invokes(stack: Stack) -> None:
     assert confirmation["token"].startswith("cs1.")
 
 
+def retry_delay(err: grpc.RpcError) -> float:
+    status = rpc_status.from_call(err)  # type: ignore[arg-type]
+    for detail in status.details if status else []:
+        info = error_details_pb2.RetryInfo()
+        if detail.Unpack(info):
+            return float(info.retry_delay.ToTimedelta().total_seconds())
+    return 0.0
+
+
 def test_beyond_max_in_flight_calls_are_shed_at_once_and_touch_nothing(stack: Stack) -> None:
     sidecar = stack.start_sidecar(flags=["--max-in-flight", "2"])
     try:
@@ -242,6 +253,7 @@ def test_beyond_max_in_flight_calls_are_shed_at_once_and_touch_nothing(stack: St
             except grpc.RpcError as exc:
                 assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                 assert error_info(exc).reason == "OVERLOADED"
+                assert 0 < retry_delay(exc) <= 2, "a shed call says when to retry (google.rpc.RetryInfo)"
                 outcomes.append("shed")
         assert outcomes.count("shed") == 4 and outcomes.count(common_pb2.ACTION_STATE_SUCCEEDED) == 2
         shed = [c for c, o in zip(cards, outcomes, strict=True) if o == "shed"]
