@@ -15,6 +15,7 @@ import uuid
 import grpc
 import pytest
 from conftest import Stack, ctx, error_info
+from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from countersign.sidecar.admission import Gate, new_server
@@ -148,3 +149,12 @@ def test_health_watch_streams_are_not_load(stack: Stack) -> None:
     finally:
         channel.close()
         sidecar.stop()
+
+
+def test_a_retry_delay_over_a_second_is_a_valid_duration() -> None:
+    shed = ResourceExhausted("OVERLOADED", "busy", retry_after=1.5)
+    details = rich_status(shed).trailing_metadata[0][1]
+    parsed = status_pb2.Status.FromString(details)
+    info = error_details_pb2.RetryInfo()
+    assert any(d.Unpack(info) for d in parsed.details)
+    assert (info.retry_delay.seconds, info.retry_delay.nanos) == (1, 500_000_000)

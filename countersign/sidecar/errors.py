@@ -40,6 +40,7 @@ class CountersignError(Exception):
     """Base of every error a caller may see."""
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    retry_after = 0.0   # seconds; when set, the status carries a google.rpc.RetryInfo
 
     def __init__(
         self,
@@ -89,7 +90,7 @@ class ResourceExhausted(CountersignError):
     def __init__(self, reason: str, message: str, *, metadata: dict[str, str] | None = None,
                  retry_after: float = 0.0) -> None:
         super().__init__(reason, message, metadata=metadata)
-        self.retry_after = retry_after   # seconds; sent as google.rpc.RetryInfo when set
+        self.retry_after = retry_after
 
 
 class StoreUnavailable(Unavailable):

@@ -57,10 +57,11 @@ def rich_status(error: CountersignError) -> grpc.Status:
     info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN,
                                           metadata={k[:64]: v[:128] for k, v in list(error.metadata.items())[:8]}))
     status.details.append(info)
-    retry_after = getattr(error, "retry_after", 0.0)
-    if retry_after:
+    if error.retry_after:
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(int(error.retry_after * 1e9))   # seconds and nanos < 1e9, as the type requires
         retry = any_pb2.Any()
-        retry.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(nanos=int(retry_after * 1e9))))
+        retry.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
         status.details.append(retry)
     if error.violations:
         bad = error_details_pb2.BadRequest(field_violations=[
