@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from countersign.adapters.base import Adapter, CallMeta, Kind
 from countersign.sidecar import cards, policy, prepare
-from countersign.sidecar.actions import Keyring, is_action_id, sha256_hex
+from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.compensate import Compensator, overlay
 from countersign.sidecar.continuations import Continuations, action_entry, fact_entry, read_summary, request_key
@@ -119,10 +119,11 @@ class Pipeline:
         if found is not None:
             return self._existing(action_id, found, label)
         self.metrics.invocations.labels(label, "write", "card").inc()
-        decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_sha256=sha256_hex(allowed.canonical_args))
+        args_hmac = self.keyring.digest("args", allowed.canonical_args)
+        decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_hmac=args_hmac)
         await self.store.remember(request_key(self.keyring, context), action_entry(action_id), self.timing.replay_ms)
         self.audit.event(action_id, "issued", tool=tool.name, capability=tool.capability,
-                         policy_version=registry.policy_version, args_sha256=sha256_hex(allowed.canonical_args))
+                         policy_version=registry.policy_version, args_hmac=args_hmac)
         return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(
             self.keyring, cards.open_card(self.keyring, action_id, record)))
 
