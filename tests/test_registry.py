@@ -188,7 +188,8 @@ def test_a_closed_schema_with_every_supported_keyword_loads_and_refuses_an_undec
                                                                          False, "properties": {"k": {"const": 1}}}]}},
         "mode": {"oneOf": [{"enum": ["a", "b"]}, {"const": {"fixed": True}}], "title": "Mode",
                  "description": "d", "default": "a", "examples": ["a"], "deprecated": False, "$comment": "c"},
-        "both": {"allOf": [{"type": "integer"}, {"type": "integer", "minimum": 1}], "readOnly": False, "writeOnly": False},
+        "both": {"allOf": [{"type": "integer"}, {"type": "integer", "minimum": 1}], "readOnly": False,
+                 "writeOnly": False},
         "never": False,
     })
     reg = registry.build(doc, "closed.yaml")

@@ -179,7 +179,7 @@ class Pipeline:
         out, omac = seal_action(self.keyring, kid, action)
         result = await self.store.reject(action_id, binding, out, omac, self.timing.replay_ms)
         if result is None:
-            self.audit.event(action_id, "rejected", tool=tool)
+            self.audit.event(action_id, "rejected", tool=tool, outcome_hmac=self.keyring.digest("outcome", out))
             return action
         if isinstance(result, Refused):
             raise _refusal(result)

@@ -492,7 +492,8 @@ def _open_objects(schema: Any, where: str) -> Iterator[str]:
         return
     kind = schema.get("type")
     types = {kind} if isinstance(kind, str) else set(kind or ())
-    branches = [(f"{key}[{i}]", sub) for key in ("anyOf", "oneOf", "allOf") for i, sub in enumerate(schema.get(key) or [])]
+    branches = [(f"{key}[{i}]", sub) for key in ("anyOf", "oneOf", "allOf")
+                for i, sub in enumerate(schema.get(key) or [])]
     if not types and "enum" not in schema and "const" not in schema and not branches:
         yield f"{where} {_ANY}, enum or const"
         return
