@@ -21,6 +21,7 @@ import redis
 import rfc8785
 from conftest import ROOT, Stack, ctx
 
+from countersign.sidecar.audit import chain_state, expiry
 from countersign.v1 import common_pb2, continuation_pb2, continuation_pb2_grpc, gateway_pb2, guard_pb2, guard_pb2_grpc
 from examples.harness import TEST_KEYS
 
@@ -312,6 +313,8 @@ def test_every_kind_of_action_verifies_clean_including_across_a_key_rotation(fre
     _wait_events(stack, rejected.action_id, {"issued", "rejected"})
     out = _verify(stack)
     assert out.returncode == 0 and "looked at again" not in out.stdout, out.stdout + out.stderr
+    # a settled action's chain expires with --audit-ttl (30 days by default); only an unresolved one is kept
+    assert 0 < _redis(stack).pttl(_keys(kept.action_id)["audit"]) <= 30 * 86_400_000
 
     # rotate: k0 becomes active; the compensation chains new events under k0 onto a chain begun under k1
     stack.sidecar.stop()
@@ -337,3 +340,35 @@ def test_every_kind_of_action_verifies_clean_including_across_a_key_rotation(fre
     # a keys file that lost k1 can no longer vouch for what k1 signed, and says so
     stack.keys.write_text(json.dumps({"active": "k0", "keys": {"k0": TEST_KEYS["keys"]["k0"]}}))
     _broken(_verify(stack), kept.action_id, "'k1', which the keys file does not hold")
+
+
+# -- the decisions verify rests on, as plain functions -------------------------------------------------------
+
+
+def _event(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"t": kind, "f": fields}
+
+
+def test_a_settled_outcome_is_final_in_the_chain_and_a_released_claim_is_ready_again() -> None:
+    lost_settle = [_event("issued"), _event("claimed"), _event("settled", state="SUCCEEDED"),
+                   _event("settled", state="UNKNOWN"), _event("guard")]   # the fenced executor's late event
+    assert chain_state(lost_settle) == "SUCCEEDED"
+    assert chain_state([_event("issued"), _event("claimed"), _event("released")]) == "READY"
+    assert chain_state([_event("issued"), _event("claimed"), _event("settled", state="UNKNOWN"),
+                        _event("settled", state="NEEDS_MANUAL_REVIEW"), _event("needs_manual_review")]) \
+        == "NEEDS_MANUAL_REVIEW"
+    assert chain_state([_event("issued"), _event("rejected")]) == "REJECTED"
+    assert chain_state([_event("continuation_opened")]) is None
+
+
+def test_the_chain_of_an_unresolved_action_is_kept_and_any_other_expires() -> None:
+    def batch(*events: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
+        return [(e["t"], 0, e["f"]) for e in events]
+
+    assert expiry(batch(_event("claimed"))) == "keep"
+    assert expiry(batch(_event("claimed"), _event("settled", state="UNKNOWN"))) == "keep"
+    assert expiry(batch(_event("claimed"), _event("settled", state="SUCCEEDED"))) == "expire"
+    assert expiry(batch(_event("settled", state="NEEDS_MANUAL_REVIEW"), _event("needs_manual_review"))) == "keep"
+    assert expiry(batch(_event("resolved", outcome="failed"))) == "expire"
+    assert expiry(batch(_event("issued"))) == "expire"
+    assert expiry(batch(_event("continuation_opened"), _event("guard"))) == "same"

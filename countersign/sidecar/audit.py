@@ -15,9 +15,12 @@ the audit trail"):
     a run record holding an outcome (cs:{A}:run)       a settled / rejected / resolved event whose
                                                        outcome_hmac is that very outcome
     a run record without one (running, lease lapsed)   a ``claimed`` event
-    a chain that ends unresolved (RUNNING, UNKNOWN,    a run record (an unresolved action is never
+    a chain that ends unresolved (RUNNING, UNKNOWN,    a run record or card (an unresolved action is never
       NEEDS_MANUAL_REVIEW)                             forgotten, DESIGN §7)
     an entry in the unresolved index (cs:{open})       a run record or a chain
+
+A transition that gives a claim back (the card READY again) must write a ``released`` event, or
+a chain that ends in ``claimed`` with no record left would be reported.
 
 Writing never blocks or fails the request path: events are written in the background, retried on a
 chain conflict, and a failure is counted (countersign_audit_write_failures_total) and logged. So a
@@ -63,7 +66,7 @@ def anchor_mac(keyring: Keyring, kid: str, action_id: str, seq: int, head: str) 
 
 def state_after(kind: str, fields: dict[str, Any]) -> str | None:
     """The action state an event records, or None for an event that changes none (continuations, guard)."""
-    if kind == "issued":
+    if kind in ("issued", "released"):      # released: a claim given back, its card READY again
         return "READY"
     if kind == "claimed":
         return "RUNNING"
@@ -78,7 +81,7 @@ def state_after(kind: str, fields: dict[str, Any]) -> str | None:
     return None
 
 
-def _expiry(batch: list[tuple[str, int, dict[str, Any]]]) -> str:
+def expiry(batch: list[tuple[str, int, dict[str, Any]]]) -> str:
     """keep (the batch leaves the action unresolved), expire, or same (no event in it changes a state)."""
     for kind, _, fields in reversed(batch):
         state = state_after(kind, fields)
@@ -124,7 +127,7 @@ class Audit:
         try:
             # Optimistic: chain to the head we last wrote (or to nothing, for a new action); on a conflict the
             # script answers the real head and we chain again.
-            kid, expiry = self.keyring.active, _expiry(batch)
+            kid, keep = self.keyring.active, expiry(batch)
             state = self._heads.pop(action_id, None) or (0, "")
             for _ in range(8):
                 seq, head = state
@@ -135,7 +138,7 @@ class Audit:
                     prev = self.keyring.mac(kid, "audit", encode(body))
                     events.append((encode({**body, "mac": prev}), prev))
                 anchor = Anchor(kid, anchor_mac(self.keyring, kid, action_id, seq + len(batch), prev))
-                ok, seq_now, head_now = await self.store.audit_append(action_id, state, events, anchor, expiry,
+                ok, seq_now, head_now = await self.store.audit_append(action_id, state, events, anchor, keep,
                                                                       self.ttl_ms)
                 state = (seq_now, head_now)
                 if ok:
