@@ -118,12 +118,13 @@ class Pipeline:
             found = await self.store.issue(action_id, record, self.confirm_ttl_ms)
         if found is not None:
             return self._existing(action_id, found, label)
-        self.metrics.invocations.labels(label, "write", "card").inc()
+        # the event before any other await: a card whose Invoke fails or is cancelled now still has it
         args_hmac = self.keyring.digest("args", allowed.canonical_args)
-        decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_hmac=args_hmac)
-        await self.store.remember(request_key(self.keyring, context), action_entry(action_id), self.timing.replay_ms)
         self.audit.event(action_id, "issued", tool=tool.name, capability=tool.capability,
                          policy_version=registry.policy_version, args_hmac=args_hmac)
+        self.metrics.invocations.labels(label, "write", "card").inc()
+        decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_hmac=args_hmac)
+        await self.store.remember(request_key(self.keyring, context), action_entry(action_id), self.timing.replay_ms)
         return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(
             self.keyring, cards.open_card(self.keyring, action_id, record)))
 
