@@ -180,6 +180,17 @@ def test_aliases_are_normalised() -> None:
     assert out.canonical_args == b'{"dueAt":"2026-12-01T09:00","priority":2,"title":"Buy milk"}'
 
 
+def test_what_normalisation_produces_is_validated_under_the_normalised_name() -> None:
+    # an alias is renamed first, then the closed schema judges the result (DESIGN §5): a value the alias
+    # carries is refused as the property it became
+    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize,
+                 "write_note", '{"text": {"evil": {"rm": "-rf"}}}', reg=NESTED)
+    assert [v.field for v in err.violations] == ["body"]
+    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
+                 authorize, "create_todo", '{"taskTitle": "", "importance": 9}')
+    assert sorted(v.field for v in err.violations) == ["priority", "title"]
+
+
 def test_a_missing_optional_argument_stays_missing() -> None:
     assert allowed("create_todo", '{"taskTitle": "Buy milk"}').arguments == {"title": "Buy milk"}
 

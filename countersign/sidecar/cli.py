@@ -53,10 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     resolving.add_argument("--resource-id", default="", help="the downstream's resource id, when succeeded")
     audit = sub.add_parser("audit", help="verify or export the tamper-evident audit chains")
     audit_sub = audit.add_subparsers(dest="verb", required=True)
-    audit_sub.add_parser("verify", help="walk every chain; report the first broken, missing or reordered event")
+    verifying = audit_sub.add_parser("verify", help="walk every chain and cross-check every action record against "
+                                     "it; report what is broken, missing or reordered")
     exporting = audit_sub.add_parser("export", help="write the events as JSON lines")
     exporting.add_argument("--out", default="-", help="a file, or - for standard output")
-    for p in (listing, showing, resolving, audit_sub.choices["verify"], exporting):
+    for p in (showing, verifying):
+        p.add_argument("--event-grace", default="5s", metavar="DURATION",
+                       help="audit writes are asynchronous: what looks wrong is looked at again after this long, "
+                            "and reported only if it still is [default 5s]")
+    for p in (listing, showing, resolving, verifying, exporting):
         p.add_argument("--redis-url", default=os.environ.get("COUNTERSIGN_REDIS_URL", ""),
                        help="the sidecars' Redis [env COUNTERSIGN_REDIS_URL]")
         p.add_argument("--keys-file", default=os.environ.get("COUNTERSIGN_KEYS_FILE", ""),
@@ -107,6 +112,7 @@ async def _operate(args: argparse.Namespace) -> int:
               "required", file=sys.stderr)
         return 2
     try:
+        grace = settings_mod.duration(args.event_grace) if hasattr(args, "event_grace") else 0.0
         keyring = Keyring.from_file(args.keys_file)
         store = Store.from_url(args.redis_url, socket_timeout=5, connect_timeout=2, retries=1)
     except (SettingsError, ValueError) as exc:
@@ -114,7 +120,7 @@ async def _operate(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.command == "audit" and args.verb == "verify":
-            return await operator.verify(store, keyring)
+            return await operator.verify(store, keyring, grace=grace)
         if args.command == "audit":
             if args.out == "-":
                 return await operator.export(store, sys.stdout)
@@ -123,7 +129,7 @@ async def _operate(args: argparse.Namespace) -> int:
         if args.verb == "list":
             return await operator.list_actions(store, keyring, args.state, args.json)
         if args.verb == "show":
-            return await operator.show(store, keyring, args.action_id, args.json)
+            return await operator.show(store, keyring, args.action_id, args.json, grace=grace)
         return await operator.resolve(store, keyring, args.action_id, args.outcome, args.reason, args.operator,
                                       args.resource_id)
     except CountersignError as exc:

@@ -104,7 +104,11 @@ class Compensator:
                             resource_version=original.receipt.resource_version, preview=preview,
                             now_ms=int(self.clock() * 1000), ttl_ms=self.timing.lease_ms,
                             extra={"compensates": action_id})
-        await self.store.issue(comp_id, record, self.timing.lease_ms)
+        if await self.store.issue(comp_id, record, self.timing.lease_ms) is None:
+            # the inverse is an action like any other: its chain starts with its card (audit.verify expects it)
+            self.audit.event(comp_id, "issued", tool=inverse.name, capability=inverse.capability,
+                             policy_version=registry.policy_version, compensates=action_id,
+                             args_hmac=self.keyring.digest("args", allowed.canonical_args))
         claim_id = os.urandom(12).hex()
         claimed = await self.store.claim(comp_id, binding, registry.denied_tools(context.role), claim_id,
                                          self.timing.lease_ms, self.timing.replay_ms)

@@ -19,7 +19,7 @@ from google.protobuf import json_format
 
 from countersign.adapters.base import render
 from countersign.sidecar import cards, policy
-from countersign.sidecar.actions import Keyring, canonical, is_action_id, sha256_hex
+from countersign.sidecar.actions import Keyring, canonical, is_action_id
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from countersign.sidecar.execute import open_action
@@ -134,7 +134,7 @@ class Continuations:
             raise DataLoss("RECORD_TAMPERED", "the stored reply of this continuation was changed")
         if record.state == "settled":
             self.audit.event(action_id, "continuation_settled", guard=verdict.reason,
-                             reply_sha256=sha256_hex(record.reply))
+                             reply_hmac=self.keyring.digest("reply", record.reply))
         out = continuation_pb2.Continuation(
             continuation_id=action_id, token=self.keyring.token(action_id, kid, LABEL), action_id=action_id,
             state=continuation_pb2.CONTINUATION_STATE_SETTLED, reply_text=record.reply.decode("utf-8", "replace"),
@@ -180,8 +180,8 @@ class Continuations:
         verdict = self.guard.check(reply_text, context.locale, evidence)
         self.metrics.guard.labels("replaced" if verdict.replaced else "passed").inc()
         for item in evidence:
-            self.audit.event(item.action_id, "guard", verdict=verdict.reason, reply_sha256=sha256_hex(
-                reply_text.encode("utf-8", "replace")))
+            self.audit.event(item.action_id, "guard", verdict=verdict.reason, reply_hmac=self.keyring.digest(
+                "reply", reply_text.encode("utf-8", "replace")))
         log.info(json.dumps({"event": "guard", "verdict": "replaced" if verdict.replaced else "passed",
                              "reason": verdict.reason, "claims": len(verdict.matched_claims)}))
         return guard_pb2.CheckReplyResponse(verdict=VERDICTS[verdict.replaced], reply_text=verdict.text,

@@ -17,7 +17,7 @@ from typing import Any
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, Outcome, render
 from countersign.sidecar import policy, states
-from countersign.sidecar.actions import Keyring, canonical, sha256_hex
+from countersign.sidecar.actions import Keyring, canonical
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.cards import Card, open_card
 from countersign.sidecar.errors import CountersignError, DataLoss, FailedPrecondition, Unavailable
@@ -191,7 +191,8 @@ class Executor:
         state = state or ("unknown" if action.state == common_pb2.ACTION_STATE_UNKNOWN else "settled")
         self.audit.event(action_id, "settled", state=states.name(action.state),
                          reason=action.error.reason, resource_id=action.receipt.resource_id,
-                         outcome_sha256=sha256_hex(out), by=(claim_id[:1] == "r" and "reconciler") or "executor")
+                         outcome_hmac=self.keyring.digest("outcome", out),
+                         by=(claim_id[:1] == "r" and "reconciler") or "executor")
         receipt = "SUCCEEDED" if action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED else ""
         args = (action_id, claim_id, state, out, omac, action.error.reason, receipt, self.timing.replay_ms)
         if state == "unknown":   # only what may need reconciling is indexed; a settled Confirm costs nothing

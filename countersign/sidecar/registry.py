@@ -13,7 +13,7 @@ rule names are stable (tests assert them, one bad fixture file per rule):
     confirmation-matches-capability    ... and so does its confirmation
     write-needs-confirmation           a write may not set confirmation: none
     schema-valid                       the schema is a valid JSON Schema of an object
-    schema-closed                      additionalProperties: false at every object level
+    schema-closed                      every object closed, every array's items closed, through every branch
     alias-no-collision                 an alias is not a declared property and maps to one
     template-fields                    templates name only arguments, the action or the receipt
     adapter-valid                      the adapter is complete for its kind
@@ -347,8 +347,8 @@ def _tool(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Too
         validator = jsonschema_rs.validator_for(schema)
     except Exception as exc:  # the library raises several types for a bad schema
         raise fail(name, "schema-valid", str(exc).splitlines()[0]) from exc
-    for where in _open_objects(schema, "schema"):
-        raise fail(name, "schema-closed", f"{where} must set additionalProperties: false")
+    for problem in _open_objects(schema, "schema"):
+        raise fail(name, "schema-closed", problem)
 
     props = set(schema.get("properties", {}))
     aliases = raw.get("aliases") or {}
@@ -459,20 +459,52 @@ def _fields(tool: Tool) -> set[str]:
     return set(tool.schema.get("properties", {}))
 
 
+# What a tool schema may say (DESIGN §4, docs/registry.md). Closure is checked by walking every subschema these
+# keywords hold; anything else (references, conditionals, pattern- and evaluation-based keywords, negation) could
+# admit a key the walk cannot see, so it is refused by name rather than half-understood.
+_SUBSCHEMA_KEYWORDS = frozenset({"properties", "items", "anyOf", "oneOf", "allOf"})
+_VALUE_KEYWORDS = frozenset({
+    "type", "enum", "const", "required", "additionalProperties", "minProperties", "maxProperties",
+    "dependentRequired", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "multipleOf", "minItems", "maxItems", "uniqueItems",
+    "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment",
+})
+_SCHEMA_KEYWORDS = _SUBSCHEMA_KEYWORDS | _VALUE_KEYWORDS
+_ANY = "admits any value (an object with any keys): give it a type"
+
+
 def _open_objects(schema: Any, where: str) -> Iterator[str]:
-    """Every object-typed subschema that does not close additionalProperties."""
-    if not isinstance(schema, dict):
+    """Every place where a value that passes the schema could carry a key the registry never declared.
+
+    Closed means: only supported keywords; every subschema says what it admits (a type, enum or const, or
+    branches that each do); every object sets additionalProperties: false; every array has closed items;
+    every property, item and anyOf/oneOf/allOf branch is closed in turn. ``false`` admits nothing: closed.
+    """
+    if schema is False:
+        return
+    if not isinstance(schema, dict):            # true (schema-valid refused every other non-schema)
+        yield f"{where} is true, which {_ANY}"
+        return
+    unsupported = sorted(str(key) for key in schema if key not in _SCHEMA_KEYWORDS)
+    if unsupported:
+        yield (f"{where} uses {', '.join(map(repr, unsupported))}, which a tool schema may not use: closure is "
+               "checked only through type, properties, items, enum, const, anyOf, oneOf and allOf")
         return
     kind = schema.get("type")
-    is_object = kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in schema
-    if is_object and schema.get("additionalProperties") is not False:
-        yield where
-    for key in ("properties", "patternProperties", "$defs", "definitions"):
-        for name, sub in (schema.get(key) or {}).items():
-            yield from _open_objects(sub, f"{where}.{key}.{name}")
-    for key in ("items", "additionalItems", "not", "if", "then", "else", "contains"):
-        if isinstance(schema.get(key), dict):
-            yield from _open_objects(schema[key], f"{where}.{key}")
-    for key in ("anyOf", "allOf", "oneOf", "prefixItems"):
-        for i, sub in enumerate(schema.get(key) or []):
-            yield from _open_objects(sub, f"{where}.{key}[{i}]")
+    types = {kind} if isinstance(kind, str) else set(kind or ())
+    branches = [(f"{key}[{i}]", sub) for key in ("anyOf", "oneOf", "allOf")
+                for i, sub in enumerate(schema.get(key) or [])]
+    if not types and "enum" not in schema and "const" not in schema and not branches:
+        yield f"{where} {_ANY}, enum or const"
+        return
+    if ("object" in types or "properties" in schema or "additionalProperties" in schema) \
+            and schema.get("additionalProperties") is not False:
+        yield f"{where} must set additionalProperties: false"
+    if "array" in types and "items" not in schema:
+        yield f"{where} is an array without items: declare a closed schema for its items"
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from _open_objects(sub, f"{where}.properties.{name}")
+    if "items" in schema:
+        yield from _open_objects(schema["items"], f"{where}.items")
+    for label, sub in branches:
+        yield from _open_objects(sub, f"{where}.{label}")

@@ -56,8 +56,9 @@ class Settings:
                                          kind="duration")
     reconcile_window: float = _setting(600.0, "how long a lookup may keep finding nothing before an action "
                                        "goes to NEEDS_MANUAL_REVIEW", kind="duration")
-    audit_ttl: float = _setting(30 * 86400.0, "how long each action's audit chain is kept in Redis "
-                                "(export it for longer)", kind="duration")
+    audit_ttl: float = _setting(30 * 86400.0, "how long a settled action's audit chain is kept in Redis, at "
+                                "least --replay-ttl (export it for longer; an unresolved one is kept until it "
+                                "settles)", kind="duration")
     max_wait: float = _setting(10.0, "upper bound of a Confirm's wait_ms", kind="duration")
     grace: float = _setting(10.0, "on SIGTERM: how long in-flight calls may finish", kind="duration")
     max_in_flight: int = _setting(64, "calls the sidecar holds at once, running or waiting inside gRPC; beyond it "
@@ -83,6 +84,9 @@ class Settings:
         if self.lease <= self.downstream_deadline:
             raise SettingsError("--lease must be longer than --downstream-deadline, or a live call "
                                 "would be reported UNKNOWN while it still runs")
+        if self.audit_ttl < max(self.replay_ttl, self.confirm_ttl):
+            raise SettingsError("--audit-ttl must be at least --replay-ttl and --confirm-ttl: audit verify reports a "
+                                "card or settled record whose chain expired before it")
         if self.telemetry not in ("on", "off"):
             raise SettingsError("--telemetry must be on or off")
         if self.log_level not in ("debug", "info", "warning", "error"):

@@ -98,6 +98,26 @@ class ReconcileWork:
     now_ms: int
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """Where an action's chain ends: MAC'd under ``kid`` over (action, seq, head), so it cannot be rewritten."""
+
+    kid: str
+    mac: str
+
+
+@dataclass(frozen=True)
+class AuditEvidence:
+    """Everything Redis holds about one action that the audit cross-check reads (raw fields)."""
+
+    action_id: str
+    events: list[tuple[str, bytes]]     # (stream entry id, event JSON), oldest first
+    anchor: dict[str, str]              # seq, head, kid, mac; empty when absent
+    card: dict[str, bytes]              # the ready card; empty when absent
+    run: dict[str, bytes]               # the run record; empty when absent
+    indexed: bool                       # listed in the unresolved index (cs:{open})
+
+
 OPEN_KEY = "cs:{open}"   # actions that may need reconciling, scored by when to look (one key: fine per deployment)
 
 
@@ -416,10 +436,12 @@ class Store:
 
     # -- audit chains and operator resolution ----------------------------------------------------
 
-    async def audit_append(self, action_id: str, prev: str, events: list[tuple[bytes, str]],
-                           ttl_ms: int) -> tuple[bool, int, str]:
-        """Append chained events if the action's head is still prev: (ok, seq, head now)."""
-        args: list[Any] = [prev, ttl_ms]
+    async def audit_append(self, action_id: str, after: tuple[int, str], events: list[tuple[bytes, str]],
+                           anchor: Anchor, expiry: str, ttl_ms: int) -> tuple[bool, int, str]:
+        """Append chained events if the action's chain still ends at ``after`` (seq, head), and set the
+        anchor (MAC'd by the caller) in the same step. expiry: keep | expire | same (lua/audit.lua).
+        Returns (ok, seq, head now)."""
+        args: list[Any] = [after[0], after[1], anchor.kid, anchor.mac, expiry, ttl_ms]
         for event, mac in events:
             args += [event, mac]
         reply = await self._script("audit", [audit_key(action_id), events_key(action_id)], args)
@@ -438,9 +460,40 @@ class Store:
 
         return await self._call(every())
 
-    async def audit_head(self, action_id: str) -> tuple[int, str] | None:
-        raw = await self._call(self.client.hmget(audit_key(action_id), "seq", "head"))
-        return None if raw[0] is None else (int(raw[0]), _s(raw[1] or b""))
+    async def audited_ids(self) -> list[str]:
+        """Every action Redis knows anything about: a card, a run record, a chain or anchor, or an entry in
+        the unresolved index. What ``audit verify`` cross-checks (one SCAN pass; read-only)."""
+        async def every() -> set[str]:
+            ids = {_s(member) for member in await self.client.zrange(OPEN_KEY, 0, -1)}
+            async for key in self.client.scan_iter(match="cs:{*}:*", count=1000):
+                name = _s(key)
+                tag, _, kind = name[3:].rpartition(":")
+                if kind in ("card", "run", "audit", "events") and tag.startswith("{") and tag.endswith("}"):
+                    ids.add(tag[1:-1])
+            return ids
+
+        return sorted(await self._call(every()))
+
+    async def audit_evidence(self, action_ids: list[str]) -> list[AuditEvidence]:
+        """What Redis holds about each action, in one round trip (read-only: no transition is applied)."""
+        if not action_ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for action_id in action_ids:
+            pipe.xrange(events_key(action_id))
+            pipe.hgetall(audit_key(action_id))
+            pipe.hgetall(card_key(action_id))
+            pipe.hgetall(run_key(action_id))
+            pipe.zscore(OPEN_KEY, action_id)
+        rows = await self._call(pipe.execute())
+        out = []
+        for i, action_id in enumerate(action_ids):
+            events, anchor, card, run, indexed = rows[5 * i:5 * i + 5]
+            out.append(AuditEvidence(
+                action_id, [(_s(entry_id), fields.get(b"e", b"")) for entry_id, fields in events],
+                {_s(k): _s(v) for k, v in anchor.items()}, {_s(k): v for k, v in card.items()},
+                {_s(k): v for k, v in run.items()}, indexed is not None))
+        return out
 
     async def record(self, action_id: str) -> dict[str, bytes]:
         """The raw run record (read-only: no transition is applied)."""

@@ -1,4 +1,4 @@
-"""Structured decision logs: one JSON line per decision, with the trace id; hashes, never arguments."""
+"""Structured decision logs: one JSON line per decision, with the trace id; keyed hashes, never arguments."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ log = logging.getLogger("countersign.decision")
 
 
 def decision(action_id: str, tool: str, decision: str, reason: str, **extra: str) -> None:
-    """Log what was decided about one call. Callers pass hashes (args_sha256), never raw values."""
+    """Log what was decided about one call. Callers pass keyed hashes (args_hmac), never raw values."""
     if not log.isEnabledFor(logging.INFO):
         return
     log.info(json.dumps({"event": "decision", "action_id": action_id, "tool": tool, "decision": decision,
