@@ -142,9 +142,10 @@ class Executor:
             await self._settle(action_id, card.kid, claim_id,
                                refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms()))
             raise tool
+        # the prepared version travels as If-Match: a resource changed since the card was shown is not written
         meta = CallMeta(idempotency_key=action_id, attempt=1, policy_version=card.policy_version,
                         tenant_id=context.tenant_id, actor_id=context.actor_id,
-                        subject_id=context.subject_id, locale=context.locale)
+                        subject_id=context.subject_id, locale=context.locale, if_match=card.resource_version)
         with self.metrics.timed("execute", span=False), tracing.client_span(tool.name, tool.adapter.kind) as span:
             start = time.perf_counter()
             outcome = await self.adapters[tool.adapter.kind].execute(

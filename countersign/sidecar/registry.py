@@ -111,6 +111,8 @@ class ReceiptSpec:
     resource_id: str = "id"
     resource_version: str = "version"
     summary: str = ""
+    # the fields the registry names (resource_id, resource_version): a 2xx without one is RECEIPT_INVALID
+    declared: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -380,7 +382,8 @@ def _tool(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Too
     _keys(receipt_raw, _RECEIPT_KEYS, name, "receipt", fail)
     receipt = ReceiptSpec(str(receipt_raw.get("resource_id", "id")),
                           str(receipt_raw.get("resource_version", "version")),
-                          str(receipt_raw.get("summary", "")))
+                          str(receipt_raw.get("summary", "")),
+                          frozenset(k for k in ("resource_id", "resource_version") if k in receipt_raw))
     _check_template(receipt.summary, known | RECEIPT_FIELDS, name, fail)
 
     comp_raw = raw.get("compensation")
