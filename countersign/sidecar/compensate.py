@@ -90,8 +90,14 @@ class Compensator:
             raise FailedPrecondition("NO_COMPENSATION", f"{original.tool_name!r} declares no compensation in the "
                                      "registry")
         args = self._arguments(tool.compensation.args, found, original)
-        allowed = policy.authorize(registry, context, tool.compensation.tool, args, policy.Phase.COMPENSATE,
-                                   claimed=True)
+        try:
+            allowed = policy.authorize(registry, context, tool.compensation.tool, args, policy.Phase.COMPENSATE,
+                                       claimed=True)
+        except InvalidArgument as exc:
+            # the inverse's arguments come from the receipt (a downstream's answer), not from this caller:
+            # e.g. a resource id ".." that would send DELETE /todos/.. — nothing is issued, nothing sent
+            raise FailedPrecondition("NOT_COMPENSABLE", f"the inverse {tool.compensation.tool!r} cannot run on "
+                                     f"this receipt: {exc.message}") from exc
         if isinstance(allowed, Capability):
             raise FailedPrecondition("POLICY_CHANGED", f"the inverse {tool.compensation.tool!r} is "
                                      f"{allowed.status} now")
