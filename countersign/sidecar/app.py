@@ -37,7 +37,7 @@ from countersign.sidecar.server import (
     ReplyGuardServicer,
     register,
 )
-from countersign.sidecar.settings import Settings
+from countersign.sidecar.settings import LEASE_MARGIN, Settings
 from countersign.sidecar.store import Store
 from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
 
@@ -101,6 +101,7 @@ async def start(settings: Settings) -> Sidecar:
         tracing.setup()
     keyring = load_keys(settings)
     registry = registry_mod.load(settings.registry)
+    registry_mod.check_deadlines(registry, settings.lease, settings.downstream_deadline, LEASE_MARGIN)
     embedded = None
     url = settings.redis_url
     if not url:

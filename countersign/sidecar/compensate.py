@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from countersign.adapters.base import render
+from countersign.adapters.base import deadline, render
 from countersign.sidecar import cards, policy, states
 from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
@@ -128,7 +128,8 @@ class Compensator:
                      inverse=comp_id)
         else:
             # a second Compensate waits (bounded) for the first to finish, then returns its outcome
-            settled = await self.store.wait_settled(comp_id, claimed, self.timing.downstream_deadline + 1)
+            settled = await self.store.wait_settled(comp_id, claimed,
+                                                    deadline(inverse, self.timing.downstream_deadline) + 1)
             result = open_action(self.keyring, comp_id, settled, replayed=True)
         out = overlay(original, result)
         out.replayed = not isinstance(claimed, CardRecord)

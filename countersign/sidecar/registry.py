@@ -18,6 +18,10 @@ rule names are stable (tests assert them, one bad fixture file per rule):
     template-fields                    templates name only arguments, the action or the receipt
     adapter-valid                      the adapter is complete for its kind
     compensation-is-write-tool         a compensation names a registered write tool
+
+One more rule depends on the settings too, so it is checked at start (``check_deadlines``), not by
+``load``: ``deadline-below-lease``, a write tool's deadline (adapter.timeout_ms, else
+--downstream-deadline) plus a margin must fit within --lease.
 """
 
 from __future__ import annotations
@@ -479,3 +483,22 @@ def _open_objects(schema: Any, where: str) -> Iterator[str]:
     for key in ("anyOf", "allOf", "oneOf", "prefixItems"):
         for i, sub in enumerate(schema.get(key) or []):
             yield from _open_objects(sub, f"{where}.{key}[{i}]")
+
+
+def check_deadlines(registry: Registry, lease: float, default_deadline: float, margin: float) -> None:
+    """Refuse a write tool whose call could outlive its claim's lease (raise RegistryError).
+
+    A claim whose lease lapses while its call still runs is reported UNKNOWN and taken over by a
+    reconciler; the caller would then get the call's outcome while the record says otherwise. Reads
+    and prepares hold no lease and are not bound by it."""
+    for tool in registry.tools.values():
+        if not tool.is_write:
+            continue
+        own = tool.adapter.timeout_ms / 1000 if tool.adapter.timeout_ms else 0.0
+        if (own or default_deadline) + margin > lease:
+            which = f"adapter.timeout_ms {tool.adapter.timeout_ms} ms" if own else \
+                f"--downstream-deadline ({default_deadline:g} s)"
+            raise RegistryError(registry.path, tool.name, "deadline-below-lease",
+                                f"{which} plus a {margin * 1000:g} ms margin must not exceed --lease "
+                                f"({lease:g} s), or a call still running when the lease lapses is reported "
+                                "UNKNOWN and reconciled under it; lower timeout_ms or raise --lease")
