@@ -335,3 +335,44 @@ async def test_a_redirected_write_is_unknown_and_the_other_host_sees_nothing(
             assert (action.state, action.error.reason) == (common_pb2.ACTION_STATE_UNKNOWN, "DOWNSTREAM_REDIRECT")
             assert got.state == common_pb2.ACTION_STATE_UNKNOWN
     assert seen == []
+
+
+# -- siblings of reading whole: what the sidecar keeps and sends must still fit ----------------------------
+
+
+async def test_a_large_answer_to_a_write_is_kept_as_its_hash(raw: Raw, tmp_path: Any) -> None:
+    from downstreams import sidecar_over
+
+    from countersign.sidecar.execute import EVIDENCE_BYTES
+    from countersign.v1 import common_pb2
+
+    async with sidecar_over(tmp_path, registry_doc(raw.url)) as sidecar:
+        raw.script = lambda s: answer(201, {"id": "t_big", "version": 1, "pad": "x" * 300_000}, split=(1000,))
+        _, action, got = await _confirm(sidecar)
+    assert (action.state, action.receipt.resource_id) == (common_pb2.ACTION_STATE_SUCCEEDED, "t_big")
+    evidence = json.loads(action.receipt.evidence_json)
+    assert evidence["status"] == "201" and evidence["evidence_bytes"] > 300_000 and len(evidence["evidence_sha256"]) == 64
+    assert len(action.receipt.evidence_json) < EVIDENCE_BYTES and got.receipt == action.receipt
+
+
+@pytest.mark.parametrize(("max_message", "size"), [(64 << 10, 60_000), (1 << 20, (1 << 20) - 10)])
+async def test_a_read_too_large_to_send_back_is_a_clear_failure(raw: Raw, tmp_path: Any, max_message: int,
+                                                                size: int) -> None:
+    import uuid
+
+    import grpc
+    from conftest import ctx, error_info
+    from downstreams import sidecar_over
+
+    from countersign.v1 import gateway_pb2, gateway_pb2_grpc
+
+    body = json.dumps({"items": "x" * (size - 13)})
+    raw.script = lambda s: answer(200, body, split=(5000,))
+    async with sidecar_over(tmp_path, registry_doc(raw.url), max_message_bytes=max_message) as sidecar, \
+            grpc.aio.insecure_channel(sidecar.address,
+                                      options=[("grpc.max_receive_message_length", 8 << 20)]) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await gateway_pb2_grpc.ToolGatewayServiceStub(channel).Invoke(gateway_pb2.InvokeRequest(
+                context=ctx(request_id=uuid.uuid4().hex), tool_name="read_things", arguments_json="{}"))
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION, info.value
+    assert error_info(info.value).reason == "DOWNSTREAM_ANSWER_INVALID"

@@ -32,6 +32,7 @@ from countersign.sidecar.registry import PLACEHOLDER, Tool
 
 UPPER_SNAKE = re.compile(r"^[A-Z][A-Z0-9_]{1,63}$")
 MAX_ANSWER_BYTES = 1 << 20          # the largest answer an adapter reads (decoded); beyond it: unusable
+ANSWER_HEADROOM = 16 << 10          # what a reply needs besides a downstream's answer (it must fit in one message)
 MAX_PATH_VALUE_BYTES = 1024         # the longest argument a URL path segment takes, once percent-encoded
 # What an If-Match may carry: a strong entity-tag's characters (RFC 9110 §8.8.3, etagc without obs-text).
 _ETAG = re.compile(r'^[\x21\x23-\x7e]{1,256}$')

@@ -3,7 +3,7 @@
 A call is NOT_SENT only when the channel could not connect before the call started; once the
 call is on the wire, UNAVAILABLE, DEADLINE_EXCEEDED and the like are UNKNOWN. The same answer rules
 as over HTTP (DESIGN §8): an OK that lacks a declared receipt field, or whose result_json is not JSON,
-or that is larger than MAX_ANSWER_BYTES, is UNKNOWN RECEIPT_INVALID for a write; the prepared version
+or that is larger than the cap (MAX_ANSWER_BYTES, or less), is UNKNOWN RECEIPT_INVALID for a write; the prepared version
 travels as metadata ``if-match`` and ABORTED (or any refusal whose ErrorInfo reason is
 RESOURCE_VERSION_CONFLICT) answers it as a version conflict. The connection wait counts against the
 tool's deadline, so one call never outlives it.
@@ -48,7 +48,8 @@ REFUSALS = frozenset({
 class GrpcAdapter:
     """One channel per downstream target."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+        self.max_answer_bytes = max_answer_bytes
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def _stub(self, target: str) -> tuple[grpc.aio.Channel, backend_pb2_grpc.ToolBackendServiceStub]:
@@ -56,7 +57,7 @@ class GrpcAdapter:
         if channel is None:
             # an answer over the cap fails on receipt (RESOURCE_EXHAUSTED), as an oversize HTTP answer does
             channel = grpc.aio.insecure_channel(target, options=[
-                ("grpc.max_receive_message_length", MAX_ANSWER_BYTES)])
+                ("grpc.max_receive_message_length", self.max_answer_bytes)])
             self._channels[target] = channel
         return channel, backend_pb2_grpc.ToolBackendServiceStub(channel)  # type: ignore[no-untyped-call]
 
@@ -127,7 +128,7 @@ class GrpcAdapter:
         except grpc.aio.AioRpcError as exc:
             reason, message = _reason(exc)
             if _oversize(exc):
-                return _unusable(tool, f"the answer is larger than {MAX_ANSWER_BYTES} bytes", "OK")
+                return _unusable(tool, f"the answer is larger than {self.max_answer_bytes} bytes", "OK")
             if exc.code() == grpc.StatusCode.ABORTED and meta.if_match and reason == "ABORTED":
                 reason = "RESOURCE_VERSION_CONFLICT"     # ABORTED to an if-match: the version moved on
             if exc.code() in REFUSALS:
@@ -145,7 +146,8 @@ class GrpcAdapter:
             answer = await stub.Lookup(request, timeout=timeout, metadata=self._metadata(meta))
         except grpc.aio.AioRpcError as exc:
             if _oversize(exc):
-                return Lookup(LookupKind.UNREADABLE, message=f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
+                return Lookup(LookupKind.UNREADABLE,
+                              message=f"the answer is larger than {self.max_answer_bytes} bytes")
             return Lookup(LookupKind.UNREACHABLE, message=exc.code().name)
         if answer.result == backend_pb2.LOOKUP_RESULT_APPLIED:
             outcome = _applied(tool, answer.resource_id, answer.resource_version, answer.result_json)

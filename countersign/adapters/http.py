@@ -2,7 +2,7 @@
 
 Classification (DESIGN §8): a connection that could not be made is NOT_SENT (nothing left this
 process); anything that fails after the request may have been written is UNKNOWN. Every answer is
-read to its end under MAX_ANSWER_BYTES (whatever segments, chunks or encoding it arrives in), and no
+read to its end under a cap (MAX_ANSWER_BYTES, or less: whatever segments, chunks or encoding it arrives in), and no
 redirect is followed: a 3xx could land a write somewhere the registry never named.
 """
 
@@ -50,8 +50,9 @@ class Answer:
 class HttpAdapter:
     """One pooled aiohttp session for every HTTP downstream."""
 
-    def __init__(self, *, pool_size: int = 128) -> None:
+    def __init__(self, *, pool_size: int = 128, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self._pool_size = pool_size
+        self.max_answer_bytes = max_answer_bytes
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -79,7 +80,7 @@ class HttpAdapter:
         if call.method != "GET" and body is not None:
             kwargs["json"] = body
         async with self._client().request(call.method, url, **kwargs) as resp:
-            return Answer(resp.status, *await _read(resp))
+            return Answer(resp.status, *await _read(resp, self.max_answer_bytes))
 
     async def prepare(
         self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float
@@ -163,16 +164,16 @@ class HttpAdapter:
         return Lookup(LookupKind.APPLIED, outcome)
 
 
-async def _read(resp: aiohttp.ClientResponse) -> tuple[Any, str]:
+async def _read(resp: aiohttp.ClientResponse, cap: int) -> tuple[Any, str]:
     """The whole body as JSON (None when empty), or why it cannot be used: over the cap, cut, not JSON."""
-    if resp.content_length is not None and resp.content_length > MAX_ANSWER_BYTES:
-        return None, f"the answer announces {resp.content_length} bytes (the cap is {MAX_ANSWER_BYTES})"
+    if resp.content_length is not None and resp.content_length > cap:
+        return None, f"the answer announces {resp.content_length} bytes (the cap is {cap})"
     raw = bytearray()
     try:
         async for chunk in resp.content.iter_chunked(64 * 1024):
             raw += chunk
-            if len(raw) > MAX_ANSWER_BYTES:
-                return None, f"the answer is larger than {MAX_ANSWER_BYTES} bytes"
+            if len(raw) > cap:
+                return None, f"the answer is larger than {cap} bytes"
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         return None, f"the answer was cut or could not be decoded ({type(exc).__name__})"
     if not raw.strip():

@@ -17,7 +17,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from countersign.adapters.base import Adapter
+from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
 from countersign.sidecar import registry as registry_mod
@@ -125,7 +125,10 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
     except ValueError as exc:
         raise SettingsError(f"--redis-url: {exc}") from exc
     metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on")
-    adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
+    # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)
+    cap = max(min(MAX_ANSWER_BYTES, settings.max_message_bytes - ANSWER_HEADROOM), 1024)
+    adapters: dict[str, Adapter] = {"http": HttpAdapter(max_answer_bytes=cap),
+                                    "grpc": GrpcAdapter(max_answer_bytes=cap)}
     timing = Timing(lease_ms=int(settings.lease * 1000), replay_ms=int(settings.replay_ttl * 1000),
                     downstream_deadline=settings.downstream_deadline)
     pipeline = Pipeline(registry=registry, store=store, keyring=keyring, adapters=adapters, timing=timing,
