@@ -71,3 +71,19 @@ async def test_a_receipt_id_of_dot_dot_is_never_compensated(tmp_path: Path) -> N
     finally:
         await raw.stop()
     assert [(s.method, s.target) for s in raw.seen] == [("POST", "/things")], "no DELETE reached the downstream"
+
+
+@pytest.mark.parametrize("url", ["http://{host}/things", "http://api.{region}.example/things",
+                                 "http://127.0.0.1:{port}/things", "https://{title}@example/things"])
+def test_no_argument_may_pick_the_host(url: str) -> None:
+    from countersign.sidecar import registry
+    from countersign.sidecar.errors import RegistryError
+
+    doc = registry_doc("http://127.0.0.1:9")
+    schema = {"type": "object", "additionalProperties": False,
+              "properties": {k: {"type": "string"} for k in ("host", "region", "port", "title")}}
+    doc["tools"][0] |= {"schema": schema, "adapter": {"kind": "http", "execute": {"url": url}}}
+    with pytest.raises(RegistryError) as info:
+        registry.build(doc, "hosts.yaml")
+    assert str(info.value) == ("hosts.yaml: tool 'create_thing': adapter-valid: adapter.execute.url may not take its "
+                               "host or port from a template")

@@ -447,6 +447,10 @@ def _adapter(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec:
         url = call["url"]
         if not url.startswith(("http://", "https://")):
             raise fail(tool, "adapter-valid", f"adapter.{key}.url must be an http(s) URL")
+        authority = url.split("://", 1)[1].split("/", 1)[0]
+        if PLACEHOLDER.search(authority):
+            # a template there would let an argument pick the host a write goes to
+            raise fail(tool, "adapter-valid", f"adapter.{key}.url may not take its host or port from a template")
         _check_template(url, known, tool, fail)
         calls[key] = HttpCall(method, url)
     if calls["execute"] is None:
