@@ -191,8 +191,12 @@ async def test_prepare_endpoint_in_process_with_injected_clock() -> None:
         resp = await client.post("/todos/prepare", json=prep)
         assert resp.status == 422
         assert (await resp.json())["reason"] == "TODO_NOT_FOUND"
-        echo = {"tool": "delete_todo", "arguments": {"id": "t_1"}}
-        assert await (await client.post("/todos/prepare", json=echo)).json() == {"arguments": {"id": "t_1"}}
+        doomed = {"tool": "delete_todo", "arguments": {"id": todo["id"]}}
+        assert await (await client.post("/todos/prepare", json=doomed)).json() == {
+            "arguments": {"id": todo["id"]}, "resource_version": "1"}
+        doomed["arguments"] = {"id": "t_missing"}
+        resp = await client.post("/todos/prepare", json=doomed)
+        assert (resp.status, (await resp.json())["reason"]) == (422, "TODO_NOT_FOUND")
     store.close()
 
 

@@ -17,7 +17,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from countersign.adapters.base import Adapter
+from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
 from countersign.sidecar import registry as registry_mod
@@ -37,7 +37,7 @@ from countersign.sidecar.server import (
     ReplyGuardServicer,
     register,
 )
-from countersign.sidecar.settings import Settings
+from countersign.sidecar.settings import LEASE_MARGIN, Settings
 from countersign.sidecar.store import Store
 from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
 
@@ -101,6 +101,7 @@ async def start(settings: Settings) -> Sidecar:
         tracing.setup()
     keyring = load_keys(settings)
     registry = registry_mod.load(settings.registry)
+    registry_mod.check_deadlines(registry, settings.lease, settings.downstream_deadline, LEASE_MARGIN)
     embedded = None
     url = settings.redis_url
     if not url:
@@ -124,7 +125,10 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
     except ValueError as exc:
         raise SettingsError(f"--redis-url: {exc}") from exc
     metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on")
-    adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
+    # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)
+    cap = max(min(MAX_ANSWER_BYTES, settings.max_message_bytes - ANSWER_HEADROOM), 1024)
+    adapters: dict[str, Adapter] = {"http": HttpAdapter(max_answer_bytes=cap),
+                                    "grpc": GrpcAdapter(max_answer_bytes=cap)}
     timing = Timing(lease_ms=int(settings.lease * 1000), replay_ms=int(settings.replay_ttl * 1000),
                     downstream_deadline=settings.downstream_deadline)
     pipeline = Pipeline(registry=registry, store=store, keyring=keyring, adapters=adapters, timing=timing,

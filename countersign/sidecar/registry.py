@@ -18,6 +18,10 @@ rule names are stable (tests assert them, one bad fixture file per rule):
     template-fields                    templates name only arguments, the action or the receipt
     adapter-valid                      the adapter is complete for its kind
     compensation-is-write-tool         a compensation names a registered write tool
+
+One more rule depends on the settings too, so it is checked at start (``check_deadlines``), not by
+``load``: ``deadline-below-lease``, a write tool's deadline (adapter.timeout_ms, else
+--downstream-deadline) plus a margin must fit within --lease.
 """
 
 from __future__ import annotations
@@ -111,6 +115,8 @@ class ReceiptSpec:
     resource_id: str = "id"
     resource_version: str = "version"
     summary: str = ""
+    # the fields the registry names (resource_id, resource_version): a 2xx without one is RECEIPT_INVALID
+    declared: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -380,7 +386,8 @@ def _tool(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Too
     _keys(receipt_raw, _RECEIPT_KEYS, name, "receipt", fail)
     receipt = ReceiptSpec(str(receipt_raw.get("resource_id", "id")),
                           str(receipt_raw.get("resource_version", "version")),
-                          str(receipt_raw.get("summary", "")))
+                          str(receipt_raw.get("summary", "")),
+                          frozenset(k for k in ("resource_id", "resource_version") if k in receipt_raw))
     _check_template(receipt.summary, known | RECEIPT_FIELDS, name, fail)
 
     comp_raw = raw.get("compensation")
@@ -440,6 +447,10 @@ def _adapter(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec:
         url = call["url"]
         if not url.startswith(("http://", "https://")):
             raise fail(tool, "adapter-valid", f"adapter.{key}.url must be an http(s) URL")
+        authority = url.split("://", 1)[1].split("/", 1)[0]
+        if PLACEHOLDER.search(authority):
+            # a template there would let an argument pick the host a write goes to
+            raise fail(tool, "adapter-valid", f"adapter.{key}.url may not take its host or port from a template")
         _check_template(url, known, tool, fail)
         calls[key] = HttpCall(method, url)
     if calls["execute"] is None:
@@ -508,3 +519,22 @@ def _open_objects(schema: Any, where: str) -> Iterator[str]:
         yield from _open_objects(schema["items"], f"{where}.items")
     for label, sub in branches:
         yield from _open_objects(sub, f"{where}.{label}")
+
+
+def check_deadlines(registry: Registry, lease: float, default_deadline: float, margin: float) -> None:
+    """Refuse a write tool whose call could outlive its claim's lease (raise RegistryError).
+
+    A claim whose lease lapses while its call still runs is reported UNKNOWN and taken over by a
+    reconciler; the caller would then get the call's outcome while the record says otherwise. Reads
+    and prepares hold no lease and are not bound by it."""
+    for tool in registry.tools.values():
+        if not tool.is_write:
+            continue
+        own = tool.adapter.timeout_ms / 1000 if tool.adapter.timeout_ms else 0.0
+        if (own or default_deadline) + margin > lease:
+            which = f"adapter.timeout_ms {tool.adapter.timeout_ms} ms" if own else \
+                f"--downstream-deadline ({default_deadline:g} s)"
+            raise RegistryError(registry.path, tool.name, "deadline-below-lease",
+                                f"{which} plus a {margin * 1000:g} ms margin must not exceed --lease "
+                                f"({lease:g} s), or a call still running when the lease lapses is reported "
+                                "UNKNOWN and reconciled under it; lower timeout_ms or raise --lease")

@@ -84,7 +84,7 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
             try:
                 gate.admit()        # before any work, the span included: shedding must stay cheap
             except ResourceExhausted as shed:
-                metrics.refusals.labels(name, shed.reason).inc()
+                metrics.refusals.labels(name, metrics.reason(shed.reason)).inc()
                 await context.abort_with_status(rich_status(shed))
                 raise AssertionError("unreachable") from None
             try:
@@ -100,7 +100,7 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
                         span.set_attribute("rpc.grpc.status_code", exc.code.value[0])
                         if isinstance(exc, StoreUnavailable):
                             metrics.fail_closed.labels(name).inc()
-                        metrics.refusals.labels(name, exc.reason).inc()
+                        metrics.refusals.labels(name, metrics.reason(exc.reason)).inc()
                         log.info(json.dumps({"event": "refused", "rpc": name, "reason": exc.reason,
                                              "code": exc.code.name, "trace_id": tracing.trace_id()}))
                     except grpc.aio.AbortError:

@@ -20,11 +20,11 @@ _EXPLICIT_ONLY_PREFIXES = ("/todos/prepare", "/todos/by-key/")
 
 
 def recorded_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """The headers worth recording: x-countersign-*, traceparent and idempotency-key (lower-case)."""
+    """The headers worth recording: x-countersign-*, traceparent, idempotency-key, if-match (lower-case)."""
     out: dict[str, str] = {}
     for name, value in pairs:
         lower = name.lower()
-        if lower.startswith("x-countersign-") or lower in ("traceparent", "idempotency-key"):
+        if lower.startswith("x-countersign-") or lower in ("traceparent", "idempotency-key", "if-match"):
             out[lower] = value
     return out
 
@@ -257,7 +257,8 @@ async def _set_status(request: web.Request) -> web.Response:
         body = await _body(request)
     except _BadJson:
         return _bad_json()
-    return answer_response(request.app[STORE_KEY].set_todo_status(key, request.match_info["id"], body))
+    return answer_response(request.app[STORE_KEY].set_todo_status(key, request.match_info["id"], body,
+                                                                   request.headers.get("If-Match")))
 
 
 async def _delete(request: web.Request) -> web.Response:
@@ -268,7 +269,8 @@ async def _delete(request: web.Request) -> web.Response:
         body = await _body(request)
     except _BadJson:
         return _bad_json()
-    return answer_response(request.app[STORE_KEY].delete_todo(key, request.match_info["id"], body))
+    return answer_response(request.app[STORE_KEY].delete_todo(key, request.match_info["id"], body,
+                                                               request.headers.get("If-Match")))
 
 
 async def _by_key(request: web.Request) -> web.Response:

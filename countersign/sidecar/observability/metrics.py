@@ -1,7 +1,8 @@
 """Prometheus metrics (DESIGN §10): the one place that turns domain events into series.
 
-Labels are bounded: tool names come from the registry (anything else is "other"), reasons and
-results are stable upper/lower-snake words. Never an action id, token or user id.
+Labels are bounded: tool names come from the registry (anything else is "other"), reasons are the
+sidecar's own (REASONS; anything else, such as a downstream's free-text reason passed on to a caller,
+is "OTHER"), results are stable lower-snake words. Never an action id, token or user id.
 """
 
 from __future__ import annotations
@@ -14,6 +15,21 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from countersign.sidecar.observability import tracing
+
+# Every reason the sidecar raises itself (tests/test_metric_labels.py scans the code for new ones). A reason
+# outside it, such as a downstream's refusal passed on to the caller, is counted as OTHER: a downstream
+# cannot grow the number of series.
+REASONS = frozenset({
+    "ACTION_NOT_FOUND", "ADMIN_READONLY", "ARGS_INVALID", "CONFIRMATION_BINDING_MISMATCH", "CONFIRMATION_EXPIRED",
+    "CONFIRMATION_TAMPERED", "CONFIRMATION_TOKEN_INVALID", "CONTINUATION_NOT_CLAIMED", "CONTINUATION_NOT_FOUND",
+    "CONTINUATION_NOT_READY", "CONTINUATION_TOKEN_INVALID", "DOWNSTREAM_ANSWER_INVALID",
+    "DOWNSTREAM_CONNECTION_LOST", "DOWNSTREAM_REDIRECT", "DOWNSTREAM_TIMEOUT", "DOWNSTREAM_UNAVAILABLE",
+    "NOT_APPLIED", "NOT_COMPENSABLE", "NOT_SENT", "NO_COMPENSATION", "OVERLOADED", "POLICY_CHANGED",
+    "PREPARED_ARGS_INVALID", "PREPARED_VERSION_INVALID", "RECEIPT_INVALID", "RECORD_TAMPERED",
+    "REPLICAS_NOT_ACKNOWLEDGED", "REPLY_TOO_LARGE", "REQUEST_INVALID", "RESOURCE_VERSION_CONFLICT",
+    "RESOURCE_VERSION_INVALID", "ROLE_NOT_ALLOWED", "SESSION_MODE_FORBIDS", "STORE_UNAVAILABLE",
+    "SUBJECT_NOT_ALLOWED", "TOOL_CONFIRMATION_REQUIRED", "TOOL_NOT_FOUND", "URL_UNSAFE",
+})
 
 # Sub-millisecond decisions up to multi-second downstream calls.
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -87,6 +103,11 @@ class Metrics:
 
     def tool(self, name: str) -> str:
         return name if name in self.tools else "other"
+
+    @staticmethod
+    def reason(reason: str) -> str:
+        """A reason as a label value: one of the sidecar's own, else OTHER."""
+        return reason if reason in REASONS else "OTHER"
 
     @contextmanager
     def timed(self, stage: str, *, span: bool = True) -> Iterator[None]:
