@@ -123,7 +123,8 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
                                wait_timeout_ms=int(settings.redis_wait_timeout * 1000))
     except ValueError as exc:
         raise SettingsError(f"--redis-url: {exc}") from exc
-    metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on")
+    metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on",
+                      reads=frozenset(name for name, tool in registry.tools.items() if not tool.is_write))
     adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
     timing = Timing(lease_ms=int(settings.lease * 1000), replay_ms=int(settings.replay_ttl * 1000),
                     downstream_deadline=settings.downstream_deadline)
