@@ -26,7 +26,7 @@ RULES = ROOT / "deploy" / "prometheus" / "countersign-alerts.yaml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "countersign-alerts.test.yaml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "countersign-dashboard.json"
 RUNBOOK = ROOT / "docs" / "runbook.md"
-CHART_FILES = ROOT / "helm" / "countersign" / "files"
+CHART_FILES = ROOT / "helm" / "countersign-monitoring" / "files"
 RUNBOOK_BASE = "https://countersign.invalid/docs/runbook.md"
 
 # The families the sidecar exports (countersign/sidecar/observability/metrics.py, DESIGN §10), as exposed.
@@ -156,9 +156,11 @@ def test_every_rule_selects_countersign_jobs_with_the_one_replaceable_selector()
 
 
 
-def test_chart_copies_are_identical() -> None:
+def test_the_monitoring_charts_copies_are_identical() -> None:
+    """deploy/ is what a team without Helm loads; the countersign-monitoring chart carries the same bytes."""
     assert (CHART_FILES / RULES.name).read_bytes() == RULES.read_bytes()
     assert (CHART_FILES / DASHBOARD.name).read_bytes() == DASHBOARD.read_bytes()
+    assert sorted(p.name for p in CHART_FILES.iterdir()) == sorted([RULES.name, DASHBOARD.name])
 
 
 def dashboard_targets() -> list[tuple[str, str]]:
@@ -168,7 +170,7 @@ def dashboard_targets() -> list[tuple[str, str]]:
 
 def test_dashboard_parses_and_uses_only_exported_metrics() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
-    assert dashboard["uid"] == "countersign" and dashboard["title"]
+    assert dashboard["uid"] == "countersign-sidecars" and dashboard["title"]
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     used: set[str] = set()
@@ -177,6 +179,19 @@ def test_dashboard_parses_and_uses_only_exported_metrics() -> None:
     for variable in dashboard["templating"]["list"]:
         used |= set(METRIC_NAME.findall(json.dumps(variable.get("query", ""))))
     assert used <= METRICS, f"unknown metrics {used - METRICS}"
+
+
+def test_dashboard_filters_every_panel_by_cluster_namespace_and_job() -> None:
+    """One dashboard for every release of every cluster behind one Grafana: the variables chain and every query
+    honours all three."""
+    variables = {v["name"]: v for v in json.loads(DASHBOARD.read_text())["templating"]["list"]}
+    assert {"cluster", "namespace", "job"} <= set(variables)
+    assert '$cluster' in variables["namespace"]["definition"] and '$namespace' in variables["job"]["definition"]
+    for name in ("cluster", "namespace", "job"):
+        assert variables[name]["includeAll"] and variables[name]["allValue"] == ".*", name
+    for title, expr in dashboard_targets():
+        for selector in ('cluster=~"$cluster"', 'namespace=~"$namespace"', 'job=~"$job"'):
+            assert selector in expr, f"{title}: {selector}"
 
 
 @pytest.mark.parametrize(("topic", "metric"), [
@@ -197,7 +212,7 @@ def test_dashboard_has_the_panels_we_promised(topic: str, metric: str) -> None:
 
 def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
     """promtool parses every panel query (Grafana's variables replaced by plain values)."""
-    replace = {"$__rate_interval": "5m", "$namespace": ".*", "$job": ".*"}
+    replace = {"$__rate_interval": "5m", "$cluster": ".*", "$namespace": ".*", "$job": ".*"}
     records = []
     for i, (_title, expr) in enumerate(dashboard_targets()):
         for key, value in replace.items():
