@@ -26,11 +26,33 @@ STATES = {"unknown": "unknown", "needs-manual-review": "review", "compensation-f
           "running": "running"}
 
 
+def _unknown_key(kid: str) -> str:
+    return (f"key {kid!r} is not in the keys file: written by a sidecar with other keys"
+            + (" (a generated key: that sidecar ran without COUNTERSIGN_KEYS_FILE)" if kid == "gen" else ""))
+
+
+def _explain(problem: audit_mod.Problem, entries: list[tuple[str, bytes]], keyring: Keyring) -> str:
+    """A chain problem in words: an event whose key id the keys file lacks was not edited, it is unverifiable."""
+    if problem.what.startswith("edited"):
+        for entry_id, raw in entries:
+            if entry_id == problem.entry_id:
+                try:
+                    kid = str(json.loads(raw).get("kid", ""))
+                except (ValueError, AttributeError):
+                    break
+                if kid not in keyring.keys:
+                    return f"action {problem.action_id}: event {entry_id} (seq {problem.seq}): {_unknown_key(kid)}"
+    return str(problem)
+
+
 def _action(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> common_pb2.Action | None:
     out = record.get("out", b"")
     if not out:
         return None
     kid = record.get("kid", b"").decode()
+    if kid not in keyring.keys:
+        return common_pb2.Action(action_id=action_id, error=common_pb2.ActionError(
+            reason="KEY_NOT_IN_KEYS_FILE", message=_unknown_key(kid)))
     if not keyring.verify(kid, "outcome:" + action_id, out, record.get("omac", b"").decode()):
         return common_pb2.Action(action_id=action_id, error=common_pb2.ActionError(
             reason="RECORD_TAMPERED", message="the stored outcome does not verify"))
@@ -88,7 +110,7 @@ async def show(store: Store, keyring: Keyring, action_id: str, as_json: bool, ou
     action = _action(keyring, action_id, record)
     doc = {**(_row(keyring, action_id, record) if record else {"action_id": action_id, "state": "NOT_FOUND"}),
            "action": json_format.MessageToDict(action, preserving_proto_field_name=True) if action else None,
-           "history": history, "audit": str(problem) if problem else "verified"}
+           "history": history, "audit": _explain(problem, entries, keyring) if problem else "verified"}
     if as_json:
         print(json.dumps(doc, ensure_ascii=False, indent=2), file=out)
         return 0
@@ -113,6 +135,10 @@ async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, 
         print(f"no record of action {action_id}", file=sys.stderr)
         return 1
     kid = record.get("kid", b"").decode() or keyring.active
+    if kid not in keyring.keys:
+        print(f"action {action_id}: {_unknown_key(kid)}; resolve it with the keys file of the sidecars that wrote it",
+              file=sys.stderr)
+        return 1
     tool = record.get("tool", b"").decode()
     action = common_pb2.Action(action_id=action_id, tool_name=tool)
     receipt = action.receipt
@@ -142,9 +168,11 @@ async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, 
 async def verify(store: Store, keyring: Keyring, out: TextIO = sys.stdout) -> int:
     actions, events, problems = await audit_mod.verify(store, keyring)
     if problems:
-        print(f"audit chain BROKEN: {len(problems)} of {actions} action(s); first: {problems[0]}", file=out)
-        for problem in problems[1:20]:
-            print(f"  also: {problem}", file=out)
+        said = [_explain(p, await store.events(p.action_id), keyring) for p in problems[:20]]
+        what = "UNVERIFIABLE (keys missing)" if all("not in the keys file" in line for line in said) else "BROKEN"
+        print(f"audit chain {what}: {len(problems)} of {actions} action(s); first: {said[0]}", file=out)
+        for line in said[1:]:
+            print(f"  also: {line}", file=out)
         return 1
     print(f"audit verified: {actions} action(s), {events} event(s), every chain intact", file=out)
     return 0
