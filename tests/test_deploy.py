@@ -668,3 +668,59 @@ def test_monitoring_chart_dashboard_is_the_dashboard_file_with_its_uid() -> None
 def test_monitoring_chart_refuses_a_selector_that_is_not_label_matchers(selector: str) -> None:
     with helm.Chart.load(MONITORING_CHART) as chart, pytest.raises(helm.HelmError):
         chart.validate_schema({"selector": selector})
+
+
+# ---- the Kustomize component, for teams without Helm ------------------------------------------------------
+
+KUSTOMIZE = ROOT / "deploy" / "kustomize"
+
+
+def kustomize(path: Path) -> list[dict[str, Any]]:
+    """`kubectl kustomize` (kustomize built into kubectl) of a directory, as dicts."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl (with its built-in kustomize) is not installed")
+    result = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def test_kustomize_component_patches_only_labelled_deployments_into_valid_objects() -> None:
+    docs = kustomize(KUSTOMIZE / "example")
+    for kube in KUBE_VERSIONS:
+        for doc in docs:
+            validate(doc, kube)
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    assert "initContainers" not in deployments["other"]["spec"]["template"]["spec"]
+    spec = deployments["my-agent"]["spec"]["template"]["spec"]
+    side = spec["initContainers"][0]
+    assert side["name"] == "countersign" and side["restartPolicy"] == "Always"
+    assert side["image"] == "registry.example.com/countersign:0.1.0"
+    maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    registry = next(v for v in spec["volumes"] if v["name"] == "countersign-registry")["configMap"]["name"]
+    assert registry.startswith("countersign-registry-") and registry in maps, "the hash-suffixed name: rolls pods"
+    sources = [s["configMapRef"]["name"] for s in side["envFrom"]]
+    assert all(name in maps for name in sources) and sources[0].startswith("countersign-settings-")
+    assert maps[sources[1]]["data"]["COUNTERSIGN_REDIS_URL"] == "redis://redis.data.svc:6379/0", "overrides last"
+    assert env(spec["containers"][0])["COUNTERSIGN_ADDR"] == "127.0.0.1:50051"
+    checked = subprocess.run([sys.executable, "-m", "countersign.sidecar.cli", "registry", "check", "-"],
+                             input=yaml.safe_dump_all(docs), capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and f"ConfigMap/{registry}: ok" in checked.stdout, checked.stderr
+
+
+def test_kustomize_component_is_the_charts_sidecar() -> None:
+    """The component is written out by hand: this keeps it the chart's sidecar, field by field."""
+    docs = kustomize(KUSTOMIZE / "example")
+    spec = next(d for d in docs if d["metadata"]["name"] == "my-agent")["spec"]["template"]["spec"]
+    ours = spec["initContainers"][0]
+    chart_docs = render(STANDALONE)
+    theirs = sidecar(chart_docs)
+    for field in ("restartPolicy", "imagePullPolicy", "ports", "startupProbe", "livenessProbe", "readinessProbe",
+                  "resources", "securityContext", "volumeMounts"):
+        assert ours[field] == theirs[field], field
+    settings = next(d for d in docs if d["metadata"]["name"] == ours["envFrom"][0]["configMapRef"]["name"])
+    assert settings["data"] == env(theirs), "the component's default settings are the chart's defaults"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for volume in pod_spec(chart_docs)["volumes"]:
+        if volume["name"] != "countersign-registry":
+            assert volumes[volume["name"]] == volume
