@@ -541,10 +541,13 @@ def test_the_schema_accepts_every_redis_url_the_sidecar_accepts(url: str, mode: 
     Store.from_url(url, socket_timeout=1, connect_timeout=1, retries=0, mode=mode)  # parses: the sidecar starts
 
 
-def test_a_cluster_or_sentinel_url_needs_its_mode() -> None:
-    with pytest.raises(helm.HelmError, match=r"needs redis\.mode cluster"):
-        render({**STANDALONE, "redis": {"url": "redis+cluster://n1:6379"}})
-    with pytest.raises(helm.HelmError, match=r"needs redis\.mode sentinel"):
+def test_a_cluster_or_sentinel_url_sets_its_mode_and_a_contradicting_mode_is_refused() -> None:
+    for url, mode in (("redis+cluster://n1:6379", "cluster"), ("redis+sentinel://s1:26379/m", "sentinel"),
+                      ("rediss+sentinel://s1:26379/m", "sentinel")):
+        assert env(sidecar(render({**STANDALONE, "redis": {"url": url}})))["COUNTERSIGN_REDIS_MODE"] == mode
+    with pytest.raises(helm.HelmError, match=r"is a cluster URL but redis\.mode is sentinel"):
+        render({**STANDALONE, "redis": {"url": "redis+cluster://n1:6379", "mode": "sentinel"}})
+    with pytest.raises(helm.HelmError, match=r"is a sentinel URL but redis\.mode is cluster"):
         render({**STANDALONE, "redis": {"url": "redis+sentinel://s1:26379/m", "mode": "cluster"}})
 
 

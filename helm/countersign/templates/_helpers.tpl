@@ -115,15 +115,18 @@ tools: []
 
 {{- define "countersign.redisEnv" -}}
 {{- $r := .Values.redis -}}
+{{- /* A redis+cluster:// or redis(s)+sentinel:// URL says its mode; only a contradicting mode is an error. */ -}}
 {{- $scheme := regexFind "^[a-z+]+://" ($r.url | default "") -}}
-{{- if and (hasSuffix "+cluster://" $scheme) (ne $r.mode "cluster") -}}
-{{- fail (printf "countersign: redis.url %s... needs redis.mode cluster, not %s" $scheme $r.mode) -}}
-{{- end -}}
-{{- if and (hasSuffix "+sentinel://" $scheme) (ne $r.mode "sentinel") -}}
-{{- fail (printf "countersign: redis.url %s... needs redis.mode sentinel, not %s" $scheme $r.mode) -}}
+{{- $mode := $r.mode -}}
+{{- if hasSuffix "+cluster://" $scheme -}}
+{{- if eq $r.mode "sentinel" }}{{ fail (printf "countersign: redis.url %s... is a cluster URL but redis.mode is sentinel" $scheme) }}{{ end -}}
+{{- $mode = "cluster" -}}
+{{- else if hasSuffix "+sentinel://" $scheme -}}
+{{- if eq $r.mode "cluster" }}{{ fail (printf "countersign: redis.url %s... is a sentinel URL but redis.mode is cluster" $scheme) }}{{ end -}}
+{{- $mode = "sentinel" -}}
 {{- end -}}
 - name: COUNTERSIGN_REDIS_MODE
-  value: {{ $r.mode | quote }}
+  value: {{ $mode | quote }}
 {{- if $r.existingSecret }}
 - name: COUNTERSIGN_REDIS_URL
   valueFrom:
