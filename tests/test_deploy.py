@@ -207,7 +207,7 @@ def test_the_agent_chart_patched_by_one_include_renders_valid_objects(agent_char
     assert side["image"] == "registry.example.com/countersign:0.1.0", "the subchart's appVersion, found by its values"
     assert side["restartPolicy"] == "Always" and side["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert env(side)["COUNTERSIGN_REDIS_URL"] == "redis://redis.data.svc:6379/0"
-    assert env(spec["containers"][0])["COUNTERSIGN_ADDR"] == "127.0.0.1:50051"
+    assert env(spec["containers"][0])["COUNTERSIGN_ADDRESS"] == "127.0.0.1:50051"
     assert spec["containers"][0]["image"] == "registry.example.com/my-agent:1.0.0", "the agent's own spec is kept"
     assert spec["securityContext"]["runAsNonRoot"] is True
     registry = only(docs, "ConfigMap")
@@ -256,7 +256,7 @@ AGENT_POD_EXTRAS = """  initContainers:
 
 def test_the_include_adds_to_the_agents_pod_and_leaves_the_rest(agent_chart: Path, tmp_path: Path) -> None:
     """Its own init containers first, then the sidecar; its volumes, env and mounts kept; only the named
-    containers get COUNTERSIGN_ADDR; a unix socket adds the mount and fsGroup."""
+    containers get COUNTERSIGN_ADDRESS; a unix socket adds the mount and fsGroup."""
     root = copy_chart(agent_chart, tmp_path)
     pod = root / "templates" / "_pod.tpl"
     pod.write_text(pod.read_text().replace("  containers:\n    - name: agent", AGENT_POD_EXTRAS))
@@ -270,7 +270,7 @@ def test_the_include_adds_to_the_agents_pod_and_leaves_the_rest(agent_chart: Pat
     assert {v["name"] for v in spec["volumes"]} >= {"cache", "countersign-socket", "countersign-registry"}
     agent = next(c for c in spec["containers"] if c["name"] == "agent")
     exporter = next(c for c in spec["containers"] if c["name"] == "metrics-exporter")
-    assert env(agent) == {"OWN": "1", "COUNTERSIGN_ADDR": "unix:/run/countersign/countersign.sock"}
+    assert env(agent) == {"OWN": "1", "COUNTERSIGN_ADDRESS": "unix:/run/countersign/countersign.sock"}
     assert [m["name"] for m in agent["volumeMounts"]] == ["cache", "countersign-socket"]
     assert "env" not in exporter and "volumeMounts" not in exporter
     assert spec["securityContext"]["fsGroup"] == 10001 and spec["securityContext"]["runAsNonRoot"] is True
@@ -393,7 +393,7 @@ def test_sidecar_is_a_native_sidecar_non_root_read_only_with_three_http_probes()
     assert mounts["countersign-keys"]["readOnly"] and mounts["countersign-tmp"]["mountPath"] == "/tmp"
     keys = next(v for v in spec["volumes"] if v["name"] == "countersign-keys")
     assert keys["secret"]["secretName"] == "countersign-keys"
-    assert env(spec["containers"][0])["COUNTERSIGN_ADDR"] == "127.0.0.1:50051"
+    assert env(spec["containers"][0])["COUNTERSIGN_ADDRESS"] == "127.0.0.1:50051"
 
 
 def test_keys_come_only_from_an_existing_secret() -> None:
@@ -419,7 +419,7 @@ def test_unix_socket_is_shared_with_the_agent() -> None:
     side = sidecar(docs)
     agent = spec["containers"][0]
     assert env(side)["COUNTERSIGN_LISTEN"] == "unix:/run/countersign/countersign.sock"
-    assert env(agent)["COUNTERSIGN_ADDR"] == "unix:/run/countersign/countersign.sock"
+    assert env(agent)["COUNTERSIGN_ADDRESS"] == "unix:/run/countersign/countersign.sock"
     assert {"name": "countersign-socket", "mountPath": "/run/countersign"} in side["volumeMounts"]
     assert {"name": "countersign-socket", "mountPath": "/run/countersign"} in agent["volumeMounts"]
     assert side["command"][-1] == "umask 0007 && exec countersign serve"
@@ -705,7 +705,7 @@ def test_kustomize_component_patches_only_labelled_deployments_into_valid_object
     sources = [s["configMapRef"]["name"] for s in side["envFrom"]]
     assert all(name in maps for name in sources) and sources[0].startswith("countersign-settings-")
     assert maps[sources[1]]["data"]["COUNTERSIGN_REDIS_URL"] == "redis://redis.data.svc:6379/0", "overrides last"
-    assert env(spec["containers"][0])["COUNTERSIGN_ADDR"] == "127.0.0.1:50051"
+    assert env(spec["containers"][0])["COUNTERSIGN_ADDRESS"] == "127.0.0.1:50051"
     checked = subprocess.run([sys.executable, "-m", "countersign.sidecar.cli", "registry", "check", "-"],
                              input=yaml.safe_dump_all(docs), capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0 and f"ConfigMap/{registry}: ok" in checked.stdout, checked.stderr

@@ -13,7 +13,7 @@ Countersign's named templates. One is public: it patches an agent's pod template
   containers  optional list of container names that talk to the sidecar; default: every container.
 
 It returns the pod template with: the sidecar as a native sidecar (an init container with restartPolicy
-Always, after the pod's own init containers), its volumes (plus extraVolumes), COUNTERSIGN_ADDR (and the
+Always, after the pod's own init containers), its volumes (plus extraVolumes), COUNTERSIGN_ADDRESS (and the
 socket mount) in the agent's containers, the registry checksum annotation (a registry change rolls the
 pods), the label the metrics Service and PodMonitor select, and fsGroup 10001 for the unix socket unless the
 pod sets one. The subchart itself renders the registry ConfigMap and, when enabled, the monitors.
@@ -319,9 +319,9 @@ volumeMounts:
 {{- if or (not $names) (has $c.name $names) -}}
 {{- $env := $c.env | default list -}}
 {{- $has := false -}}
-{{- range $e := $env -}}{{- if eq $e.name "COUNTERSIGN_ADDR" -}}{{- $has = true -}}{{- end -}}{{- end -}}
+{{- range $e := $env -}}{{- if eq $e.name "COUNTERSIGN_ADDRESS" -}}{{- $has = true -}}{{- end -}}{{- end -}}
 {{- if not $has -}}
-{{- $_ = set $c "env" (append $env (dict "name" "COUNTERSIGN_ADDR" "value" $address)) -}}
+{{- $_ = set $c "env" (append $env (dict "name" "COUNTERSIGN_ADDRESS" "value" $address)) -}}
 {{- end -}}
 {{- if $v.listen.unixSocket -}}
 {{- $_ = set $c "volumeMounts" (append ($c.volumeMounts | default list) (dict "name" "countersign-socket" "mountPath" $v.listen.socketDir)) -}}
