@@ -339,7 +339,7 @@ def test_every_kind_of_action_verifies_clean_including_across_a_key_rotation(fre
 
     # a keys file that lost k1 can no longer vouch for what k1 signed, and says so
     stack.keys.write_text(json.dumps({"active": "k0", "keys": {"k0": TEST_KEYS["keys"]["k0"]}}))
-    _broken(_verify(stack), kept.action_id, "'k1', which the keys file does not hold")
+    _broken(_verify(stack), kept.action_id, "key 'k1' is not in the keys file")
 
 
 # -- the decisions verify rests on, as plain functions -------------------------------------------------------

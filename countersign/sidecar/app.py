@@ -15,7 +15,6 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
 from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
@@ -29,6 +28,7 @@ from countersign.sidecar.execute import Timing
 from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.pipeline import Pipeline
+from countersign.sidecar.probes import Probes, serve_probes
 from countersign.sidecar.reply_guard import ReplyGuard
 from countersign.sidecar.server import (
     SERVICES,
@@ -61,6 +61,7 @@ class Sidecar:
     adapters: dict[str, Adapter]
     address: str
     metrics_address: str = ""
+    probes: Probes | None = None
     embedded: EmbeddedRedis | None = None
     closers: list[Any] = field(default_factory=list)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -68,6 +69,8 @@ class Sidecar:
 
     async def stop(self, grace: float | None = None) -> None:
         """Health NOT_SERVING first, then let in-flight calls finish, then release everything."""
+        if self.probes is not None:
+            self.probes.state = "draining"
         await self.health.enter_graceful_shutdown()
         self.stopping.set()
         await self.server.stop(self.settings.grace if grace is None else grace)
@@ -124,7 +127,8 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
                                wait_timeout_ms=int(settings.redis_wait_timeout * 1000))
     except ValueError as exc:
         raise SettingsError(f"--redis-url: {exc}") from exc
-    metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on")
+    metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on",
+                      reads=frozenset(name for name, tool in registry.tools.items() if not tool.is_write))
     # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)
     cap = max(min(MAX_ANSWER_BYTES, settings.max_message_bytes - ANSWER_HEADROOM), 1024)
     adapters: dict[str, Adapter] = {"http": HttpAdapter(max_answer_bytes=cap),
@@ -164,7 +168,9 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
     sidecar = Sidecar(settings, server, health, pipeline, store, adapters, address, embedded=embedded)
     if settings.metrics_listen:
         host, port = split_addr(settings.metrics_listen)
-        httpd, _thread = start_http_server(port, addr=host, registry=metrics.registry)
+        sidecar.probes = Probes(asyncio.get_running_loop(), store.ping, policy_version=registry.policy_version,
+                                redis_wait=settings.redis_connect_timeout + settings.redis_timeout)
+        httpd = serve_probes(host, port, sidecar.probes.app(metrics.registry))
         sidecar.metrics_address = f"{host}:{httpd.server_address[1]}"
         sidecar.closers.append(httpd.shutdown)
     await server.start()
@@ -172,6 +178,8 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
         pipeline.reconciler.run_forever(settings.reconcile_interval, sidecar.stopping)))
     for name in ("", *SERVICES):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    if sidecar.probes is not None:
+        sidecar.probes.state = "serving"
     return sidecar
 
 

@@ -157,6 +157,12 @@ class Audit:
             await asyncio.wait(list(self.pending), timeout=timeout)
 
 
+def unknown_key(kid: str) -> str:
+    """Why a record cannot be checked: its key id is not in this keys file (not the same as edited)."""
+    return (f"key {kid!r} is not in the keys file: written by a sidecar with other keys"
+            + (" (a generated key: that sidecar ran without COUNTERSIGN_KEYS_FILE)" if kid == "gen" else ""))
+
+
 @dataclass(frozen=True)
 class Problem:
     action_id: str
@@ -195,7 +201,7 @@ def _chain(keyring: Keyring, evidence: AuditEvidence) -> list[dict[str, Any]] | 
         return Problem(action_id, "the anchor carries no MAC: it was rewritten, or written before anchors were "
                        "MAC'd")
     if kid not in keyring.keys:
-        return Problem(action_id, f"the anchor is signed with key {kid!r}, which the keys file does not hold")
+        return Problem(action_id, f"the anchor: {unknown_key(kid)}")
     if not keyring.verify(kid, "audit-anchor", f"{action_id}:{anchored[0]}:{anchored[1]}".encode(),
                           anchor.get("mac", "")):
         return Problem(action_id, f"the anchor's MAC does not verify: it was rewritten (it says {anchored[0]} "
@@ -216,7 +222,7 @@ def _chain(keyring: Keyring, evidence: AuditEvidence) -> list[dict[str, Any]] | 
             return Problem(action_id, "belongs to another action", entry_id, seq)
         event_kid = str(body.get("kid", ""))
         if event_kid not in keyring.keys:
-            return Problem(action_id, f"signed with key {event_kid!r}, which the keys file does not hold",
+            return Problem(action_id, unknown_key(event_kid),
                            entry_id, seq)
         if not keyring.verify(event_kid, "audit", encode(body), str(event.get("mac", ""))):
             return Problem(action_id, "edited: its MAC does not verify", entry_id, seq)

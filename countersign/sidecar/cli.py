@@ -1,4 +1,4 @@
-"""`countersign serve | demo`: argument parsing and wiring only."""
+"""`countersign serve | demo | actions | audit | registry check | keys generate`: argument parsing and wiring only."""
 
 from __future__ import annotations
 
@@ -68,6 +68,22 @@ def main(argv: list[str] | None = None) -> int:
                        help="the sidecars' HMAC keys [env COUNTERSIGN_KEYS_FILE]")
         if p is not exporting:
             p.add_argument("--json", action="store_true", help="machine-readable output")
+    registry = sub.add_parser("registry", help="check registry files (for CI, before a deploy)")
+    registry_sub = registry.add_subparsers(dest="verb", required=True)
+    checking = registry_sub.add_parser("check", help="the rules a sidecar applies at start; exit 1 naming the first "
+                                       "broken rule", description=(
+        "Check each FILE with the rules the sidecar applies at start. A FILE is a registry, or Kubernetes manifests "
+        "(helm template ... | countersign registry check -) whose ConfigMaps with registry.yaml are checked. Exit 0: "
+        "all pass; 1: a rule fails (<file>: tool '<name>': <rule>: <detail>); 2: a FILE holds no registry."))
+    checking.add_argument("files", nargs="+", metavar="FILE", help="a registry or manifests file; - for stdin")
+    keys = sub.add_parser("keys", help="make the HMAC keys file the sidecars and the operator CLI share")
+    keys_sub = keys.add_subparsers(dest="verb", required=True)
+    generating = keys_sub.add_parser("generate", help='a new keys file {"active": kid, "keys": {kid: hex}}')
+    generating.add_argument("--kid", default="", help="the key id (default k<UTC timestamp>)")
+    generating.add_argument("--from", dest="previous", default="", metavar="FILE",
+                            help="keep this file's keys and make the new one active (a rotation)")
+    generating.add_argument("--out", default="-", help="a new file (written 0600, never overwritten), or - for "
+                            "standard output")
     demo = sub.add_parser("demo", help="the walkthrough: embedded Redis, the example service, a scripted agent")
     demo.add_argument("--verbose", action="store_true", help="also show the sidecar's and service's logs")
     args = parser.parse_args(argv)
@@ -91,6 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("actions", "audit"):
         return asyncio.run(_operate(args))
 
+    if args.command == "registry":
+        from countersign.sidecar import registry_check
+
+        return registry_check.check(args.files)
+
+    if args.command == "keys":
+        return _keys(args)
+
     root = Path.cwd()
     if not (root / "examples" / "walkthrough.py").exists():
         print("countersign demo runs from a source checkout (it needs examples/); cd to the repository",
@@ -100,6 +124,23 @@ def main(argv: list[str] | None = None) -> int:
     from examples import walkthrough
 
     return walkthrough.main(verbose=args.verbose)
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from countersign.sidecar import keyfile
+
+    try:
+        doc = keyfile.generate(args.kid, args.previous)
+        if args.out == "-":
+            print(json.dumps(doc, indent=2))
+        else:
+            keyfile.write(doc, args.out)
+            print(f"wrote {args.out}: active key {doc['active']!r}; share it with every sidecar (a Secret) and "
+                  "the operator CLI (--keys-file)", file=sys.stderr)
+    except SettingsError as exc:
+        print(f"countersign: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 async def _operate(args: argparse.Namespace) -> int:

@@ -31,6 +31,9 @@ def _action(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> commo
     if not out:
         return None
     kid = record.get("kid", b"").decode()
+    if kid not in keyring.keys:
+        return common_pb2.Action(action_id=action_id, error=common_pb2.ActionError(
+            reason="KEY_NOT_IN_KEYS_FILE", message=audit_mod.unknown_key(kid)))
     if not keyring.verify(kid, "outcome:" + action_id, out, record.get("omac", b"").decode()):
         return common_pb2.Action(action_id=action_id, error=common_pb2.ActionError(
             reason="RECORD_TAMPERED", message="the stored outcome does not verify"))
@@ -120,6 +123,10 @@ async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, 
         print(f"no record of action {action_id}", file=sys.stderr)
         return 1
     kid = record.get("kid", b"").decode() or keyring.active
+    if kid not in keyring.keys:
+        print(f"action {action_id}: {audit_mod.unknown_key(kid)}; resolve it with the keys file of the sidecars "
+              "that wrote it", file=sys.stderr)
+        return 1
     tool = record.get("tool", b"").decode()
     action = common_pb2.Action(action_id=action_id, tool_name=tool)
     receipt = action.receipt
@@ -155,7 +162,9 @@ async def verify(store: Store, keyring: Keyring, out: TextIO = sys.stdout, grace
     report = await audit_mod.verify(store, keyring, grace, waiting=waiting)
     problems = report.problems
     if problems:
-        print(f"audit chain BROKEN: {len(problems)} of {report.actions} action(s); first: {problems[0]}", file=out)
+        what = "UNVERIFIABLE (keys missing)" if all("is not in the keys file" in p.what for p in problems) \
+            else "BROKEN"
+        print(f"audit chain {what}: {len(problems)} of {report.actions} action(s); first: {problems[0]}", file=out)
         for problem in problems[1:20]:
             print(f"  also: {problem}", file=out)
         if len(problems) > 20:

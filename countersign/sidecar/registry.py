@@ -168,10 +168,17 @@ class Registry:
 def load(path: str) -> Registry:
     """Load and validate a registry file; raise RegistryError naming file, tool and rule."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = yaml.load(fh, Loader=_StrictLoader)  # a SafeLoader subclass
+        with open(path, "rb") as fh:
+            raw = fh.read()
     except OSError as exc:
         raise RegistryError(path, "-", "readable", str(exc)) from exc
+    return loads(raw, path)
+
+
+def loads(text: str | bytes, path: str) -> Registry:
+    """Validate a registry given as YAML text; ``path`` names it in the errors (a file, or a ConfigMap)."""
+    try:
+        doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise RegistryError(path, "-", "yaml", str(exc).replace("\n", " ")) from exc
     except (UnicodeDecodeError, TypeError, ValueError, RecursionError) as exc:

@@ -226,6 +226,10 @@ class Store:
     async def close(self) -> None:
         await self.client.aclose()
 
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless Redis answers a PING (the readiness probe)."""
+        await self._call(self.client.ping())
+
     async def _call(self, awaitable: Awaitable[T]) -> T:
         try:
             async with asyncio.timeout(self.op_timeout):

@@ -35,6 +35,15 @@ REASONS = frozenset({
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
            2.5, 5.0, 10.0)
 
+# The label values created at start (see Metrics._zero_series); the code paths that count them are
+# pipeline.py (claims), compensate.py, reconcile.py and server.py (refusals by RPC).
+RPCS = ("Invoke", "Confirm", "Reject", "GetAction", "Compensate", "Reconcile", "OpenContinuation",
+        "ClaimContinuation", "SettleContinuation", "ReleaseContinuation", "CheckReply")
+CLAIM_RESULTS = ("won", "running", "replayed", "tampered")
+REFUSED_CLAIMS = ("expired", "forbidden", "role")
+COMPENSATION_RESULTS = ("compensated", "failed", "unknown")
+RECONCILE_RESULTS = ("succeeded", "failed", "not_applied", "still_unknown", "manual_review")
+
 
 class _Off:
     """Stands in for every metric when telemetry is off (for measuring what telemetry costs)."""
@@ -53,7 +62,8 @@ class _Off:
 
 
 class Metrics:
-    def __init__(self, tools: frozenset[str] = frozenset(), *, enabled: bool = True) -> None:
+    def __init__(self, tools: frozenset[str] = frozenset(), *, enabled: bool = True,
+                 reads: frozenset[str] = frozenset()) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.tools = tools
         self.enabled = enabled
@@ -85,21 +95,45 @@ class Metrics:
         self.actions = Gauge("countersign_actions", "Actions seen in a state by this sidecar's last "
                              "reconciler scan", ["state"], registry=r)
 
-        for tool in (*sorted(tools), "other"):   # series exist from the start, so the first event counts
-            for outcome in ("succeeded", "failed", "unknown"):
-                self.executions.labels(tool, outcome)
-            self.replay_hits.labels(tool, "confirm")
-        for rpc in ("Invoke", "Confirm", "Reject", "GetAction", "Compensate", "Reconcile"):
-            self.fail_closed.labels(rpc)
-        for state in ("running", "unknown", "lease_lapsed", "needs_manual_review"):
-            self.actions.labels(state)
-        for verdict in ("passed", "replaced"):
-            self.guard.labels(verdict)
+        self._zero_series(tools, reads)
         if not enabled:
             off: Any = _Off()
             for name, value in list(vars(self).items()):
                 if isinstance(value, (Counter, Gauge, Histogram)):
                     setattr(self, name, off)
+
+    def _zero_series(self, tools: frozenset[str], reads: frozenset[str]) -> None:
+        """Create at 0 every labelled series an alert or a dashboard panel matches, per tool.
+
+        A series that first appears with the first event has no earlier sample, so ``increase()`` over it
+        is 0 and an alert on "any failure" never fires on a pod's first failure. Created at start, the
+        series is scraped at 0 before the event, and the event is an increase.
+        """
+        for tool in (*sorted(tools), "other"):
+            for outcome in ("succeeded", "failed", "unknown"):
+                self.executions.labels(tool, outcome)
+            for source in ("confirm", "invoke"):
+                self.replay_hits.labels(tool, source)
+            for result in CLAIM_RESULTS:
+                self.claims.labels(tool, result)
+            for result in COMPENSATION_RESULTS:
+                self.compensations.labels(tool, result)
+            for result in RECONCILE_RESULTS:
+                self.reconciliations.labels(tool, result)
+            kind, decisions = ("read", ("succeeded", "failed", "unknown")) if tool in reads else \
+                ("write", ("card", "same_card", "replay"))
+            for decision in decisions:
+                self.invocations.labels(tool, kind, decision)
+        for result in REFUSED_CLAIMS:                       # refused before the tool is known
+            self.claims.labels("other", result)
+        for rpc in RPCS:
+            self.fail_closed.labels(rpc)
+            for reason in ("OVERLOADED", "STORE_UNAVAILABLE"):
+                self.refusals.labels(rpc, reason)
+        for state in ("running", "unknown", "lease_lapsed", "needs_manual_review"):
+            self.actions.labels(state)
+        for verdict in ("passed", "replaced"):
+            self.guard.labels(verdict)
 
     def tool(self, name: str) -> str:
         return name if name in self.tools else "other"
