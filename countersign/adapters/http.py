@@ -22,6 +22,7 @@ from countersign.adapters.base import (
     Prepared,
     PrepareRefused,
     PrepareUnavailable,
+    address,
     field_of,
     render,
 )
@@ -78,7 +79,8 @@ class HttpAdapter:
         try:
             status, answer = await self._send(call, arguments, body, meta, _timeout(tool, timeout))
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError, TypeError) as exc:
-            raise PrepareUnavailable(f"prepare for {tool.name!r} failed: {type(exc).__name__}") from exc
+            raise PrepareUnavailable(f"prepare for {tool.name!r} at {address(tool, call)} failed: "
+                                     f"{_failure(exc)}") from exc
         if 200 <= status < 300 and isinstance(answer, dict) and isinstance(answer.get("arguments"), dict):
             preview = answer.get("preview")
             return Prepared(answer["arguments"], str(answer.get("resource_version") or ""),
@@ -86,7 +88,7 @@ class HttpAdapter:
         if 400 <= status < 500:
             reason, message = _reason(answer, status)
             raise PrepareRefused(reason, message)
-        raise PrepareUnavailable(f"prepare for {tool.name!r} answered {status}")
+        raise PrepareUnavailable(f"prepare for {tool.name!r} at {address(tool, call)} answered {status}")
 
     async def execute(
         self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float
@@ -147,6 +149,15 @@ def _reason(answer: Any, status: int) -> tuple[str, str]:
     if not isinstance(reason, str) or not UPPER_SNAKE.match(reason):
         reason = f"HTTP_{status}"
     return reason, str(message or f"the downstream answered {status}")[:500]
+
+
+def _failure(exc: BaseException) -> str:
+    """Why a call got no answer, in words an operator can act on."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect ({exc.os_error.strerror or type(exc.os_error).__name__}): is the service running?"
+    if isinstance(exc, TimeoutError):
+        return "no answer before the deadline"
+    return type(exc).__name__
 
 
 def _timeout(tool: Tool, default: float) -> float:

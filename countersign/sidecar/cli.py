@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -14,21 +12,10 @@ from countersign.sidecar import settings as settings_mod
 from countersign.sidecar.errors import CountersignError, RegistryError, SettingsError
 
 
-class _JsonLog(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        msg = record.getMessage()
-        if msg.startswith("{"):
-            return msg
-        out = {"level": record.levelname.lower(), "logger": record.name, "message": msg}
-        if record.exc_info:
-            out["error"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
 def _logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonLog())
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    from countersign.sidecar.observability import logs
+
+    logs.configure(level)
 
 
 def main(argv: list[str] | None = None) -> int:

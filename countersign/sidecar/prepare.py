@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from countersign.adapters.base import Adapter, CallMeta, Prepared, PrepareRefused, PrepareUnavailable, render
+from countersign.adapters.base import (
+    Adapter,
+    CallMeta,
+    Prepared,
+    PrepareRefused,
+    PrepareUnavailable,
+    address,
+    render,
+)
 from countersign.sidecar import policy
 from countersign.sidecar.errors import FailedPrecondition, Unavailable
 from countersign.sidecar.registry import Tool
@@ -25,7 +33,8 @@ async def prepare(
     except PrepareRefused as exc:
         raise FailedPrecondition(exc.reason, exc.message) from exc
     except PrepareUnavailable as exc:
-        raise Unavailable("DOWNSTREAM_UNAVAILABLE", str(exc)) from exc
+        raise Unavailable("DOWNSTREAM_UNAVAILABLE", str(exc), metadata={
+            "tool": tool.name, "downstream": address(tool, tool.adapter.prepare)}) from exc
     problems = policy.validate(tool, prepared.arguments)
     if problems:
         raise FailedPrecondition(
