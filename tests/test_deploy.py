@@ -176,7 +176,7 @@ def test_the_agent_chart_including_the_templates_renders_valid_objects(agent_cha
     spec = pod_spec(docs)
     assert [c["name"] for c in spec["initContainers"]] == ["countersign"]
     assert spec["initContainers"][0]["image"] == "registry.example.com/countersign:0.1.0"
-    assert env(spec["containers"][0])["COUNTERSIGN_ADDR"] == "127.0.0.1:50051"
+    assert env(spec["containers"][0])["COUNTERSIGN_ADDRESS"] == "127.0.0.1:50051"
     registry = only(docs, "ConfigMap")
     assert {v["name"] for v in spec["volumes"]} >= {"countersign-registry", "countersign-keys", "countersign-tmp"}
     assert next(v for v in spec["volumes"] if v["name"] == "countersign-registry")["configMap"]["name"] == \
@@ -292,7 +292,7 @@ def test_sidecar_is_a_native_sidecar_non_root_read_only_with_three_probes() -> N
     assert mounts["countersign-keys"]["readOnly"] and mounts["countersign-tmp"]["mountPath"] == "/tmp"
     keys = next(v for v in spec["volumes"] if v["name"] == "countersign-keys")
     assert keys["secret"]["secretName"] == "countersign-keys"
-    assert env(spec["containers"][0])["COUNTERSIGN_ADDR"] == "127.0.0.1:50051"
+    assert env(spec["containers"][0])["COUNTERSIGN_ADDRESS"] == "127.0.0.1:50051"
 
 
 def test_keys_come_only_from_an_existing_secret() -> None:
@@ -318,7 +318,7 @@ def test_unix_socket_is_shared_with_the_agent() -> None:
     side = sidecar(docs)
     agent = spec["containers"][0]
     assert env(side)["COUNTERSIGN_LISTEN"] == "unix:/run/countersign/countersign.sock"
-    assert env(agent)["COUNTERSIGN_ADDR"] == "unix:/run/countersign/countersign.sock"
+    assert env(agent)["COUNTERSIGN_ADDRESS"] == "unix:/run/countersign/countersign.sock"
     assert {"name": "countersign-socket", "mountPath": "/run/countersign"} in side["volumeMounts"]
     assert {"name": "countersign-socket", "mountPath": "/run/countersign"} in agent["volumeMounts"]
     assert side["command"][-1] == "umask 0007 && exec countersign serve"
@@ -410,7 +410,8 @@ def test_dashboard_config_map() -> None:
 
 def test_tracing_is_off_until_an_endpoint_is_given_and_then_head_sampled() -> None:
     plain = env(sidecar(render(STANDALONE)))
-    assert not any(name.startswith("OTEL_") for name in plain)
+    assert not any(name.startswith("OTEL_") for name in plain
+                   if name not in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")), "no exporter, no sampler"
     assert plain["COUNTERSIGN_MAX_IN_FLIGHT"] == "64"
     traced = env(sidecar(render({**STANDALONE, "tracing": {"endpoint": "http://otel-agent:4317", "sampleRatio": 0.25},
                                  "settings": {"maxInFlight": 200}})))
@@ -422,3 +423,21 @@ def test_tracing_is_off_until_an_endpoint_is_given_and_then_head_sampled() -> No
                 {"settings": {"maxInFlight": 0}}):
         with pytest.raises(helm.HelmError):
             render({**STANDALONE, **bad})
+
+
+def test_spans_name_the_agent_release_and_carry_pod_namespace_and_node(agent_chart: Path) -> None:
+    """OTEL_SERVICE_NAME per agent release (not one "countersign" for every agent in the cluster), and the
+    pod, namespace and node from the downward API, defined before OTEL_RESOURCE_ATTRIBUTES refers to them."""
+    for docs, name in ((render(STANDALONE), "demo-countersign"), (render(chart=agent_chart), "demo-countersign"),
+                       (render({**STANDALONE, "tracing": {"serviceName": "billing-agent"}}), "billing-agent")):
+        container = sidecar(docs)
+        names = [e["name"] for e in container["env"]]
+        values = env(container)
+        assert values["OTEL_SERVICE_NAME"] == name
+        assert {values[k]["fieldRef"]["fieldPath"] for k in ("K8S_POD_NAME", "K8S_NAMESPACE_NAME", "K8S_NODE_NAME")} \
+            == {"metadata.name", "metadata.namespace", "spec.nodeName"}
+        attributes = dict(kv.split("=") for kv in values["OTEL_RESOURCE_ATTRIBUTES"].split(","))
+        assert attributes == {"k8s.pod.name": "$(K8S_POD_NAME)", "k8s.namespace.name": "$(K8S_NAMESPACE_NAME)",
+                              "k8s.node.name": "$(K8S_NODE_NAME)", "k8s.container.name": "countersign"}
+        assert all(names.index(ref) < names.index("OTEL_RESOURCE_ATTRIBUTES")
+                   for ref in ("K8S_POD_NAME", "K8S_NAMESPACE_NAME", "K8S_NODE_NAME")), "$(VAR) sees earlier ones"

@@ -6,7 +6,7 @@ chart that lists countersign as a dependency; in a parent chart they read .Value
   countersign.volumes         the volumes it needs, for the pod's volumes
   countersign.podAnnotations  checksum/countersign-registry: a registry change rolls the pods
   countersign.podLabels       the label the metrics Service selects
-  countersign.agentEnv        COUNTERSIGN_ADDR for the agent container
+  countersign.agentEnv        COUNTERSIGN_ADDRESS for the agent container
   countersign.agentVolumeMounts  the shared socket directory, when listen.unixSocket
 */}}
 
@@ -171,9 +171,19 @@ failureThreshold: {{ $p.failureThreshold }}
       value: parentbased_traceidratio
     - name: OTEL_TRACES_SAMPLER_ARG
       value: {{ $v.tracing.sampleRatio | toString | quote }}
-    - name: OTEL_SERVICE_NAME
-      value: countersign
     {{- end }}
+    # OpenTelemetry resource: the service is named per agent release; pod, namespace and node from the
+    # downward API (used when spans are exported: tracing.endpoint, or OTEL_TRACES_EXPORTER in extraEnv).
+    - name: OTEL_SERVICE_NAME
+      value: {{ $v.tracing.serviceName | default (include "countersign.fullname" $) | quote }}
+    - name: K8S_POD_NAME
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    - name: K8S_NAMESPACE_NAME
+      valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+    - name: K8S_NODE_NAME
+      valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+    - name: OTEL_RESOURCE_ATTRIBUTES
+      value: "k8s.pod.name=$(K8S_POD_NAME),k8s.namespace.name=$(K8S_NAMESPACE_NAME),k8s.node.name=$(K8S_NODE_NAME),k8s.container.name=countersign"
     {{- with $v.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -255,7 +265,7 @@ countersign.io/sidecar: {{ include "countersign.fullname" $ | quote }}
 
 {{- define "countersign.agentEnv" -}}
 {{- $ := include "countersign.ctx" . | fromJson -}}
-- name: COUNTERSIGN_ADDR
+- name: COUNTERSIGN_ADDRESS
   value: {{ include "countersign.agentAddress" $ | quote }}
 {{- end -}}
 
