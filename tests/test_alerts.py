@@ -27,9 +27,10 @@ RUNBOOK_BASE = "https://countersign.invalid/docs/runbook.md"
 COUNTERS = {"countersign_invocations_total", "countersign_claims_total", "countersign_replay_hits_total",
             "countersign_executions_total", "countersign_refusals_total", "countersign_fail_closed_total",
             "countersign_reconciliations_total", "countersign_compensations_total", "countersign_reply_guard_total",
-            "countersign_audit_write_failures_total"}
-HISTOGRAMS = {"countersign_stage_duration_seconds", "countersign_downstream_duration_seconds"}
-GAUGES = {"countersign_actions"}
+            "countersign_audit_write_failures_total", "countersign_settle_retries_total"}
+HISTOGRAMS = {"countersign_stage_duration_seconds", "countersign_downstream_duration_seconds",
+              "countersign_rpc_server_duration_seconds", "countersign_redis_duration_seconds"}
+GAUGES = {"countersign_actions", "countersign_in_flight", "countersign_max_in_flight"}
 METRICS = COUNTERS | GAUGES | {f"{h}{s}" for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
 METRIC_NAME = re.compile(r"\bcountersign_[a-z_]+\b")
 
@@ -124,6 +125,16 @@ def test_chart_copies_are_identical() -> None:
     assert (CHART_FILES / DASHBOARD.name).read_bytes() == DASHBOARD.read_bytes()
 
 
+def test_the_families_listed_here_are_the_ones_the_sidecar_exports() -> None:
+    """METRICS above is what dashboards and rules may use; it must not drift from metrics.py."""
+    from countersign.sidecar.observability.metrics import Metrics
+
+    families = list(Metrics(frozenset({"create_todo"})).registry.collect())
+    exported = {f"{f.name}_total" if f.type == "counter" else f.name for f in families if f.type != "histogram"}
+    exported |= {f"{f.name}{s}" for f in families if f.type == "histogram" for s in ("_bucket", "_sum", "_count")}
+    assert exported == METRICS, (exported - METRICS, METRICS - exported)
+
+
 def dashboard_targets() -> list[tuple[str, str]]:
     dashboard = json.loads(DASHBOARD.read_text())
     return [(panel["title"], target["expr"]) for panel in dashboard["panels"] for target in panel.get("targets", [])]
@@ -153,6 +164,12 @@ def test_dashboard_parses_and_uses_only_exported_metrics() -> None:
     ("Fail-closed", "countersign_fail_closed_total"),
     ("Open unknowns", 'state="unknown"'),
     ("Manual reviews", 'state="needs_manual_review"'),
+    ("Calls by method and code", "countersign_rpc_server_duration_seconds_count"),
+    ("Server-fault ratio", 'code=~"UNKNOWN|INTERNAL|UNAVAILABLE|DATA_LOSS|DEADLINE_EXCEEDED|UNIMPLEMENTED"'),
+    ("Call duration by method", "countersign_rpc_server_duration_seconds_bucket"),
+    ("Calls held against --max-in-flight", "countersign_in_flight"),
+    ("Calls held against --max-in-flight", "countersign_max_in_flight"),
+    ("Redis round trip by script", "countersign_redis_duration_seconds_bucket"),
 ])
 def test_dashboard_has_the_panels_we_promised(topic: str, metric: str) -> None:
     assert any(title.startswith(topic) and metric in expr for title, expr in dashboard_targets()), topic
