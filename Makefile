@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint proto proto-check bench deps redis clean image-check
+.PHONY: demo test lint proto proto-check bench deps redis clean image-check lock
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -52,9 +52,17 @@ proto-check: $(STAMP)
 	  diff -r -x __pycache__ $$tmp/countersign/v1 countersign/v1 | head -20; rm -rf $$tmp; exit 1; fi; \
 	rm -rf $$tmp; echo "stubs match proto/"
 
-## build the container image's Python part the way the Dockerfile does (no Docker engine needed)
+## build the container image's Python part the way the Dockerfile does (no Docker engine needed): hadolint,
+## the lock installed with hashes, the SBOM (build/countersign-sbom.cdx.json), serve, health, stop
 image-check: $(STAMP)
-	PYTHON=$(BIN)/python scripts/check_image.sh
+	PYTHON=$(BIN)/python SBOM_OUT=build/countersign-sbom.cdx.json scripts/check_image.sh
+
+## re-resolve the image's dependencies into requirements.lock (and the build backend into requirements-build.lock),
+## every file with its sha256; commit both. Python 3.11 (the image's), every platform (--universal).
+LOCK := $(BIN)/uv pip compile --universal --python-version 3.11 --generate-hashes --custom-compile-command "make lock" -q
+lock: $(STAMP)
+	$(LOCK) pyproject.toml -o requirements.lock
+	printf 'setuptools>=68\nwheel\n' | $(LOCK) - -o requirements-build.lock
 
 ## the write-path benchmark (a few minutes; prints ratios measured side by side)
 bench: deps
