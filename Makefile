@@ -38,19 +38,20 @@ lint: $(STAMP)
 	@if git rev-parse --verify -q refs/heads/main >/dev/null; then \
 	  cd proto && ../$(BIN)/buf breaking --against '../.git#branch=main,subdir=proto' && echo "buf breaking: OK"; \
 	else echo "buf breaking: no local main branch to compare against"; fi
-	$(BIN)/ruff check countersign examples tests bench fuzz
+	$(BIN)/ruff check countersign examples tests bench fuzz clients
 	$(BIN)/mypy
 
-## regenerate the Python stubs from proto/ (never edit countersign/v1 by hand)
+## regenerate the Python stubs from proto/ (never edit countersign/v1 or the client package's v1 by hand)
 proto: $(STAMP)
 	scripts/gen_proto.sh
 
 proto-check: $(STAMP)
-	@tmp=$$(mktemp -d); PYTHON=$(BIN)/python scripts/gen_proto.sh $$tmp; \
-	if ! diff -r -q -x __pycache__ $$tmp/countersign/v1 countersign/v1 >/dev/null; then \
-	  echo "countersign/v1 differs from what proto/ generates: run 'make proto' and commit"; \
-	  diff -r -x __pycache__ $$tmp/countersign/v1 countersign/v1 | head -20; rm -rf $$tmp; exit 1; fi; \
-	rm -rf $$tmp; echo "stubs match proto/"
+	@tmp=$$(mktemp -d); PYTHON=$(BIN)/python scripts/gen_proto.sh $$tmp; status=0; \
+	for dir in countersign/v1 clients/python/src/countersign_client/v1; do \
+	  if ! diff -r -q -x __pycache__ $$tmp/$$dir $$dir >/dev/null; then \
+	    echo "$$dir differs from what proto/ generates: run 'make proto' and commit"; \
+	    diff -r -x __pycache__ $$tmp/$$dir $$dir | head -20; status=1; fi; done; \
+	rm -rf $$tmp; [ $$status = 0 ] && echo "stubs match proto/ (server and client package)"
 
 ## build the container image's Python part the way the Dockerfile does (no Docker engine needed): hadolint,
 ## the lock installed with hashes, the SBOM (build/countersign-sbom.cdx.json), serve, health, stop

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import jsonschema_rs
+
 from countersign.sidecar.actions import canonical
 from countersign.sidecar.errors import (
     FailedPrecondition,
@@ -160,10 +162,20 @@ def validate(tool: Tool, arguments: Mapping[str, Any]) -> list[FieldViolation]:
     """Closed-schema validation; one violation per problem, named by its JSON path."""
     if tool.validator.is_valid(arguments):
         return []
-    return [
-        FieldViolation(".".join(str(p) for p in err.instance_path), err.message[:300])
-        for err in tool.validator.iter_errors(arguments)
-    ]
+    violations = []
+    for err in tool.validator.iter_errors(arguments):
+        path = [str(p) for p in err.instance_path]
+        kind = err.kind
+        # name the property itself, not the object holding it: the one that is missing, or each unexpected one
+        if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
+            violations.append(FieldViolation(".".join([*path, str(kind.property)]), err.message[:300]))
+        elif isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
+            violations += [FieldViolation(".".join([*path, str(name)]),
+                                          f"additional properties are not allowed ({str(name)[:64]!r} was unexpected)")
+                           for name in kind.unexpected]
+        else:
+            violations.append(FieldViolation(".".join(path), err.message[:300]))
+    return violations
 
 
 def decode_arguments(text: str | None) -> dict[str, Any]:
