@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint proto proto-check bench deps redis clean image-check lock
+.PHONY: demo test lint proto proto-check bench deps redis test-tools clean image-check lock
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -14,22 +14,30 @@ $(STAMP): pyproject.toml
 
 deps: $(STAMP) redis
 
-# System tools (redis-server; promtool from prometheus; spin): installed through apt-get when we are root,
-# else a clear message naming the package.
-SYSTEM_TOOLS := redis-server:redis-server promtool:prometheus spin:spin node:nodejs npm:npm
-redis:
-	@for pair in $(SYSTEM_TOOLS); do tool=$${pair%%:*}; pkg=$${pair##*:}; \
+# System tools, installed through apt-get when we are root, else a clear message naming the package.
+# `make demo` needs only redis-server; `make test` also needs promtool (prometheus), spin, node/npm (the Node and
+# TypeScript clients) and protoc with the Go plugins (buf generate of the Go and Java stubs).
+DEMO_TOOLS := redis-server:redis-server
+TEST_TOOLS := $(DEMO_TOOLS) promtool:prometheus spin:spin node:nodejs npm:npm protoc:protobuf-compiler \
+              protoc-gen-go:protoc-gen-go protoc-gen-go-grpc:protoc-gen-go-grpc
+define install_tools
+	@for pair in $(1); do tool=$${pair%%:*}; pkg=$${pair##*:}; \
 	  command -v $$tool >/dev/null 2>&1 && continue; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkg >/dev/null || exit 1; \
 	  else echo "$$tool is missing: install the Debian/Ubuntu package '$$pkg'"; exit 1; fi; done
+endef
+redis:
+	$(call install_tools,$(DEMO_TOOLS))
+test-tools:
+	$(call install_tools,$(TEST_TOOLS))
 
 ## the walkthrough: the sidecar with its embedded Redis, the example todo service, a scripted agent
-demo: deps
+demo: $(STAMP) redis
 	$(BIN)/countersign demo
 
 ## everything CI runs: stubs match the proto, lint, types, the test suite
-test: deps proto-check lint
+test: deps test-tools proto-check lint
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
