@@ -71,7 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command in ("actions", "audit"):
-        return asyncio.run(_operate(args))
+        try:
+            return asyncio.run(_operate(args))
+        except BrokenPipeError:   # `countersign actions show A | head`: the reader has what it wanted
+            # Python's own recipe: point stdout at /dev/null so the flush at exit does not fail a second time
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141   # 128 + SIGPIPE, what a shell tool stopped by a closed pipe reports
 
     root = Path.cwd()
     if not (root / "examples" / "walkthrough.py").exists():
