@@ -100,3 +100,42 @@ def test_the_readme_runs_the_sidecar_and_calls_it_as_written(scratch: tuple[Path
     assert '"state": "ACTION_STATE_SUCCEEDED"' in out and '"summary": ' in out, "the Confirm with its receipt"
     assert re.search(r"^action [0-9a-f]{32}: SUCCEEDED", out, flags=re.M), "the operator CLI read the action"
     assert "Traceback" not in done.stderr
+
+
+def test_the_runbook_searches_logs_with_the_spelling_the_sidecar_writes() -> None:
+    import logging
+
+    from countersign.sidecar.observability import logs
+
+    runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
+    record = logging.getLogger("countersign.decision").makeRecord(
+        "countersign.decision", logging.INFO, "", 0, "decision", (), None,
+        extra={"event": "decision", "action_id": "a" * 32, "tool": "create_todo", "decision": "executed",
+               "reason": "DOWNSTREAM_TIMEOUT", "outcome": "unknown"})
+    line = logs.JsonLines().format(record)
+    searched = re.findall(r"`(\"outcome\": \"[a-zA-Z]+\")`", runbook)
+    assert searched and all(s in line for s in searched), (searched, line)
+    for verb in ("list --state unknown", "show <action id>", "resolve <action id>"):
+        assert f"kubectl exec <pod> -c countersign -- countersign actions {verb}" in runbook, verb
+
+
+def test_the_docs_use_one_name_for_the_address_variable_and_the_keys_secret() -> None:
+    texts = {p: p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+                                                        *sorted((ROOT / "helm").rglob("*.yaml")),
+                                                        *sorted((ROOT / "helm").rglob("*.tpl"))]}
+    for path, text in texts.items():
+        assert not re.search(r"COUNTERSIGN_ADDR\b", text), f"{path}: the variable is COUNTERSIGN_ADDRESS"
+        secrets = {s for s in re.findall(r"existingSecret: ([a-z0-9-]+)", text) if "redis" not in s}
+        assert secrets <= {"countersign-keys"}, f"{path}: the keys Secret is called countersign-keys, not {secrets}"
+
+
+def test_make_demo_installs_only_redis_server() -> None:
+    make = shutil.which("make")
+    if make is None:
+        pytest.fail("make is not installed (apt-get install make)")
+    dry = subprocess.run([make, "-n", "-W", "pyproject.toml", "demo"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert "redis-server:redis-server" in dry.stdout
+    for other in ("prometheus", "spin", "nodejs", "npm", "protobuf-compiler"):
+        assert other not in dry.stdout, f"make demo would install {other}"
