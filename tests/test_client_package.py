@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -42,8 +43,9 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("client-venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                           str(ROOT / "clients" / "python")],
+    source = venv.parent / "countersign-client"    # a copy: pip builds in the source tree and leaves build/ there
+    shutil.copytree(ROOT / "clients" / "python", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(source)],
                           capture_output=True, text=True, timeout=600, env=env, cwd=venv.parent)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return venv
