@@ -161,8 +161,9 @@ def test_an_overloaded_sidecar_is_retried_no_sooner_than_its_retry_info(stack: S
         assert patient.attempts["Invoke"] == len(retries) + 1
         with urllib.request.urlopen(f"http://{sidecar.info['metrics']}/metrics", timeout=10) as resp:
             scrape = resp.read().decode()
-        shed = [line for line in scrape.splitlines() if line.startswith(
-            'countersign_rpc_server_duration_seconds_count{method="Invoke",code="RESOURCE_EXHAUSTED"}')]
+        count = "countersign_rpc_server_duration_seconds_count{"
+        shed = [line for line in scrape.splitlines()
+                if line.startswith(count) and 'code="RESOURCE_EXHAUSTED"' in line and 'method="Invoke"' in line]
         assert shed and float(shed[0].split()[-1]) == len(retries), "every shed call is counted by its code"
         assert "countersign_max_in_flight 1.0" in scrape
     finally:
