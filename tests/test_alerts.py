@@ -33,15 +33,17 @@ RUNBOOK_BASE = "https://countersign.invalid/docs/runbook.md"
 COUNTERS = {"countersign_invocations_total", "countersign_claims_total", "countersign_replay_hits_total",
             "countersign_executions_total", "countersign_refusals_total", "countersign_fail_closed_total",
             "countersign_reconciliations_total", "countersign_compensations_total", "countersign_reply_guard_total",
-            "countersign_audit_write_failures_total"}
-HISTOGRAMS = {"countersign_stage_duration_seconds", "countersign_downstream_duration_seconds"}
-GAUGES = {"countersign_actions"}
+            "countersign_audit_write_failures_total", "countersign_settle_retries_total"}
+HISTOGRAMS = {"countersign_stage_duration_seconds", "countersign_downstream_duration_seconds",
+              "countersign_rpc_server_duration_seconds", "countersign_redis_duration_seconds"}
+GAUGES = {"countersign_actions", "countersign_in_flight", "countersign_max_in_flight"}
 METRICS = COUNTERS | GAUGES | {f"{h}{s}" for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
 METRIC_NAME = re.compile(r"\bcountersign_[a-z_]+\b")
 SELECTOR = 'job=~".*countersign.*"'
 SERIES = re.compile(r"\b(up|countersign_[a-z_]+|countersign:[a-z_:0-9]+)(?:\{([^}]*)\})?")
 EQUALS = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 TARGET_LABELS = {"namespace", "job", "cluster", "pod", "instance"}   # added by the scrape, not the sidecar
+SETTINGS = {"countersign_max_in_flight"}   # a configured value, not a count of events: never 0 on a fresh sidecar
 
 
 def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -163,6 +165,16 @@ def test_the_monitoring_charts_copies_are_identical() -> None:
     assert sorted(p.name for p in CHART_FILES.iterdir()) == sorted([RULES.name, DASHBOARD.name])
 
 
+def test_the_families_listed_here_are_the_ones_the_sidecar_exports() -> None:
+    """METRICS above is what dashboards and rules may use; it must not drift from metrics.py."""
+    from countersign.sidecar.observability.metrics import Metrics
+
+    families = list(Metrics(frozenset({"create_todo"})).registry.collect())
+    exported = {f"{f.name}_total" if f.type == "counter" else f.name for f in families if f.type != "histogram"}
+    exported |= {f"{f.name}{s}" for f in families if f.type == "histogram" for s in ("_bucket", "_sum", "_count")}
+    assert exported == METRICS, (exported - METRICS, METRICS - exported)
+
+
 def dashboard_targets() -> list[tuple[str, str]]:
     dashboard = json.loads(DASHBOARD.read_text())
     return [(panel["title"], target["expr"]) for panel in dashboard["panels"] for target in panel.get("targets", [])]
@@ -205,6 +217,12 @@ def test_dashboard_filters_every_panel_by_cluster_namespace_and_job() -> None:
     ("Fail-closed", "countersign_fail_closed_total"),
     ("Open unknowns", 'state="unknown"'),
     ("Manual reviews", 'state="needs_manual_review"'),
+    ("Calls by method and code", "countersign_rpc_server_duration_seconds_count"),
+    ("Server-fault ratio", 'code=~"UNKNOWN|INTERNAL|UNAVAILABLE|DATA_LOSS|DEADLINE_EXCEEDED|UNIMPLEMENTED"'),
+    ("Call duration by method", "countersign_rpc_server_duration_seconds_bucket"),
+    ("Calls held against --max-in-flight", "countersign_in_flight"),
+    ("Calls held against --max-in-flight", "countersign_max_in_flight"),
+    ("Redis round trip by script", "countersign_redis_duration_seconds_bucket"),
 ])
 def test_dashboard_has_the_panels_we_promised(topic: str, metric: str) -> None:
     assert any(title.startswith(topic) and metric in expr for title, expr in dashboard_targets()), topic
@@ -267,7 +285,10 @@ def test_a_fresh_sidecar_exports_every_series_the_alerts_and_panels_match_at_zer
     for where, metric, labels in panel_and_rule_selectors():
         matching = [s for s in samples if s.name == metric and labels.items() <= s.labels.items()]
         assert matching, f"{where}: no {metric}{labels} before the first event"
-        assert all(s.value == 0 for s in matching), f"{where}: {metric}{labels} is not 0 on a fresh sidecar"
+        if metric in SETTINGS:
+            assert all(s.value > 0 for s in matching), f"{where}: {metric}{labels} does not show its setting"
+        else:
+            assert all(s.value == 0 for s in matching), f"{where}: {metric}{labels} is not 0 on a fresh sidecar"
         if "tool" in matching[0].labels:
             missing = set(tools) - {s.labels["tool"] for s in matching}
             assert not missing, f"{where}: {metric}{labels} missing for tools {missing}"

@@ -13,9 +13,11 @@ import copy
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -98,32 +100,87 @@ def agent_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # ---- the image ---------------------------------------------------------------------------------------------
 
 
-def test_hadolint_passes_without_warnings() -> None:
-    result = subprocess.run([bin_path("hadolint"), "--no-color", "Dockerfile"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60)
+IMAGE_LABELS = ("org.opencontainers.image.title", "org.opencontainers.image.description",
+                "org.opencontainers.image.version", "org.opencontainers.image.revision",
+                "org.opencontainers.image.created", "org.opencontainers.image.licenses",
+                "org.opencontainers.image.base.name", "org.opencontainers.image.base.digest")
+
+
+def hadolint(dockerfile: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([bin_path("hadolint"), "--no-color", *flags, str(dockerfile)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_hadolint_passes_without_warnings_and_requires_the_oci_labels(tmp_path: Path) -> None:
+    config = yaml.safe_load((ROOT / ".hadolint.yaml").read_text())
+    assert set(config) == {"label-schema", "strict-labels"}, "fix findings rather than ignoring them"
+    assert tuple(config["label-schema"]) == IMAGE_LABELS and config["strict-labels"] is True
+    required = [f"--require-label={label}:{kind}" for label, kind in config["label-schema"].items()]
+    result = hadolint(ROOT / "Dockerfile", "--strict-labels", *required)
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
-    assert not (ROOT / ".hadolint.yaml").exists(), "fix findings rather than ignoring them"
+    text = (ROOT / "Dockerfile").read_text()
+    for label in IMAGE_LABELS:   # each label is really checked: without it hadolint fails
+        broken = tmp_path / f"Dockerfile.{label}"
+        broken.write_text(text.replace(f"{label}=", f"x-{label}="))
+        assert hadolint(broken).returncode != 0 and label in hadolint(broken).stdout
 
 
 def test_dockerfile_shape() -> None:
     text = (ROOT / "Dockerfile").read_text()
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     froms = [line for line in lines if line.startswith("FROM ")]
-    assert froms == ["FROM python:3.11-slim AS builder", "FROM python:3.11-slim"]
-    assert "pip wheel --no-deps --wheel-dir /wheels ." in text
+    assert froms == ["FROM ${PYTHON_IMAGE} AS builder", "FROM ${PYTHON_IMAGE}"]
+    (base,) = [line.split("=", 1)[1] for line in lines if line.startswith("ARG PYTHON_IMAGE=")]
+    name, digest = base.split("@")
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", name) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest), \
+        "the base is pinned by digest"
+    assert f'org.opencontainers.image.base.digest="{digest}"' in text
+    assert f'org.opencontainers.image.base.name="docker.io/library/{name}"' in text
+    assert "--require-hashes --no-deps --only-binary=:all:" in text and "-r requirements.lock" in text
+    assert "pip wheel --no-deps --no-build-isolation --wheel-dir /wheels ." in text
     assert 'ENTRYPOINT ["countersign", "serve"]' in lines
     assert "USER 10001:10001" in lines
     assert any(line.startswith("EXPOSE ") and "50051" in line and "9464" in line for line in lines)
     healthcheck = next(line for line in lines if line.startswith("HEALTHCHECK "))
     assert 'CMD ["countersign-healthcheck"]' in healthcheck
-    runtime = text.split("FROM python:3.11-slim\n", 1)[1]
-    assert "apt-get" not in runtime and "gcc" not in runtime, "no build tools in the runtime stage"
+    runtime = text.split("FROM ${PYTHON_IMAGE}\n", 1)[1]
+    assert "apt-get" not in runtime and "gcc" not in runtime and "pip install" not in runtime, \
+        "no build tools and no resolution in the runtime stage"
     assert "COUNTERSIGN_LISTEN=unix:/run/countersign/countersign.sock" in runtime
     # The build context is an allow-list: everything COPY'd must be let in by .dockerignore.
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
     assert "*" in ignore
-    for needed in ("pyproject.toml", "README.md", "countersign/", "deploy/docker/healthcheck.py"):
+    for needed in ("pyproject.toml", "README.md", "countersign/", "deploy/docker/healthcheck.py", "requirements.lock",
+                   "requirements-build.lock"):
         assert f"!{needed}" in ignore
+
+
+def _locked(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """name -> (version, hashes) of a `uv pip compile --generate-hashes` file."""
+    entries: dict[str, tuple[str, list[str]]] = {}
+    for block in re.split(r"\n(?=[a-z0-9])", path.read_text()):
+        match = re.match(r"([a-z0-9][a-z0-9._-]*)==([^ ;\\\n]+)", block)
+        if match:
+            entries[match.group(1)] = (match.group(2), re.findall(r"--hash=sha256:([0-9a-f]{64})", block))
+    return entries
+
+
+def test_the_lock_pins_every_dependency_with_hashes_and_satisfies_pyproject() -> None:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    locked = {canonicalize_name(k): v for k, v in _locked(ROOT / "requirements.lock").items()}
+    assert {"grpcio", "redis", "protobuf", "opentelemetry-sdk", "python-json-logger"} <= locked.keys()
+    assert all(hashes for _, hashes in locked.values()), "every entry has its sha256"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for line in project:
+        requirement = Requirement(line)
+        name = canonicalize_name(requirement.name)
+        assert name in locked, f"{name} is in pyproject.toml but not in requirements.lock: run 'make lock'"
+        assert requirement.specifier.contains(locked[name][0], prereleases=True), (
+            f"{name}=={locked[name][0]} breaks {line!r}: run 'make lock'")
+    build = _locked(ROOT / "requirements-build.lock")
+    assert {"setuptools", "wheel"} <= build.keys() and all(h for _, h in build.values())
 
 
 @pytest.mark.slow
@@ -135,6 +192,7 @@ def test_check_image_script_builds_installs_serves_and_stops() -> None:
                             text=True, timeout=170, env={**os.environ, "PYTHON": sys.executable})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "check_image: OK" in result.stderr
+    assert "SBOM lists" in result.stderr and "grpcio" in result.stderr
 
 
 # ---- the chart: lint and Kubernetes validation -------------------------------------------------------------
@@ -591,7 +649,8 @@ def test_helm_test_checks_the_installed_registry_with_the_release_image() -> Non
 
 def test_tracing_is_off_until_an_endpoint_is_given_and_then_head_sampled() -> None:
     plain = env(sidecar(render(STANDALONE)))
-    assert not any(name.startswith("OTEL_") for name in plain)
+    assert not any(name.startswith("OTEL_") for name in plain
+                   if name not in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")), "no exporter, no sampler"
     assert plain["COUNTERSIGN_MAX_IN_FLIGHT"] == "64"
     traced = env(sidecar(render({**STANDALONE, "tracing": {"endpoint": "http://otel-agent:4317", "sampleRatio": 0.25},
                                  "settings": {"maxInFlight": 200}})))
@@ -722,8 +781,33 @@ def test_kustomize_component_is_the_charts_sidecar() -> None:
                   "resources", "securityContext", "volumeMounts"):
         assert ours[field] == theirs[field], field
     settings = next(d for d in docs if d["metadata"]["name"] == ours["envFrom"][0]["configMapRef"]["name"])
-    assert settings["data"] == env(theirs), "the component's default settings are the chart's defaults"
+    overrides = next(d for d in docs if d["metadata"]["name"] == ours["envFrom"][1]["configMapRef"]["name"])
+    chart_env = env(theirs)
+    # the chart names the service per release; a component knows no release: the overlay names its agent
+    assert chart_env.pop("OTEL_SERVICE_NAME") == "demo-countersign"
+    assert overrides["data"]["OTEL_SERVICE_NAME"] == "my-agent-countersign"
+    assert {**settings["data"], **env(ours)} == chart_env, "the component's default settings are the chart's"
+    assert [e["name"] for e in ours["env"]] == [e["name"] for e in theirs["env"] if e["name"] in env(ours)], \
+        "downward-API variables come before OTEL_RESOURCE_ATTRIBUTES refers to them"
     volumes = {v["name"]: v for v in spec["volumes"]}
     for volume in pod_spec(chart_docs)["volumes"]:
         if volume["name"] != "countersign-registry":
             assert volumes[volume["name"]] == volume
+
+
+def test_spans_name_the_agent_release_and_carry_pod_namespace_and_node(agent_chart: Path) -> None:
+    """OTEL_SERVICE_NAME per agent release (not one "countersign" for every agent in the cluster), and the
+    pod, namespace and node from the downward API, defined before OTEL_RESOURCE_ATTRIBUTES refers to them."""
+    for docs, name in ((render(STANDALONE), "demo-countersign"), (render(chart=agent_chart), "demo-countersign"),
+                       (render({**STANDALONE, "tracing": {"serviceName": "billing-agent"}}), "billing-agent")):
+        container = sidecar(docs)
+        names = [e["name"] for e in container["env"]]
+        values = env(container)
+        assert values["OTEL_SERVICE_NAME"] == name
+        assert {values[k]["fieldRef"]["fieldPath"] for k in ("K8S_POD_NAME", "K8S_NAMESPACE_NAME", "K8S_NODE_NAME")} \
+            == {"metadata.name", "metadata.namespace", "spec.nodeName"}
+        attributes = dict(kv.split("=") for kv in values["OTEL_RESOURCE_ATTRIBUTES"].split(","))
+        assert attributes == {"k8s.pod.name": "$(K8S_POD_NAME)", "k8s.namespace.name": "$(K8S_NAMESPACE_NAME)",
+                              "k8s.node.name": "$(K8S_NODE_NAME)", "k8s.container.name": "countersign"}
+        assert all(names.index(ref) < names.index("OTEL_RESOURCE_ATTRIBUTES")
+                   for ref in ("K8S_POD_NAME", "K8S_NAMESPACE_NAME", "K8S_NODE_NAME")), "$(VAR) sees earlier ones"

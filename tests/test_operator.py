@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
 import time
@@ -112,3 +114,22 @@ def test_a_clean_run_verifies_and_an_edit_a_deletion_or_a_reordering_is_named(st
     exported = cli(stack, "audit", "export")
     lines = [json.loads(line) for line in exported.stdout.splitlines()]
     assert [e["t"] for e in lines if e["a"] == card.action_id][:3] == ["issued", "claimed", "settled"]
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly(stack: Stack) -> None:
+    """`countersign audit export | head -1` (and `actions show | head`): when the reader goes away the CLI stops
+    without a BrokenPipeError traceback. The pipe is shrunk to one page so the writer really meets the closed end."""
+    for i in range(8):
+        card = stack.card(request_id=uuid.uuid4().hex, title=f"管道 {i}")
+        stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token))
+    read, write = os.pipe()
+    fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 4096)
+    proc = subprocess.Popen([sys.executable, "-m", "countersign.sidecar.cli", "audit", "export",
+                             "--redis-url", stack.redis.info["url"], "--keys-file", str(stack.keys)],
+                            stdout=write, stderr=subprocess.PIPE, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    os.close(write)
+    with os.fdopen(read, "rb") as reader:
+        first = reader.readline()
+    _, stderr = proc.communicate(timeout=60)
+    assert first.startswith(b"{"), first
+    assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr.decode()

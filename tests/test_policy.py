@@ -152,18 +152,27 @@ def test_role_not_allowed() -> None:
 def test_extra_property_at_the_top_level() -> None:
     err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
                  authorize, "create_todo", '{"title": "x", "owner": "someone-else"}')
-    # the violation names the object that is not closed (the root is "") and the unexpected key
-    assert [(v.field, "'owner'" in v.description) for v in err.violations] == [("", True)]
+    # the violation names the unexpected key itself, so a client can point at it
+    assert [(v.field, "'owner'" in v.description) for v in err.violations] == [("owner", True)]
+    two = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
+                 authorize, "create_todo", '{"title": "x", "owner": "a", "group": "b"}')
+    assert sorted(v.field for v in two.violations) == ["group", "owner"], "one violation per unexpected key"
+
+
+def test_a_missing_required_property_is_named_as_the_field() -> None:
+    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
+                 authorize, "create_todo", '{"deadline": "2026-12-01T09:00"}')
+    assert [(v.field, "title" in v.description) for v in err.violations] == [("title", True)]
 
 
 def test_extra_property_nested() -> None:
     err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize,
                  "write_note", '{"body": "b", "meta": {"tag": "t", "smuggled": 1}}', reg=NESTED)
-    assert [v.field for v in err.violations] == ["meta"]
+    assert [v.field for v in err.violations] == ["meta.smuggled"]
     assert "'smuggled'" in err.violations[0].description
     err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize,
                  "write_note", '{"meta": {"items": [{"k": 1}, {"k": 2, "z": 3}]}}', reg=NESTED)
-    assert [v.field for v in err.violations] == ["meta.items.1"]
+    assert [v.field for v in err.violations] == ["meta.items.1.z"]
     assert "'z'" in err.violations[0].description
 
 

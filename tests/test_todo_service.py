@@ -169,6 +169,10 @@ async def test_prepare_endpoint_in_process_with_injected_clock() -> None:
         body["arguments"] = {"title": "x"}
         data = await (await client.post("/todos/prepare", json=body)).json()
         assert data["preview"]["impact"] == "确认后将创建一条待办（无截止时间）。"
+        english = {**body, "arguments": {"title": "Report", "dueAt": "今晚 9 点"}, "context": {"locale": "en-US"}}
+        data = await (await client.post("/todos/prepare", json=english)).json()
+        assert data["preview"] == {"title": "Create a to-do", "target": "Report",
+                                   "impact": "Confirm to create a to-do due 2026-11-30 21:00."}, "the caller's language"
 
         for due, reason in (
             ("今天上午 9 点", "TODO_DUE_AT_SUSPICIOUS"),

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from countersign.sidecar.observability import tracing
-from countersign.sidecar.registry import PLACEHOLDER, Tool
+from countersign.sidecar.registry import PLACEHOLDER, HttpCall, Tool
 
 UPPER_SNAKE = re.compile(r"^[A-Z][A-Z0-9_]{1,63}$")
 MAX_ANSWER_BYTES = 1 << 20          # the largest answer an adapter reads (decoded); beyond it: unusable
@@ -130,6 +130,15 @@ class Adapter(Protocol):
     async def lookup(self, tool: Tool, meta: CallMeta, fence: bool, timeout: float) -> Lookup: ...
 
     async def close(self) -> None: ...
+
+
+def address(tool: Tool, call: HttpCall | None = None) -> str:
+    """Where a tool's downstream is, as callers and logs may see it: the gRPC target, or the HTTP call's URL
+    with its {placeholders} unfilled and no query or credentials (never an argument value)."""
+    if tool.adapter.kind == "grpc":
+        return tool.adapter.target
+    call = call or tool.adapter.execute
+    return tracing.safe_url(call.url) if call is not None else ""
 
 
 class NotSendable(Exception):

@@ -96,13 +96,16 @@ class GrpcAdapter:
         except grpc.aio.AioRpcError as exc:
             if exc.code() in REFUSALS:
                 raise PrepareRefused(*_reason(exc)) from exc
-            raise PrepareUnavailable(f"prepare for {tool.name!r} failed: {exc.code().name}") from exc
+            raise PrepareUnavailable(f"prepare for {tool.name!r} at {tool.adapter.target} failed: "
+                                     f"{exc.code().name}") from exc
         try:
             args = json.loads(answer.arguments_json)
         except (ValueError, RecursionError) as exc:
-            raise PrepareUnavailable(f"prepare for {tool.name!r} answered invalid JSON") from exc
+            raise PrepareUnavailable(f"prepare for {tool.name!r} at {tool.adapter.target} answered invalid "
+                                     "JSON") from exc
         if not isinstance(args, dict):
-            raise PrepareUnavailable(f"prepare for {tool.name!r} answered arguments that are not an object")
+            raise PrepareUnavailable(f"prepare for {tool.name!r} at {tool.adapter.target} answered arguments "
+                                     "that are not an object")
         preview = None
         if answer.HasField("preview"):
             preview = {"title": answer.preview.title, "target": answer.preview.target,

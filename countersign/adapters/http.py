@@ -28,6 +28,7 @@ from countersign.adapters.base import (
     Prepared,
     PrepareRefused,
     PrepareUnavailable,
+    address,
     deadline,
     field_of,
     receipt_problem,
@@ -96,25 +97,26 @@ class HttpAdapter:
         except NotSendable as exc:
             raise PrepareRefused(exc.reason, exc.message) from exc
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError, TypeError) as exc:
-            raise PrepareUnavailable(f"prepare for {tool.name!r} failed: {type(exc).__name__}") from exc
+            raise PrepareUnavailable(f"prepare for {tool.name!r} at {address(tool, call)} failed: "
+                                     f"{_failure(exc)}") from exc
         status, got = answer.status, answer.body
         if 300 <= status < 400:
-            raise PrepareRefused("DOWNSTREAM_REDIRECT", f"prepare for {tool.name!r} answered {status}; "
-                                 "redirects are never followed")
+            raise PrepareRefused("DOWNSTREAM_REDIRECT", f"prepare for {tool.name!r} at {address(tool, call)} "
+                                 f"answered {status}; redirects are never followed")
         if 200 <= status < 300:
             version = got.get("resource_version") if isinstance(got, dict) else None
             shaped = isinstance(got, dict) and isinstance(got.get("arguments"), dict) and (
                 version is None or (isinstance(version, (str, int)) and not isinstance(version, bool)))
             if answer.problem or not shaped:
-                raise PrepareUnavailable(f"prepare for {tool.name!r} answered {status} but "
-                                         f"{answer.problem or 'not {arguments, resource_version?, preview?}'}")
+                raise PrepareUnavailable(f"prepare for {tool.name!r} at {address(tool, call)} answered {status} "
+                                         f"but {answer.problem or 'not {arguments, resource_version?, preview?}'}")
             preview = got.get("preview")
             return Prepared(got["arguments"], "" if version is None else str(version),
                             preview if isinstance(preview, dict) else None)
         if 400 <= status < 500:
             reason, message = _reason(got, status)
             raise PrepareRefused(reason, message)
-        raise PrepareUnavailable(f"prepare for {tool.name!r} answered {status}")
+        raise PrepareUnavailable(f"prepare for {tool.name!r} at {address(tool, call)} answered {status}")
 
     async def execute(
         self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float
@@ -221,3 +223,13 @@ def _reason(answer: Any, status: int) -> tuple[str, str]:
     if not isinstance(reason, str) or not UPPER_SNAKE.match(reason):
         reason = f"HTTP_{status}"
     return reason, str(message or f"the downstream answered {status}")[:500]
+
+
+def _failure(exc: BaseException) -> str:
+    """Why a call got no answer, in words an operator can act on."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect ({exc.os_error.strerror or type(exc.os_error).__name__}): is the service running?"
+    if isinstance(exc, TimeoutError):
+        return "no answer before the deadline"
+    return type(exc).__name__
+

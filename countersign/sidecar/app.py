@@ -7,7 +7,6 @@ import gc
 import json
 import logging
 import signal
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +24,7 @@ from countersign.sidecar.admission import Gate, Health, new_server
 from countersign.sidecar.embedded_redis import EmbeddedRedis
 from countersign.sidecar.errors import SettingsError
 from countersign.sidecar.execute import Timing
-from countersign.sidecar.observability import tracing
+from countersign.sidecar.observability import logs, tracing
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.pipeline import Pipeline
 from countersign.sidecar.probes import Probes, serve_probes
@@ -92,9 +91,9 @@ class Sidecar:
 def load_keys(settings: Settings) -> Keyring:
     if settings.keys_file:
         return Keyring.from_file(settings.keys_file)
-    log.warning(json.dumps({"event": "generated_key", "message":
-        "COUNTERSIGN_KEYS_FILE is not set: a random key was generated. Tokens will not survive a "
-        "restart and will not work across replicas. Do not run like this in production."}))
+    log.warning("COUNTERSIGN_KEYS_FILE is not set: a random key was generated. Tokens will not survive a "
+                "restart and will not work across replicas. Do not run like this in production.",
+                extra={"event": "generated_key"})
     return Keyring.generate()
 
 
@@ -147,6 +146,8 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
                ("grpc.so_reuseport", 0)]
     server, open_calls = new_server(options)
     gate = Gate(settings.max_in_flight, open_calls)
+    metrics.watch_admission(lambda: gate.holding, settings.max_in_flight)
+    store.observe = metrics.redis_observer()
     register(gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server, GatewayServicer(pipeline, gate), server)
     register(continuation_pb2_grpc.add_ContinuationServiceServicer_to_server, ContinuationServicer(pipeline, gate),
              server)
@@ -208,6 +209,6 @@ async def serve(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info(json.dumps({"event": "stopping", "grace_seconds": settings.grace}))
+    log.info("stopping", extra={"event": "stopping", "grace_seconds": settings.grace})
     await sidecar.stop()
-    print(json.dumps({"event": "stopped"}), file=sys.stderr, flush=True)
+    logs.always("stopped")

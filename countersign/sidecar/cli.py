@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -14,21 +13,10 @@ from countersign.sidecar import settings as settings_mod
 from countersign.sidecar.errors import CountersignError, RegistryError, SettingsError
 
 
-class _JsonLog(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        msg = record.getMessage()
-        if msg.startswith("{"):
-            return msg
-        out = {"level": record.levelname.lower(), "logger": record.name, "message": msg}
-        if record.exc_info:
-            out["error"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
 def _logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonLog())
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    from countersign.sidecar.observability import logs
+
+    logs.configure(level)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command in ("actions", "audit"):
-        return asyncio.run(_operate(args))
+        try:
+            return asyncio.run(_operate(args))
+        except BrokenPipeError:   # `countersign actions show A | head`: the reader has what it wanted
+            # Python's own recipe: point stdout at /dev/null so the flush at exit does not fail a second time
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141   # 128 + SIGPIPE, what a shell tool stopped by a closed pipe reports
 
     if args.command == "registry":
         from countersign.sidecar import registry_check

@@ -159,12 +159,16 @@ class Executor:
         meta = CallMeta(idempotency_key=action_id, attempt=1, policy_version=card.policy_version,
                         tenant_id=context.tenant_id, actor_id=context.actor_id,
                         subject_id=context.subject_id, locale=context.locale, if_match=card.resource_version)
-        with self.metrics.timed("execute", span=False), tracing.client_span(tool.name, tool.adapter.kind) as span:
+        call = tool.adapter.execute
+        with self.metrics.timed("execute", span=False), tracing.client_span(
+                tool.name, tool.adapter.kind, call.method if call else "Execute",
+                call.url if call else tool.adapter.target) as span:
             start = time.perf_counter()
             outcome = await self.adapters[tool.adapter.kind].execute(
                 tool, card.arguments, meta, self.timing.downstream_deadline)
             elapsed = time.perf_counter() - start
             span.set_attribute("countersign.outcome", outcome.kind.value)
+            tracing.end_client_span(span, tool.adapter.kind, outcome.status, outcome.reason)
         label = self.metrics.tool(tool.name)
         self.metrics.downstream.labels(label, tool.adapter.kind).observe(elapsed)
         self.metrics.executions.labels(label, outcome.kind.value).inc()

@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable
 
-from countersign.adapters.base import Adapter, CallMeta, Kind
+from countersign.adapters.base import Adapter, CallMeta, Kind, address
 from countersign.sidecar import cards, policy, prepare
 from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
@@ -93,7 +93,10 @@ class Pipeline:
                     tool_name=tool.name, result_json=json.dumps(outcome.body, ensure_ascii=False)))
             if outcome.kind is Kind.FAILED and outcome.reason != "NOT_SENT":
                 raise FailedPrecondition(outcome.reason, outcome.message)
-            raise Unavailable("DOWNSTREAM_UNAVAILABLE", f"the read {tool.name!r} got no answer: {outcome.reason}")
+            where = address(tool)
+            raise Unavailable("DOWNSTREAM_UNAVAILABLE", f"the read {tool.name!r} at {where} got no answer: "
+                              f"{outcome.reason} ({outcome.message})", metadata={"tool": tool.name,
+                                                                                 "downstream": where})
 
         scope = {"request": context.request_id, "session": context.session_id}.get(
             tool.intent_scope) or os.urandom(16).hex()

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import jsonschema_rs
+
 from countersign.adapters.base import path_fields, path_problem, text_of
 from countersign.sidecar.actions import canonical
 from countersign.sidecar.errors import (
@@ -160,15 +162,29 @@ def _normalise(tool: Tool, arguments: Mapping[str, Any] | str | None) -> tuple[d
 
 def validate(tool: Tool, arguments: Mapping[str, Any]) -> list[FieldViolation]:
     """Closed-schema validation, then the URL paths; one violation per problem, named by its JSON path."""
-    problems = [] if tool.validator.is_valid(arguments) else [
-        FieldViolation(".".join(str(p) for p in err.instance_path), err.message[:300])
-        for err in tool.validator.iter_errors(arguments)
-    ]
+    problems = [] if tool.validator.is_valid(arguments) else _schema_violations(tool, arguments)
     for name in sorted(_path_arguments(tool)):
         problem = path_problem(text_of(arguments.get(name)))
         if problem:
             problems.append(FieldViolation(cut(name), problem))
     return problems
+
+
+def _schema_violations(tool: Tool, arguments: Mapping[str, Any]) -> list[FieldViolation]:
+    violations = []
+    for err in tool.validator.iter_errors(arguments):
+        path = [str(p) for p in err.instance_path]
+        kind = err.kind
+        # name the property itself, not the object holding it: the one that is missing, or each unexpected one
+        if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
+            violations.append(FieldViolation(".".join([*path, str(kind.property)]), err.message[:300]))
+        elif isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
+            violations += [FieldViolation(".".join([*path, str(name)]),
+                                          f"additional properties are not allowed ({str(name)[:64]!r} was unexpected)")
+                           for name in kind.unexpected]
+        else:
+            violations.append(FieldViolation(".".join(path), err.message[:300]))
+    return violations
 
 
 def _path_arguments(tool: Tool) -> frozenset[str]:

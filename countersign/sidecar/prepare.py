@@ -18,6 +18,7 @@ from countersign.adapters.base import (
     Prepared,
     PrepareRefused,
     PrepareUnavailable,
+    address,
     entity_tag,
     render,
 )
@@ -35,7 +36,8 @@ async def prepare(
     except PrepareRefused as exc:
         raise FailedPrecondition(exc.reason, exc.message) from exc
     except PrepareUnavailable as exc:
-        raise Unavailable("DOWNSTREAM_UNAVAILABLE", str(exc)) from exc
+        raise Unavailable("DOWNSTREAM_UNAVAILABLE", str(exc), metadata={
+            "tool": tool.name, "downstream": address(tool, tool.adapter.prepare)}) from exc
     if prepared.resource_version:
         try:   # it is sent back as If-Match at execute: a card must not hold one that cannot be
             entity_tag(prepared.resource_version)

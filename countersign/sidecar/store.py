@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
@@ -172,6 +172,9 @@ class Store:
 
     wait_replicas = 0
     wait_timeout_ms = 100
+    # called with (script, seconds) after every script's round trip, failed ones included (app.py wires the
+    # countersign_redis_duration_seconds histogram here; None: not timed)
+    observe: Callable[[str, float], None] | None = None
 
     def __init__(self, client: Any, *, op_timeout: float) -> None:
         self.client = client
@@ -238,7 +241,14 @@ class Store:
             raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}") from exc
 
     async def _script(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
-        reply: list[Any] = await self._call(self._scripts[name](keys=keys, args=args))
+        if self.observe is None:
+            reply: list[Any] = await self._call(self._scripts[name](keys=keys, args=args))
+            return reply
+        start = time.perf_counter()
+        try:
+            reply = await self._call(self._scripts[name](keys=keys, args=args))
+        finally:
+            self.observe(name, time.perf_counter() - start)
         return reply
 
     async def _durable_script(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
@@ -249,7 +259,12 @@ class Store:
         pipe = self.client.pipeline(transaction=False)
         await self._scripts[name](keys=keys, args=args, client=pipe)
         pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
-        reply, acked = await self._call(pipe.execute())
+        start = time.perf_counter()
+        try:
+            reply, acked = await self._call(pipe.execute())
+        finally:
+            if self.observe is not None:
+                self.observe(name, time.perf_counter() - start)   # the script and its WAIT: one round trip
         if int(acked) < self.wait_replicas:
             raise Unavailable("REPLICAS_NOT_ACKNOWLEDGED",
                               f"{acked} of {self.wait_replicas} replicas acknowledged the {name}; not acting on it")

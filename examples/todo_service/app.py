@@ -221,7 +221,10 @@ async def _prepare(request: web.Request) -> web.Response:
     arguments = body.get("arguments") or {}
     if not isinstance(arguments, dict):
         return answer_response(refusal(400, "BAD_REQUEST", "arguments must be an object"))
-    return answer_response(request.app[STORE_KEY].prepare(body["tool"], arguments))
+    context = body.get("context")
+    locale = context.get("locale") if isinstance(context, dict) else ""
+    return answer_response(request.app[STORE_KEY].prepare(body["tool"], arguments,
+                                                          locale if isinstance(locale, str) else ""))
 
 
 async def _create(request: web.Request) -> web.Response:

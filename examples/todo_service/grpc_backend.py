@@ -135,7 +135,7 @@ class TodoBackend(backend_pb2_grpc.ToolBackendServiceServicer):
     ) -> backend_pb2.PrepareResponse:
         async def work() -> backend_pb2.PrepareResponse:
             arguments = await self._arguments(context, request.arguments_json)
-            answer = self.store.prepare(request.tool_name, arguments)
+            answer = self.store.prepare(request.tool_name, arguments, request.context.locale)
             if not answer.ok:
                 await _refuse(context, answer)
             data = answer.json()

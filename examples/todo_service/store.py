@@ -245,10 +245,11 @@ class TodoStore:
 
     # ------------------------------------------------------------------ prepare
 
-    def prepare(self, tool: str, arguments: dict[str, Any]) -> Answer:
-        """Turn normalised tool arguments into concrete ones, or refuse (422)."""
+    def prepare(self, tool: str, arguments: dict[str, Any], locale: str = "") -> Answer:
+        """Turn normalised tool arguments into concrete ones, or refuse (422). The preview is in the caller's
+        language: English for an ``en`` locale, Chinese otherwise."""
         if tool == "create_todo":
-            return self._prepare_create(arguments)
+            return self._prepare_create(arguments, english=locale.split("-")[0].lower() == "en")
         if tool == "set_todo_status":
             todo_id = arguments.get("id")
             if not isinstance(todo_id, str) or not todo_id:
@@ -270,13 +271,14 @@ class TodoStore:
             return make_answer(200, {"arguments": arguments, "resource_version": str(todo["version"])})
         return make_answer(200, {"arguments": arguments})
 
-    def _prepare_create(self, arguments: dict[str, Any]) -> Answer:
+    def _prepare_create(self, arguments: dict[str, Any], *, english: bool = False) -> Answer:
         concrete = dict(arguments)
         title = arguments.get("title")
         target = title if isinstance(title, str) else ""
         due_text = arguments.get("dueAt")
         if due_text is None:
-            impact = "确认后将创建一条待办（无截止时间）。"
+            impact = ("Confirm to create a to-do with no due date." if english
+                      else "确认后将创建一条待办（无截止时间）。")
         else:
             if not isinstance(due_text, str) or not due_text.strip():
                 return refusal(422, "TODO_DUE_AT_UNPARSEABLE", "dueAt must be a non-empty string")
@@ -285,8 +287,9 @@ class TodoStore:
             except DueAtError as err:
                 return refusal(422, err.reason, err.message)
             concrete["dueAt"] = format_iso(due)
-            impact = f"确认后将创建一条截止于 {format_local(due)} 的待办。"
-        preview = {"title": "创建待办", "target": target, "impact": impact}
+            impact = (f"Confirm to create a to-do due {format_local(due)}." if english
+                      else f"确认后将创建一条截止于 {format_local(due)} 的待办。")
+        preview = {"title": "Create a to-do" if english else "创建待办", "target": target, "impact": impact}
         return make_answer(200, {"arguments": concrete, "preview": preview})
 
     # ------------------------------------------------------------------ keyed writes

@@ -8,7 +8,7 @@ is "OTHER"), results are stable lower-snake words. Never an action id, token or 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -60,6 +60,9 @@ class _Off:
     def set(self, value: float) -> None:
         pass
 
+    def set_function(self, f: Callable[[], float]) -> None:
+        pass
+
 
 class Metrics:
     def __init__(self, tools: frozenset[str] = frozenset(), *, enabled: bool = True,
@@ -94,6 +97,18 @@ class Metrics:
                                     ["tool", "adapter"], buckets=BUCKETS, registry=r)
         self.actions = Gauge("countersign_actions", "Actions seen in a state by this sidecar's last "
                              "reconciler scan", ["state"], registry=r)
+
+        # ---- RED and USE (issue 16): every RPC by method and gRPC code, saturation against the limit, and the
+        # Redis round trip of each script. Observed in one place each: the rpc wrapper, the gate, the store.
+        self.rpc_duration = Histogram("countersign_rpc_server_duration_seconds", "gRPC calls handled, by method "
+                                      "and status code (OTel rpc.server.duration): rate, errors and duration",
+                                      ["method", "code"], buckets=BUCKETS, registry=r)
+        self.in_flight = Gauge("countersign_in_flight", "Calls the sidecar holds now (running, or received and "
+                               "waiting inside gRPC), as admission counts them", registry=r)
+        self.max_in_flight = Gauge("countersign_max_in_flight", "The configured --max-in-flight: beyond it calls "
+                                   "are shed with RESOURCE_EXHAUSTED", registry=r)
+        self.redis = Histogram("countersign_redis_duration_seconds", "Redis round trips by script (failed ones "
+                               "included)", ["script"], buckets=BUCKETS, registry=r)
 
         self._zero_series(tools, reads)
         if not enabled:
@@ -134,6 +149,25 @@ class Metrics:
             self.actions.labels(state)
         for verdict in ("passed", "replaced"):
             self.guard.labels(verdict)
+
+    def watch_admission(self, holding: Callable[[], float], limit: int) -> None:
+        """The in-flight gauge reads the gate when scraped: nothing is done per call."""
+        self.in_flight.set_function(holding)
+        self.max_in_flight.set(limit)
+
+    def redis_observer(self) -> Callable[[str, float], None] | None:
+        """What the store calls after each script's round trip (None when telemetry is off: not even a clock)."""
+        if not self.enabled:
+            return None
+        children: dict[str, Any] = {}
+
+        def observe(script: str, seconds: float) -> None:
+            child = children.get(script)
+            if child is None:
+                child = children[script] = self.redis.labels(script)
+            child.observe(seconds)
+
+        return observe
 
     def tool(self, name: str) -> str:
         return name if name in self.tools else "other"

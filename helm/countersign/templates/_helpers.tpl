@@ -220,9 +220,19 @@ env:
     value: parentbased_traceidratio
   - name: OTEL_TRACES_SAMPLER_ARG
     value: {{ $v.tracing.sampleRatio | toString | quote }}
-  - name: OTEL_SERVICE_NAME
-    value: countersign
   {{- end }}
+  # OpenTelemetry resource: the service is named per agent release; pod, namespace and node from the
+  # downward API (used when spans are exported: tracing.endpoint, or OTEL_TRACES_EXPORTER in extraEnv).
+  - name: OTEL_SERVICE_NAME
+    value: {{ $v.tracing.serviceName | default (include "countersign.fullname" $) | quote }}
+  - name: K8S_POD_NAME
+    valueFrom: {fieldRef: {fieldPath: metadata.name}}
+  - name: K8S_NAMESPACE_NAME
+    valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+  - name: K8S_NODE_NAME
+    valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+  - name: OTEL_RESOURCE_ATTRIBUTES
+    value: "k8s.pod.name=$(K8S_POD_NAME),k8s.namespace.name=$(K8S_NAMESPACE_NAME),k8s.node.name=$(K8S_NODE_NAME),k8s.container.name=countersign"
   {{- with $v.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
