@@ -39,6 +39,7 @@ BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 # pipeline.py (claims), compensate.py, reconcile.py and server.py (refusals by RPC).
 RPCS = ("Invoke", "Confirm", "Reject", "GetAction", "Compensate", "Reconcile", "OpenContinuation",
         "ClaimContinuation", "SettleContinuation", "ReleaseContinuation", "CheckReply")
+PRECREATED_REASONS = ("OVERLOADED", "STORE_UNAVAILABLE")   # refusals an alert matches, created for every RPC
 CLAIM_RESULTS = ("won", "running", "replayed", "tampered")
 REFUSED_CLAIMS = ("expired", "forbidden", "role")
 COMPENSATION_RESULTS = ("compensated", "failed", "unknown")
@@ -143,7 +144,7 @@ class Metrics:
             self.claims.labels("other", result)
         for rpc in RPCS:
             self.fail_closed.labels(rpc)
-            for reason in ("OVERLOADED", "STORE_UNAVAILABLE"):
+            for reason in PRECREATED_REASONS:
                 self.refusals.labels(rpc, reason)
         for state in ("running", "unknown", "lease_lapsed", "needs_manual_review"):
             self.actions.labels(state)
