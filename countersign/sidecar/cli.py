@@ -51,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     resolving.add_argument("--reason", required=True, help="why, in words a colleague can check later")
     resolving.add_argument("--operator", required=True, help="who decided (recorded in the audit chain)")
     resolving.add_argument("--resource-id", default="", help="the downstream's resource id, when succeeded")
+    resolving.add_argument("--replay-ttl", type=settings_mod.duration,
+                           default=os.environ.get("COUNTERSIGN_REPLAY_TTL", "24h"),
+                           help="how long the resolved outcome is replayed: the sidecars' --replay-ttl "
+                                "[env COUNTERSIGN_REPLAY_TTL, default 24h]")
     audit = sub.add_parser("audit", help="verify or export the tamper-evident audit chains")
     audit_sub = audit.add_subparsers(dest="verb", required=True)
     audit_sub.add_parser("verify", help="walk every chain; report the first broken, missing or reordered event")
@@ -125,7 +129,7 @@ async def _operate(args: argparse.Namespace) -> int:
         if args.verb == "show":
             return await operator.show(store, keyring, args.action_id, args.json)
         return await operator.resolve(store, keyring, args.action_id, args.outcome, args.reason, args.operator,
-                                      args.resource_id)
+                                      args.resource_id, replay_ttl_ms=int(args.replay_ttl * 1000))
     except CountersignError as exc:
         print(f"countersign: {exc}", file=sys.stderr)
         return 1

@@ -79,7 +79,7 @@ class Compensator:
         found = await self.store.peek(action_id)
         if found is None:
             raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its records expired")
-        cards.require_owner(self.keyring, found, context)
+        cards.require_owner(self.keyring, action_id, found, context)
         original = open_action(self.keyring, action_id, found, replayed=False) if isinstance(found, RunRecord) \
             else common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         if original.state != common_pb2.ACTION_STATE_SUCCEEDED:
@@ -104,10 +104,12 @@ class Compensator:
                             resource_version=original.receipt.resource_version, preview=preview,
                             now_ms=int(self.clock() * 1000), ttl_ms=self.timing.lease_ms,
                             extra={"compensates": action_id})
-        await self.store.issue(comp_id, record, self.timing.lease_ms)
+        existing = await self.store.issue(comp_id, record, self.timing.lease_ms)
+        if existing is not None:      # issued (and maybe sealed) by another sidecar, perhaps under another key
+            binding = cards.binding_of(self.keyring, existing, context)
         claim_id = os.urandom(12).hex()
         claimed = await self.store.claim(comp_id, binding, registry.denied_tools(context.role), claim_id,
-                                         self.timing.lease_ms, self.timing.replay_ms)
+                                         self.timing.lease_ms)
         if isinstance(claimed, Refused):
             raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH" if claimed.why == "forbidden" else
                                    "ROLE_NOT_ALLOWED", "the compensation belongs to another caller")

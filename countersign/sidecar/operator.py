@@ -104,7 +104,7 @@ async def show(store: Store, keyring: Keyring, action_id: str, as_json: bool, ou
 
 
 async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, reason: str, operator: str,
-                  resource_id: str, out: TextIO = sys.stdout) -> int:
+                  resource_id: str, out: TextIO = sys.stdout, replay_ttl_ms: int = 86_400_000) -> int:
     if not is_action_id(action_id) or not reason.strip() or not operator.strip():
         print("resolve needs an action id, --reason and --operator", file=sys.stderr)
         return 2
@@ -127,7 +127,7 @@ async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, 
         action.error.reason, action.error.message = "RESOLVED_BY_OPERATOR", reason
     blob, omac = seal_action(keyring, kid, action)
     result = await store.resolve(action_id, blob, omac, action.error.reason,
-                                 "SUCCEEDED" if outcome == "succeeded" else "")
+                                 "SUCCEEDED" if outcome == "succeeded" else "", replay_ttl_ms)
     if result != "ok":
         print(f"action {action_id} is {result}: only unknown or needs-manual-review actions are resolved by hand",
               file=sys.stderr)

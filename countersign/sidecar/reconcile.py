@@ -6,6 +6,8 @@
                           absent         -> still UNKNOWN: proves nothing (the request may be on its way);
                                             asked again with backoff, NEEDS_MANUAL_REVIEW after the window
     no lookup declared                   -> NEEDS_MANUAL_REVIEW
+    tool not in this registry            -> left alone (counted): during a rolling registry change another
+                                            sidecar knows the tool and reconciles it
 
 The work of one action is claimed like a card (lua/reconcile_claim.lua), fenced by a claim id, so
 any number of sidecars may reconcile at once and one outcome is recorded.
@@ -34,6 +36,7 @@ from countersign.sidecar.store import ReconcileWork, RunRecord, Store
 from countersign.v1 import common_pb2
 
 log = logging.getLogger("countersign.reconcile")
+FOREIGN_DELAY_MS = 5_000   # an indexed action whose tool this registry lacks: when this sidecar looks again
 
 
 class Reconciler:
@@ -55,13 +58,18 @@ class Reconciler:
         if found is None:
             raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its records expired")
         if not (context.admin_context_id and context.admin_mode == common_pb2.ADMIN_MODE_MAINTAIN):
-            cards.require_owner(self.keyring, found, context)
+            cards.require_owner(self.keyring, action_id, found, context)
         if not isinstance(found, RunRecord):
             return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         return await self.reconcile(action_id)
 
     async def reconcile(self, action_id: str) -> common_pb2.Action:
         """One attempt; returns where the action stands afterwards."""
+        if self._foreign(await self.store.run_tool(action_id)):
+            found = await self.store.peek(action_id)
+            if not isinstance(found, RunRecord):
+                raise NotFound("ACTION_NOT_FOUND", "no such action")
+            return open_action(self.keyring, action_id, found, replayed=True)
         claim_id = "r" + os.urandom(11).hex()
         with self.metrics.timed("reconcile"):
             work = await self.store.reconcile_claim(action_id, claim_id, self.work_lease_ms)
@@ -74,6 +82,15 @@ class Reconciler:
             assert isinstance(found, RunRecord)
             return open_action(self.keyring, action_id, found, replayed=True)
         return await self._resolve(action_id, claim_id, work)
+
+    def _foreign(self, tool: str) -> bool:
+        """A tool this sidecar's registry does not know (a rolling registry change): not ours to judge. Without
+        the tool there is no lookup, and "no lookup" would send another sidecar's action to manual review; so
+        it is left alone (unclaimed, untouched) for a sidecar that knows the tool, and counted."""
+        if not tool or tool in self.registry().tools:
+            return False
+        self.metrics.reconciliations.labels(self.metrics.tool(tool), "tool_not_in_registry").inc()
+        return True
 
     async def _resolve(self, action_id: str, claim_id: str, work: ReconcileWork) -> common_pb2.Action:
         now_ms = work.now_ms
@@ -155,6 +172,10 @@ class Reconciler:
         """Reconcile the indexed actions that are due; drop the ones that settled meanwhile."""
         now_ms = int(time.time() * 1000)
         for action_id in await self.store.open_due(now_ms, count):
+            if self._foreign(await self.store.run_tool(action_id)):
+                # looked at later: another sidecar's index entries must not crowd out this one's own
+                await self.store.open_add(action_id, now_ms + FOREIGN_DELAY_MS)
+                continue
             try:
                 action = await self.reconcile(action_id)
             except NotFound:
@@ -170,14 +191,17 @@ class Reconciler:
         cursor, ids = await self.store.scan_runs(cursor, count)
         now_ms = int(time.time() * 1000)
         states = await self.store.run_states(ids)
-        unknown = running = review = lapsed_count = 0
-        for action_id, (state, lease, due) in zip(ids, states, strict=True):
+        unknown = running = review = lapsed_count = foreign = 0
+        for action_id, (state, lease, due, tool) in zip(ids, states, strict=True):
             unknown += state == "unknown"
             running += state == "running"
             review += state == "review"
             lapsed = state == "running" and lease <= now_ms
             lapsed_count += lapsed
             if (state == "unknown" and due <= now_ms) or lapsed:
+                if self._foreign(tool):
+                    foreign += 1
+                    continue
                 try:
                     await self.reconcile(action_id)
                 except CountersignError as exc:
@@ -188,4 +212,5 @@ class Reconciler:
             self.metrics.actions.labels("running").set(running)
             self.metrics.actions.labels("needs_manual_review").set(review)
             self.metrics.actions.labels("lease_lapsed").set(lapsed_count)
+            self.metrics.actions.labels("tool_not_in_registry").set(foreign)
         return cursor
