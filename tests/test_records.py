@@ -129,6 +129,25 @@ def test_two_sidecars_mid_rotation_give_one_action_one_execution_and_one_inverse
         other.stop()
 
 
+def test_a_sidecar_whose_keys_file_would_derive_other_ids_refuses_to_start(stack: Stack) -> None:
+    """The keys file without id_key derives ids from its smallest key id (k0 here). Dropping k0 would change
+    every id: that sidecar must not start on this Redis. Pinning k0 as id_key lets k0 go."""
+    request_id, title = turn(), "身份密钥"
+    card = invoke(stack.stub(), title, request_id).confirmation
+    dropped = harness.write_keys(stack.work, {"active": "k1", "keys": {"k1": harness.TEST_KEYS["keys"]["k1"]}})
+    with pytest.raises(RuntimeError) as info:
+        harness.start_sidecar(stack.work, stack.registry, redis_url=stack.redis.info["url"], keys=dropped)
+    assert "derives action ids from 'k1'" in str(info.value) and "from 'k0'" in str(info.value), info.value
+    pinned = harness.write_keys(stack.work, {"active": "k1", "id_key": harness.TEST_KEYS["keys"]["k0"],
+                                             "keys": {"k1": harness.TEST_KEYS["keys"]["k1"]}})
+    sidecar = harness.start_sidecar(stack.work, stack.registry, redis_url=stack.redis.info["url"], keys=pinned)
+    try:
+        again = invoke(stack.stub(sidecar.info["grpc"]), title, request_id)
+        assert again.confirmation.action_id == card.action_id and again.confirmation.token == card.token
+    finally:
+        sidecar.stop()
+
+
 # -- item 8: unresolved records never expire -----------------------------------------------------------------
 
 

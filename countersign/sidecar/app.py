@@ -107,7 +107,7 @@ async def check_id_key(store: Store, keyring: Keyring) -> None:
         log.warning(json.dumps({"event": "id_key_unchecked", "message": f"could not compare the id key with "
                                 f"the one this Redis's actions use: {exc.message}"}))
         return
-    if pinned != mine:
+    if pinned.rpartition(":")[2] != mine.rpartition(":")[2]:     # the same key, wherever it is written
         source = pinned.split(":", 1)[0]
         keep = ("the same \"id_key\"" if source == "id_key" else
                 f"key {source!r} listed (it need not be active), or pin it as \"id_key\"")
