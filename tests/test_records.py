@@ -292,6 +292,28 @@ def test_a_field_copied_between_run_records_is_detected_never_obeyed(stack: Stac
     assert (err.code(), error_info(err).reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
 
 
+@pytest.mark.parametrize("forge", ["continuation_state", "receipt_status"])
+def test_a_continuation_made_ready_by_hand_on_a_failed_action_is_never_claimed(stack: Stack, forge: str) -> None:
+    """I8: a continuation opens only on its own action's SUCCEEDED receipt, whatever the stored flags say."""
+    card = invoke(stack.stub(), f"会失败-{uuid.uuid4().hex[:6]}", turn()).confirmation
+    conts = continuation_pb2_grpc.ContinuationServiceStub(grpc.insecure_channel(stack.address))
+    opened = conts.OpenContinuation(continuation_pb2.OpenContinuationRequest(
+        context=ctx(), action_id=card.action_id, snapshot=continuation_pb2.ContinuationSnapshot(question="q")))
+    stack.todo.fault(path="/todos", method="POST", mode="status", status=409, times=1)
+    assert confirm(stack.stub(), card.token).state == S.ACTION_STATE_FAILED
+    r = client(stack)
+    if forge == "continuation_state":
+        r.hset(f"cs:{{{card.action_id}}}:cont", "st", "ready")
+    else:                                   # the settle's flag, then a continuation opened afresh reads it
+        r.hset(run_key(card.action_id), "rs", "SUCCEEDED")
+        r.delete(f"cs:{{{card.action_id}}}:cont")
+        opened = conts.OpenContinuation(continuation_pb2.OpenContinuationRequest(
+            context=ctx(), action_id=card.action_id, snapshot=continuation_pb2.ContinuationSnapshot(question="q")))
+    err = rpc_error(lambda: conts.ClaimContinuation(continuation_pb2.ClaimContinuationRequest(
+        context=ctx(), token=opened.continuation.token)))
+    assert (err.code(), error_info(err).reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
+
+
 def test_a_card_made_to_live_past_its_sealed_expiry_is_expired_and_never_executes(stack: Stack) -> None:
     sidecar = stack.start_sidecar(flags=["--confirm-ttl", "1s"])
     try:

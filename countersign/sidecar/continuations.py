@@ -108,8 +108,13 @@ class Continuations:
         out = self._proto(action_id, record, kid)
         if record.state == "won":
             assert record.run is not None
+            action = open_action(self.keyring, action_id, record.run, replayed=False)
+            if (action.state, action.receipt.status) != (common_pb2.ACTION_STATE_SUCCEEDED,
+                                                         common_pb2.RECEIPT_STATUS_SUCCEEDED):
+                # the flags that made it READY (its own state, the settle's "rs") were changed by hand (I8)
+                raise DataLoss("RECORD_TAMPERED", "the continuation is ready but its action did not succeed")
             self.audit.event(action_id, "continuation_claimed")
-            out.receipt.CopyFrom(open_action(self.keyring, action_id, record.run, replayed=False).receipt)
+            out.receipt.CopyFrom(action.receipt)
             out.facts.extend(await self._facts(record.request))
         else:
             out.receipt.CopyFrom(await self._receipt(action_id))
