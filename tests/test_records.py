@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -146,6 +147,34 @@ def test_a_sidecar_whose_keys_file_would_derive_other_ids_refuses_to_start(stack
         assert again.confirmation.action_id == card.action_id and again.confirmation.token == card.token
     finally:
         sidecar.stop()
+
+
+def test_a_sidecar_that_no_longer_lists_the_key_of_an_unknown_action_leaves_it_to_one_that_does(
+        fresh_stack: Stack) -> None:
+    """Unresolved records never expire, so the key that sealed one must stay listed until it is resolved. A
+    sidecar whose keys file dropped it too early neither crashes nor sends it to manual review."""
+    stack = quiet(fresh_stack)
+    sealer = stack.start_sidecar(flags=["--downstream-deadline", "300ms", "--reconcile-interval", "1h"])
+    dropped = harness.write_keys(stack.work, {"active": "k0", "keys": {"k0": harness.TEST_KEYS["keys"]["k0"]}})
+    other = harness.start_sidecar(stack.work, stack.registry, redis_url=stack.redis.info["url"], keys=dropped,
+                                  flags=["--reconcile-interval", "200ms", "--log-level", "warning"])
+    try:
+        stub = stack.stub(sealer.info["grpc"])
+        card = invoke(stub, "密钥已移除", turn()).confirmation          # sealed with k1
+        stack.todo.fault(path="/todos", method="POST", mode="hang_after_commit", seconds=1.0, times=1)
+        assert confirm(stub, card.token).state == S.ACTION_STATE_UNKNOWN
+        time.sleep(1.5)                                  # several passes of the other sidecar's reconciler
+        assert client(stack).hget(run_key(card.action_id), "st") == b"unknown", "not swept to manual review"
+        with urllib.request.urlopen(f"http://{other.info['metrics']}/metrics", timeout=5) as resp:
+            assert re.search(r'^countersign_reconciliations_total\{result="key_not_listed",tool="create_todo"\} '
+                             r'[1-9]', resp.read().decode(), re.M), "left alone, and counted"
+        err = rpc_error(lambda: get(stack.stub(other.info["grpc"]), card.action_id))
+        assert err.code() == grpc.StatusCode.DATA_LOSS and "'k1'" in (err.details() or ""), "fails closed, names k1"
+        done = stub.Reconcile(gateway_pb2.ReconcileRequest(context=ctx(), action_id=card.action_id)).action
+        assert done.state == S.ACTION_STATE_SUCCEEDED, "the sidecar that lists k1 resolves it at once"
+    finally:
+        other.stop()
+        sealer.stop()
 
 
 # -- item 8: unresolved records never expire -----------------------------------------------------------------
@@ -331,6 +360,18 @@ def test_a_card_made_to_live_past_its_sealed_expiry_is_expired_and_never_execute
         assert fresh.expires_at.ToMilliseconds() > int(time.time() * 1000)
     finally:
         sidecar.stop()
+
+
+@pytest.mark.parametrize("field", ["kid", "tool"])
+def test_a_cards_key_id_or_tool_changed_by_hand_is_tampered_and_never_executes(stack: Stack, field: str) -> None:
+    card = invoke(stack.stub(), f"卡片字段-{field}-{uuid.uuid4().hex[:6]}", turn()).confirmation
+    client(stack).hset(card_key(card.action_id), field, {"kid": "k9", "tool": "delete_todo"}[field])
+    err = rpc_error(lambda: confirm(stack.stub(), card.token))
+    assert (err.code(), error_info(err).reason) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED"), err
+    again = rpc_error(lambda: confirm(stack.stub(), card.token))   # the record carries the changed field on
+    assert again.code() == grpc.StatusCode.DATA_LOSS
+    assert error_info(again).reason in ("CONFIRMATION_TAMPERED", "RECORD_TAMPERED")
+    assert stack.todo.writes(card.action_id) == []
 
 
 def test_copying_ones_binding_onto_anothers_card_reveals_nothing_and_runs_nothing(stack: Stack) -> None:

@@ -72,6 +72,10 @@ def check_run(keyring: Keyring, action_id: str, run: RunRecord) -> None:
     if not isinstance(body, dict) or (body.get("action_id"), body.get("kid"), body.get("tool"), body.get("b")) != (
             action_id, run.kid, run.tool, run.binding):
         raise tampered
+    if run.kid not in keyring.keys:
+        raise DataLoss("RECORD_TAMPERED", f"the record was sealed with key {run.kid[:32]!r}, which this "
+                       "sidecar's keys file does not list (changed by hand, or a key removed while records it "
+                       "sealed are live)")
     if not keyring.verify(run.kid, "card", run.card, run.cmac):
         raise DataLoss("CONFIRMATION_TAMPERED", "the stored confirmation was changed; nothing was executed")
 
@@ -108,6 +112,10 @@ def seal(
 def open_card(keyring: Keyring, action_id: str, record: CardRecord) -> Card:
     """Verify the record's MAC and that it is this action's; raise CONFIRMATION_TAMPERED if not."""
     tampered = DataLoss("CONFIRMATION_TAMPERED", "the stored confirmation was changed; nothing was executed")
+    if record.kid not in keyring.keys:
+        raise DataLoss("CONFIRMATION_TAMPERED", f"the stored confirmation names key {record.kid[:32]!r}, which "
+                       "this sidecar's keys file does not list (changed by hand, or a key removed while cards it "
+                       "sealed were live); nothing was executed")
     if not keyring.verify(record.kid, "card", record.body, record.mac):
         raise tampered
     try:

@@ -237,6 +237,9 @@ class Executor:
 
     async def _settle(self, action_id: str, kid: str, claim_id: str, action: common_pb2.Action,
                       state: str = "") -> None:
+        # A record naming a key this sidecar does not list was changed by hand (the token's key is listed):
+        # its refusal is sealed with the active key, and readers find the record tampered either way.
+        kid = kid if kid in self.keyring.keys else self.keyring.active
         out, omac = seal_action(self.keyring, kid, action)
         state = state or ("unknown" if action.state == common_pb2.ACTION_STATE_UNKNOWN else "settled")
         self.audit.event(action_id, "settled", state=states.name(action.state),

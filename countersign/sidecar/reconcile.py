@@ -28,7 +28,7 @@ from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.cards import open_card
 from countersign.sidecar.errors import CountersignError, DataLoss, InvalidArgument, NotFound
-from countersign.sidecar.execute import Executor, open_action, to_action
+from countersign.sidecar.execute import Executor, open_action, to_action, unknown_message
 from countersign.sidecar.observability.logs import decision
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.registry import Registry
@@ -94,6 +94,17 @@ class Reconciler:
 
     async def _resolve(self, action_id: str, claim_id: str, work: ReconcileWork) -> common_pb2.Action:
         now_ms = work.now_ms
+        if work.card.kid not in self.keyring.keys:
+            # Sealed with a key this sidecar does not list (removed here too early, or not yet distributed):
+            # it can neither verify the card nor seal a verdict others could read. Left to a sidecar that can.
+            self.metrics.reconciliations.labels(self.metrics.tool(work.card.tool), "key_not_listed").inc()
+            await self.store.reconcile_defer(action_id, claim_id, 0)      # due again at once, for the others
+            action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_UNKNOWN,
+                                       tool_name=work.card.tool, replayed=True)
+            action.error.reason = "KEY_NOT_LISTED"
+            action.error.message = unknown_message(f"This sidecar does not list key {work.card.kid[:32]!r}, which "
+                                                   "sealed the action; a sidecar that does will reconcile it")
+            return action
         try:
             card = open_card(self.keyring, action_id, work.card)
         except DataLoss:
