@@ -44,7 +44,7 @@ def _row(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> dict[str
     return {"action_id": action_id, "record_state": record.get("st", b"").decode(),
             "state": states.name(action.state) if action else
             record.get("st", b"").decode().upper(),
-            "tool": record.get("tool", b"").decode(),
+            "tool": record.get("tool", b"").decode(), "kid": record.get("kid", b"").decode(),
             "reason": (action.error.reason if action else "") or record.get("reason", b"").decode(),
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000)) if ms else "",
             "compensates": card.get("compensates", "")}
