@@ -486,5 +486,6 @@ class Store:
     async def pin_id_key(self, fingerprint: str) -> str:
         """The id key's fingerprint every sidecar on this Redis must share: the first one to start records its
         own; later ones read it back."""
-        old = await self._call(self.client.set(ID_KEY, fingerprint, nx=True, get=True))
-        return fingerprint if old is None else _s(old)
+        await self._call(self.client.set(ID_KEY, fingerprint, nx=True))   # (SET NX GET needs Redis 7)
+        pinned = await self._call(self.client.get(ID_KEY))
+        return fingerprint if pinned is None else _s(pinned)
