@@ -488,5 +488,13 @@ def test_every_unknown_says_it_may_have_landed_was_not_retried_and_is_reconciled
         lapsed = get(stub, card.action_id)
         assert (lapsed.state, lapsed.error.reason) == (S.ACTION_STATE_UNKNOWN, "LEASE_LAPSED")
         assert says_unknown_plainly(lapsed.error.message), lapsed
+        # an inverse whose answer was lost: the original is COMPENSATING, and says why in the same words
+        card = invoke(stub, "撤销未知", turn()).confirmation
+        created = confirm(stub, card.token)
+        stack.todo.fault(path=f"/todos/{created.receipt.resource_id}", method="DELETE", mode="hang_after_commit",
+                         seconds=1.0, times=1)
+        undo = stub.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=card.action_id)).action
+        assert undo.state == S.ACTION_STATE_COMPENSATING and says_unknown_plainly(undo.error.message), undo
+        assert says_unknown_plainly(get(stub, card.action_id).error.message)
     finally:
         sidecar.stop()
