@@ -461,13 +461,18 @@ class Soak:
         pending = list(self.writes)
         open_at_end: dict[str, int] = {}
         first_open: int | None = None
+        open_ids: dict[str, tuple[str, str]] = {}
         passive_resolved = None
         rounds = 0
         while pending and time.monotonic() < deadline and rounds < 1000:
             rounds += 1
             states = await self.states(rng, pending)
             pending = [w for w in pending if w.action_id not in states or states[w.action_id].state in OPEN]
-            first_open = len(pending) if first_open is None else first_open
+            if first_open is None:
+                first_open = len(pending)
+                open_ids = {w.action_id: (w.tool, name(states[w.action_id].state) + " "
+                                          + states[w.action_id].error.reason if w.action_id in states
+                                          else "NO ANSWER") for w in pending[:20]}
             if not pending:
                 break
             if time.monotonic() >= passive_until:
@@ -483,7 +488,7 @@ class Soak:
             await asyncio.sleep(0.5)
         for w in pending:
             open_at_end[w.action_id] = 1
-        return {"open_after_load": first_open or 0,
+        return {"open_after_load": first_open or 0, "open_after_load_ids": open_ids if first_open else {},
                 "resolved_by_background_in_passive_window": passive_resolved if passive_resolved is not None
                 else (first_open or 0) - len(pending),
                 "passive_window_s": self.args.passive, "seconds": round(time.monotonic() - start, 2),

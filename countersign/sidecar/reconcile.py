@@ -37,6 +37,7 @@ from countersign.v1 import common_pb2
 
 log = logging.getLogger("countersign.reconcile")
 FOREIGN_DELAY_MS = 5_000   # an indexed action whose tool this registry lacks: when this sidecar looks again
+FOREIGN_MEMORY = 10_000    # at most this many remembered (forgotten all at once beyond: they are only re-checked)
 
 
 class Reconciler:
@@ -48,6 +49,9 @@ class Reconciler:
         self.registry, self.metrics, self.audit = registry, metrics, audit
         self.work_lease_ms, self.window_ms, self.lookup_deadline = work_lease_ms, window_ms, lookup_deadline
         self.backoff_ms = backoff_ms
+        # indexed actions whose tool this registry lacks -> when this sidecar looks at them again. Kept here, not
+        # in the shared index: pushing their due time would delay the sidecars that can reconcile them.
+        self._foreign_until: dict[str, int] = {}
 
     async def reconcile_rpc(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
         """Reconcile(A): the action's owner, or an admin in MAINTAIN mode, may ask."""
@@ -182,10 +186,15 @@ class Reconciler:
     async def due(self, count: int = 200) -> None:
         """Reconcile the indexed actions that are due; drop the ones that settled meanwhile."""
         now_ms = int(time.time() * 1000)
-        for action_id in await self.store.open_due(now_ms, count):
+        self._foreign_until = {a: t for a, t in self._foreign_until.items() if t > now_ms}
+        if len(self._foreign_until) > FOREIGN_MEMORY:
+            self._foreign_until.clear()
+        # fetch past the foreign entries, so another sidecar's actions never crowd out this one's own
+        for action_id in await self.store.open_due(now_ms, count + len(self._foreign_until)):
+            if action_id in self._foreign_until:
+                continue
             if self._foreign(await self.store.run_tool(action_id)):
-                # looked at later: another sidecar's index entries must not crowd out this one's own
-                await self.store.open_add(action_id, now_ms + FOREIGN_DELAY_MS)
+                self._foreign_until[action_id] = now_ms + FOREIGN_DELAY_MS
                 continue
             try:
                 action = await self.reconcile(action_id)
