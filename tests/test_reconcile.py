@@ -242,9 +242,10 @@ def test_a_reconciler_whose_registry_lacks_the_tool_leaves_the_action_alone_and_
 
     stack = quiet(fresh_stack)
     knows = stack.start_sidecar(flags=["--downstream-deadline", "300ms", "--reconcile-interval", "1h"])
-    lacks = stack.start_sidecar(registry=_valid_changed_registry(stack, "planned"),
-                                flags=["--reconcile-interval", "200ms"])
+    lacks = None
     try:
+        lacks = stack.start_sidecar(registry=_valid_changed_registry(stack, "planned"),
+                                    flags=["--reconcile-interval", "200ms"])
         stub, other = stack.stub(knows.info["grpc"]), stack.stub(lacks.info["grpc"])
         card = stack.card(stub, request_id=turn(), title="滚动变更")
         stack.todo.fault(path="/todos", method="POST", mode="hang_after_commit", seconds=1.0, times=1)
@@ -263,5 +264,6 @@ def test_a_reconciler_whose_registry_lacks_the_tool_leaves_the_action_alone_and_
         assert done.state == common_pb2.ACTION_STATE_SUCCEEDED, "the sidecar that knows the tool resolves it"
         assert len(stack.todo.writes(card.action_id)) == 1
     finally:
-        lacks.stop()
+        if lacks is not None:
+            lacks.stop()
         knows.stop()
