@@ -10,7 +10,11 @@ file). Agent workers (grpc.aio) Invoke and Confirm writes over both sidecars, wi
 confirms (concurrent, and after settle) and model retries (the same Invoke in the same turn), while
 a fault schedule runs: kill -9 of each sidecar (restarted), Redis paused (SIGSTOP) past a lease,
 Redis restarted, SCRIPT FLUSH, the proxy delaying requests past the deadline, dropping answers,
-resetting before forwarding, and cutting every connection.
+resetting before forwarding, and cutting every connection. Two restarts change what the sidecars run
+with: a key rotation (sidecar 0 restarted with another active key: from then on the two sidecars
+disagree on `active`, and must still give one call one action), and a registry change (sidecar 1
+restarted with a registry that no longer has `create_task`, the tool a fifth of the writes use: it
+refuses those, and its reconciler must leave their unknowns to sidecar 0).
 
 Then reconciliation is let finish (background reconcilers first, then the Reconcile RPC), and a
 checker compares the todo service's own SQLite records and request log with every action's
@@ -99,13 +103,47 @@ class Write:
     invoke_replays: list[common_pb2.Action] = field(default_factory=list)
     model_retries: int = 0
     model_retry_mismatch: list[str] = field(default_factory=list)
+    tool: str = "create_todo"
+    refused_by_registry: int = 0      # create_task Invokes a sidecar without the tool refused (a Refusal)
+
+
+TOOLS = ("create_todo", "create_task")    # create_task: the same service, a tool the registry change removes
+
+
+def soak_registries(work: Path, proxied: str, direct: str) -> tuple[Path, Path]:
+    """The registry the soak starts with (create_todo and create_task, both through the proxy; prepare
+    straight to the service), and the one sidecar 1 is restarted with (create_task gone, a new policy
+    version: a rolling registry change)."""
+    import copy
+
+    import yaml
+
+    text = harness.write_registry(work, proxied, **{f"{proxied}/todos/prepare": f"{direct}/todos/prepare"})
+    doc = yaml.safe_load(text.read_text(encoding="utf-8"))
+    todo_cap = next(c for c in doc["capabilities"] if c["tool"] == "create_todo")
+    todo_tool = next(t for t in doc["tools"] if t["name"] == "create_todo")
+    doc["capabilities"].append({**copy.deepcopy(todo_cap), "id": "task.create", "tool": "create_task"})
+    doc["tools"].append({**copy.deepcopy(todo_tool), "name": "create_task", "capability": "task.create"})
+    before = work / "registry-soak.yaml"
+    before.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    doc["policy_version"] = doc["policy_version"] + "-soak"
+    doc["tools"] = [t for t in doc["tools"] if t["name"] != "create_task"]
+    cap = next(c for c in doc["capabilities"] if c["id"] == "task.create")
+    cap.update(status="planned", guidance={"en": "Tasks are todos now."})
+    for key in ("risk", "confirmation"):
+        cap.pop(key, None)
+    after = work / "registry-soak-changed.yaml"
+    after.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    return before, after
 
 
 class Sidecars:
-    """The two sidecars on fixed loopback ports (a restart keeps its address), and one channel to each."""
+    """The two sidecars on fixed loopback ports (a restart keeps its address), and one channel to each. Each
+    has its own registry and keys file, so a restart after a rotation or registry change keeps them."""
 
     def __init__(self, work: Path, registry: Path, keys: Path, redis_url: str, window: str) -> None:
-        self.work, self.registry, self.keys, self.redis_url = work, registry, keys, redis_url
+        self.work, self.redis_url = work, redis_url
+        self.registries, self.keys = [registry, registry], [keys, keys]
         self.window = window
         self.addresses = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
         self.procs: list[harness.Proc | None] = [None, None]
@@ -115,7 +153,7 @@ class Sidecars:
         self.down: set[int] = set()
 
     def start(self, i: int) -> harness.Proc:
-        proc = harness.start_sidecar(self.work, self.registry, redis_url=self.redis_url, keys=self.keys,
+        proc = harness.start_sidecar(self.work, self.registries[i], redis_url=self.redis_url, keys=self.keys[i],
                                      flags=[*SIDECAR_FLAGS, "--reconcile-window", self.window],
                                      listen=self.addresses[i])
         self.procs[i] = proc
@@ -150,6 +188,7 @@ class Soak:
         self.errors: Counter[str] = Counter()
         self.error_seconds: Counter[int] = Counter()     # second of the run -> errors the agents saw
         self.invoke_failed = 0
+        self.refused_by_registry = 0
         self.faults: list[dict[str, Any]] = []
         self.t0 = 0.0
         self.next_index = 0
@@ -182,7 +221,7 @@ class Soak:
         return None
 
     async def invoke(self, rng: random.Random, w: Write) -> gateway_pb2.InvokeResponse | None:
-        request = gateway_pb2.InvokeRequest(context=w.context, tool_name="create_todo",
+        request = gateway_pb2.InvokeRequest(context=w.context, tool_name=w.tool,
                                             arguments_json=json.dumps({"title": w.title}, ensure_ascii=False))
         return await self.call(rng, "Invoke", lambda stub: stub.Invoke(request, timeout=4))
 
@@ -204,13 +243,16 @@ class Soak:
         ctx = common_pb2.CallContext(tenant_id="t1", actor_id=f"user{worker % 8}", subject_id=f"user{worker % 8}",
                                      session_id=f"soak-{self.run_id}-{worker}", request_id=f"{self.run_id}-{index}",
                                      role="user", locale="zh-CN")
-        w = Write(index, f"soak {self.run_id} #{index}", ctx)
+        w = Write(index, f"soak {self.run_id} #{index}", ctx, tool=TOOLS[rng.random() < 0.2])
         r = rng.random()
         if r < 0.20:
             w.plan, w.copies = "concurrent", rng.randint(2, 5)
         elif r < 0.40:
             w.plan, w.copies = "after_settle", rng.randint(2, 5)
         first = await self.invoke(rng, w)
+        if first is not None and first.WhichOneof("outcome") == "refusal":
+            self.refused_by_registry += 1              # create_task at the sidecar whose registry dropped it
+            return
         if first is None or first.WhichOneof("outcome") not in ("confirmation", "replay"):
             self.invoke_failed += 1
             return
@@ -221,7 +263,9 @@ class Soak:
         self.writes.append(w)
         if rng.random() < 0.25:                             # the model repeats its call in the same turn
             again = await self.invoke(rng, w)
-            if again is not None:
+            if again is not None and again.WhichOneof("outcome") == "refusal":
+                w.refused_by_registry += 1
+            elif again is not None:
                 w.model_retries += 1
                 if again.WhichOneof("outcome") != "confirmation" or again.confirmation.token != w.token:
                     w.model_retry_mismatch.append(f"before confirm: {again.WhichOneof('outcome')}")
@@ -252,7 +296,9 @@ class Soak:
                 if rng.random() >= 0.15:
                     return
             again = await self.invoke(rng, w)
-            if again is not None:
+            if again is not None and again.WhichOneof("outcome") == "refusal":
+                w.refused_by_registry += 1
+            elif again is not None:
                 w.model_retries += 1
                 kind = again.WhichOneof("outcome")
                 if kind == "replay" and again.replay.action_id == w.action_id:
@@ -271,11 +317,13 @@ class Soak:
 
     def schedule(self) -> list[tuple[float, str]]:
         one = [(0.06, "proxy_delay"), (0.14, "proxy_cut"), (0.20, "proxy_drop_response"), (0.28, "redis_sigstop"),
-               (0.40, "kill9_sidecar_0"), (0.50, "proxy_reset_before"), (0.58, "redis_restart"),
-               (0.66, "script_flush"), (0.72, "proxy_cut"), (0.78, "kill9_sidecar_1"), (0.88, "proxy_delay")]
+               (0.35, "rotate_key_sidecar_0"), (0.40, "kill9_sidecar_0"), (0.50, "proxy_reset_before"),
+               (0.56, "redis_restart"), (0.60, "registry_change_sidecar_1"), (0.64, "proxy_drop_response"),
+               (0.69, "script_flush"), (0.72, "proxy_cut"), (0.78, "kill9_sidecar_1"), (0.88, "proxy_delay")]
+        once = {"rotate_key_sidecar_0", "registry_change_sidecar_1"}      # the first cycle changes them for good
         cycles = max(1, round(self.args.seconds / 60))
         span = self.args.seconds / cycles
-        return [(c * span + f * span, what) for c in range(cycles) for f, what in one]
+        return [(c * span + f * span, what) for c in range(cycles) for f, what in one if c == 0 or what not in once]
 
     async def fault(self, what: str) -> dict[str, Any]:
         info: dict[str, Any] = {}
@@ -309,6 +357,26 @@ class Soak:
             client = self.redis.client()
             info = {"flushed": bool(await asyncio.to_thread(client.script_flush))}
             await asyncio.to_thread(client.close)
+        elif what in ("rotate_key_sidecar_0", "registry_change_sidecar_1"):
+            # a rolling change: one sidecar is stopped (SIGTERM, in-flight calls finish) and started again with
+            # its new keys file or registry, while the other keeps the old one
+            i = int(what[-1])
+            proc = self.sidecars.procs[i]
+            assert proc is not None
+            if what.startswith("rotate"):
+                doc = json.loads(self.sidecars.keys[i].read_text())
+                doc["active"] = next(k for k in sorted(doc["keys"]) if k != doc["active"])
+                self.sidecars.keys[i] = harness.write_keys(self.sidecars.work, doc)
+                info = {"active": doc["active"]}
+            else:
+                self.sidecars.registries[i] = self.args.changed_registry
+                info = {"registry": "without create_task"}
+            self.sidecars.down.add(i)
+            await asyncio.to_thread(proc.stop)
+            start = time.monotonic()
+            new = await asyncio.to_thread(self.sidecars.start, i)
+            self.sidecars.down.discard(i)
+            info.update(stopped_pid=proc.pid, new_pid=new.pid, restart_s=round(time.monotonic() - start, 2))
         elif what.startswith("kill9_sidecar_"):
             i = int(what[-1])
             proc = self.sidecars.procs[i]
@@ -393,13 +461,18 @@ class Soak:
         pending = list(self.writes)
         open_at_end: dict[str, int] = {}
         first_open: int | None = None
+        open_ids: dict[str, tuple[str, str]] = {}
         passive_resolved = None
         rounds = 0
         while pending and time.monotonic() < deadline and rounds < 1000:
             rounds += 1
             states = await self.states(rng, pending)
             pending = [w for w in pending if w.action_id not in states or states[w.action_id].state in OPEN]
-            first_open = len(pending) if first_open is None else first_open
+            if first_open is None:
+                first_open = len(pending)
+                open_ids = {w.action_id: (w.tool, name(states[w.action_id].state) + " "
+                                          + states[w.action_id].error.reason if w.action_id in states
+                                          else "NO ANSWER") for w in pending[:20]}
             if not pending:
                 break
             if time.monotonic() >= passive_until:
@@ -415,7 +488,7 @@ class Soak:
             await asyncio.sleep(0.5)
         for w in pending:
             open_at_end[w.action_id] = 1
-        return {"open_after_load": first_open or 0,
+        return {"open_after_load": first_open or 0, "open_after_load_ids": open_ids if first_open else {},
                 "resolved_by_background_in_passive_window": passive_resolved if passive_resolved is not None
                 else (first_open or 0) - len(pending),
                 "passive_window_s": self.args.passive, "seconds": round(time.monotonic() - start, 2),
@@ -553,6 +626,9 @@ class Soak:
             "duplicated_concurrently": len(concurrent), "duplicated_after_settle": len(after),
             "duplicated_after_a_seen_settle": sum(w.settled_before_dups for w in after),
             "model_retries": model_retries, "model_retry_mismatches": model_mismatch[:10],
+            "refused_by_changed_registry": self.refused_by_registry + sum(w.refused_by_registry
+                                                                          for w in self.writes),
+            "by_tool": dict(Counter(w.tool for w in attempted)),
             "outcomes": dict(outcomes.most_common()),
             "side_effects": {"todo_rows": len(todos), "keys_applied": len(applied), "keys_fenced": len(fenced),
                              "keys_refused": refused, "max_todo_rows_per_key": max(todo_rows_per_key.values(),
@@ -593,6 +669,8 @@ def summary_lines(check: dict[str, Any], settle: dict[str, Any]) -> list[str]:
         f"of which {check['duplicated_after_a_seen_settle']} after a settled GetAction); "
         f"model retries {check['model_retries']}, other card/action {len(check['model_retry_mismatches'])}  "
         f"{mark(ok['duplicates_at_least_30pct'] and ok['model_retries_same_card'])}",
+        f"  by tool: {check['by_tool']}; create_task Invokes refused by the sidecar whose registry dropped it: "
+        f"{check['refused_by_changed_registry']}",
         "  outcomes: " + ", ".join(f"{k} {v}" for k, v in check["outcomes"].items()),
         f"side effects per idempotency key: max {check['max_side_effects_per_key']} "
         f"(todo rows per key {se['max_todo_rows_per_key']}, execute requests per key "
@@ -651,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
         proxied = f"http://127.0.0.1:{proxy_proc.info['port']}"
         direct = todo.info["url"]
         # prepare goes straight to the service; execute, lookup and fence through the proxy
-        registry = harness.write_registry(work, proxied, **{f"{proxied}/todos/prepare": f"{direct}/todos/prepare"})
+        registry, args.changed_registry = soak_registries(work, proxied, direct)
         keys = harness.write_keys(work)
         sidecars = Sidecars(work, registry, keys, redis.url, args.reconcile_window)
         sidecars.start(0)

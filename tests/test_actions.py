@@ -120,8 +120,57 @@ def test_action_id_is_framed_and_keyed() -> None:
     assert r.action_id(["ab", "c"]) != r.action_id(["a", "bc"])
     assert r.action_id(["a"]) != r.action_id(["a", ""])
     assert ring("k2", k2=K2).action_id(PARTS) != r.action_id(PARTS)
-    # the id is derived with the active key
-    assert Keyring("k2", {"k1": K1, "k2": K2}).action_id(PARTS) == ring("k2", k2=K2).action_id(PARTS)
+
+
+# -- the id key: action ids survive key rotation (DESIGN §7) -----------------------------------------
+
+
+def test_sidecars_whose_keys_differ_only_in_active_derive_the_same_ids() -> None:
+    before, after = Keyring("k1", {"k1": K1, "k2": K2}), Keyring("k2", {"k1": K1, "k2": K2})
+    assert before.action_id(PARTS) == after.action_id(PARTS)
+    assert before.derived_id("compensate", A) == after.derived_id("compensate", A)
+
+
+def test_removing_the_active_key_later_keeps_the_ids() -> None:
+    """Without an explicit id key, ids come from the key with the smallest key id, whichever is active."""
+    k0 = bytes(range(200, 232))
+    first = Keyring("k1", {"k0": k0, "k1": K1})
+    later = Keyring("k2", {"k0": k0, "k2": K2})           # k1 rotated out, k2 active
+    assert first.action_id(PARTS) == later.action_id(PARTS)
+    assert first.derived_id("compensate", A) == later.derived_id("compensate", A)
+
+
+def test_a_one_key_file_of_todays_format_derives_the_ids_it_always_did() -> None:
+    import hmac
+
+    expected = hmac.digest(K1, b"action:" + canonical(list(PARTS)), "sha256")[:16].hex()
+    assert ring().action_id(list(PARTS)) == expected
+
+
+def test_an_explicit_id_key_is_used_and_outlives_every_listed_key(tmp_path: Path) -> None:
+    id_key = bytes(range(50, 82))
+    old = Keyring.from_file(_keys_file(tmp_path, {"active": "k1", "id_key": id_key.hex(),
+                                                  "keys": {"k1": K1.hex()}}))
+    new = Keyring.from_file(_keys_file(tmp_path, {"active": "k2", "id_key": id_key.hex(),
+                                                  "keys": {"k2": K2.hex()}}))
+    assert old.action_id(PARTS) == new.action_id(PARTS) != ring().action_id(PARTS)
+    assert old.id_key == id_key
+
+
+@pytest.mark.parametrize("bad", ["", "zz" * 32, "ab" * 8, 7])
+def test_keys_file_refuses_a_bad_id_key(tmp_path: Path, bad: Any) -> None:
+    path = _keys_file(tmp_path, {"active": "k1", "id_key": bad, "keys": {"k1": K1.hex()}})
+    with pytest.raises(SettingsError, match="id_key"):
+        Keyring.from_file(path)
+
+
+def test_the_id_key_fingerprint_names_where_the_key_came_from() -> None:
+    derived = Keyring("k1", {"k0": K2, "k1": K1})
+    assert derived.id_key_source == "k0" and derived.id_fingerprint().startswith("k0:")
+    assert Keyring("k1", {"k0": K2, "k1": K1}, id_key=K1).id_fingerprint().startswith("id_key:")
+    assert derived.id_fingerprint() == Keyring("k0", {"k0": K2}).id_fingerprint()
+    assert derived.id_fingerprint() != ring().id_fingerprint()
+    assert K2.hex() not in derived.id_fingerprint()
 
 
 def test_derived_ids_differ_by_label() -> None:

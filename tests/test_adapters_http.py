@@ -254,6 +254,15 @@ async def test_a_version_that_cannot_be_an_entity_tag_is_never_sent(raw: Raw, ad
     assert raw.seen == []
 
 
+async def test_a_request_the_client_cannot_build_is_failed_not_not_sent(raw: Raw, adapter: http.HttpAdapter) -> None:
+    # NOT_SENT gives the card back (READY, the same token retries); a request that can never be built would fail
+    # the same way on every retry until the card expired, so it settles FAILED with a reason of its own
+    meta = CallMeta(idempotency_key=KEY, tenant_id="t\r\nX-Evil: 1")      # past policy.check_context only by hand
+    outcome = await adapter.execute(tools(raw.url).tools["create_thing"], {"title": "t"}, meta, 2.0)
+    assert (outcome.kind, outcome.reason, outcome.retryable) == (Kind.FAILED, "REQUEST_NOT_BUILDABLE", False)
+    assert raw.seen == []
+
+
 # -- the same, through the sidecar: what the agent and the user see ------------------------------------
 
 

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import hmac
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -17,8 +18,10 @@ import uuid
 from typing import Any
 
 import grpc
+import pytest
 import redis
 import rfc8785
+import yaml
 from conftest import ROOT, Stack, ctx
 
 from countersign.sidecar.audit import chain_state, expiry
@@ -340,6 +343,51 @@ def test_every_kind_of_action_verifies_clean_including_across_a_key_rotation(fre
     # a keys file that lost k1 can no longer vouch for what k1 signed, and says so
     stack.keys.write_text(json.dumps({"active": "k0", "keys": {"k0": TEST_KEYS["keys"]["k0"]}}))
     _broken(_verify(stack), kept.action_id, "key 'k1' is not in the keys file")
+
+
+def test_a_card_given_back_verifies_as_ready_and_its_retry_as_settled(fresh_stack: Stack) -> None:
+    """A request never sent gives the claim back (issue 11 item 11): the chain goes claimed -> released, the card
+    is READY again, and verify owes it nothing more than its issued event. The same token then runs:
+    claimed -> released -> claimed -> settled verifies too; and a given-back card that then expires leaves a
+    chain ending READY, which is owed no record."""
+    stack = fresh_stack
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        nobody = s.getsockname()[1]
+    doc = yaml.safe_load(stack.registry.read_text())
+    next(t for t in doc["tools"] if t["name"] == "create_todo")["adapter"]["execute"]["url"] = \
+        f"http://127.0.0.1:{nobody}/todos"
+    down = stack.work / "registry-down.yaml"
+    down.write_text(yaml.safe_dump(doc, allow_unicode=True))
+    sidecar = stack.start_sidecar(registry=down)
+    try:
+        stub = stack.stub(sidecar.info["grpc"])
+        cards = [stack.card(stub, request_id=uuid.uuid4().hex, title=title) for title in ("没发出去", "又没发出去")]
+        for card in cards:
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token))
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value
+            events = _wait_events(stack, card.action_id, {"issued", "claimed", "released"})
+            assert [e["t"] for e in events] == ["issued", "claimed", "released"]
+    finally:
+        sidecar.stop()
+    given_back, expired = cards
+    r = _redis(stack)
+    assert r.pttl(_keys(given_back.action_id)["events"]) > 0, "a chain back at READY expires again"
+    out = _verify(stack)
+    assert out.returncode == 0, out.stdout + out.stderr
+    shown = _show(stack, given_back.action_id)
+    assert (shown["state"], shown["audit"]) == ("READY", "verified"), shown
+
+    action = stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=given_back.token)).action
+    assert action.state == common_pb2.ACTION_STATE_SUCCEEDED
+    events = _wait_events(stack, given_back.action_id, {"settled"})
+    assert [e["t"] for e in events] == ["issued", "claimed", "released", "claimed", "settled"]
+    r.delete(_keys(expired.action_id)["card"])        # as its TTL would
+    out = _verify(stack)
+    assert out.returncode == 0 and "looked at again" not in out.stdout, out.stdout + out.stderr
+    shown = _show(stack, given_back.action_id)
+    assert (shown["state"], shown["audit"]) == ("SUCCEEDED", "verified"), shown
 
 
 # -- the decisions verify rests on, as plain functions -------------------------------------------------------

@@ -115,6 +115,26 @@ def test_keys_generate_from_a_file_rotates(tmp_path: Path) -> None:
     assert clash.returncode == 2 and "already there" in clash.stderr
 
 
+def test_a_rotated_keys_file_derives_the_same_action_ids_whatever_the_new_key_is_called(tmp_path: Path) -> None:
+    """Action ids come from the id key, which rotation must not touch: a new key whose id sorts first (no
+    id_key in the old file) or an old file's explicit id_key must not move the ids, or sidecars on the new
+    file would refuse to start (cs:id-key) and one call could become two actions."""
+    parts = ["tenant", "actor", "request", "create_task", {"title": "buy milk"}]
+    old = tmp_path / "old.json"
+    assert countersign("keys", "generate", "--kid", "k5", "--out", str(old)).returncode == 0
+    first = tmp_path / "first.json"
+    assert countersign("keys", "generate", "--kid", "a0", "--from", str(old), "--out", str(first)).returncode == 0
+    before, after = Keyring.from_file(str(old)), Keyring.from_file(str(first))
+    assert after.active == "a0" and after.action_id(parts) == before.action_id(parts)
+    assert after.id_fingerprint().rpartition(":")[2] == before.id_fingerprint().rpartition(":")[2]
+    pinned = json.loads(old.read_text()) | {"id_key": "cd" * 32}
+    old.chmod(0o600)
+    old.write_text(json.dumps(pinned))
+    second = tmp_path / "second.json"
+    assert countersign("keys", "generate", "--kid", "k6", "--from", str(old), "--out", str(second)).returncode == 0
+    assert Keyring.from_file(str(second)).action_id(parts) == Keyring.from_file(str(old)).action_id(parts)
+
+
 # ---- the operator CLI and records under a key it does not have ----------------------------------------
 
 

@@ -10,15 +10,18 @@ import pytest
 from conftest import ROOT
 
 EXPECTED = {
-    **{f"protocol.pml FENCE=1 {p}": 0 for p in ("at_most_once", "never_ready_again", "failed_means_not_applied",
-                                                  "succeeded_means_applied", "settled_is_final")},
-    **{f"protocol.pml FENCE=0 {p}": 0 for p in ("at_most_once", "never_ready_again", "succeeded_means_applied",
+    **{f"protocol.pml FENCE=1 {p}": 0 for p in ("at_most_once", "never_ready_after_send",
+                                                  "failed_means_not_applied", "succeeded_means_applied",
                                                   "settled_is_final")},
+    **{f"protocol.pml FENCE=0 {p}": 0 for p in ("at_most_once", "never_ready_after_send",
+                                                  "succeeded_means_applied", "settled_is_final")},
     "protocol.pml FENCE=0 failed_means_not_applied": 1,
     "failover.pml WAIT=1 one_send": 0,
     "failover.pml WAIT=1 one_effect": 0,
+    "failover.pml WAIT=1 never_ready_after_send": 0,
     "failover.pml WAIT=0 one_send": 1,
     "failover.pml WAIT=0 one_effect": 0,
+    "failover.pml WAIT=0 never_ready_after_send": 1,
 }
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import re
 import socket
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -229,3 +231,39 @@ def test_two_reconcilers_in_two_processes_record_one_outcome(stack: Stack) -> No
         stack.todo.clear_faults()
         first.stop()
         second.stop()
+
+
+def test_a_reconciler_whose_registry_lacks_the_tool_leaves_the_action_alone_and_counts_it(
+        fresh_stack: Stack) -> None:
+    """A rolling registry change: one sidecar's registry no longer has create_todo. Its reconciler must not
+    sweep another sidecar's UNKNOWN create_todo to manual review (it has no lookup for it): it leaves it for a
+    sidecar that knows the tool, and counts it."""
+    from test_write_path import _valid_changed_registry
+
+    stack = quiet(fresh_stack)
+    knows = stack.start_sidecar(flags=["--downstream-deadline", "300ms", "--reconcile-interval", "1h"])
+    lacks = None
+    try:
+        lacks = stack.start_sidecar(registry=_valid_changed_registry(stack, "planned"),
+                                    flags=["--reconcile-interval", "200ms"])
+        stub, other = stack.stub(knows.info["grpc"]), stack.stub(lacks.info["grpc"])
+        card = stack.card(stub, request_id=turn(), title="滚动变更")
+        stack.todo.fault(path="/todos", method="POST", mode="hang_after_commit", seconds=1.0, times=1)
+        assert stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action.state == \
+            common_pb2.ACTION_STATE_UNKNOWN
+        time.sleep(2.5)                  # a dozen passes of the other sidecar's background reconciler
+        get = gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)
+        assert stub.GetAction(get).action.state == common_pb2.ACTION_STATE_UNKNOWN, "not swept to manual review"
+        assert reconcile(other, card.action_id).state == common_pb2.ACTION_STATE_UNKNOWN, "nor by its Reconcile"
+        with urllib.request.urlopen(f"http://{lacks.info['metrics']}/metrics", timeout=5) as resp:
+            scraped = resp.read().decode()
+        counted = re.search(r'^countersign_reconciliations_total\{result="tool_not_in_registry",tool="other"\} '
+                            r'([0-9.]+)$', scraped, re.M)
+        assert counted and float(counted.group(1)) >= 1, "left alone, and counted"
+        done = reconcile(stub, card.action_id)
+        assert done.state == common_pb2.ACTION_STATE_SUCCEEDED, "the sidecar that knows the tool resolves it"
+        assert len(stack.todo.writes(card.action_id)) == 1
+    finally:
+        if lacks is not None:
+            lacks.stop()
+        knows.stop()

@@ -283,11 +283,89 @@ def test_sentinel_wait_not_met_fails_closed_with_replicas_not_acknowledged(
         assert len(env.todo.requests()) == seen, "the claim was not acted on: the downstream saw nothing"
         got = stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)).action
         print(f"\n[wait not met] Confirm answered UNAVAILABLE in {elapsed * 1000:.0f} ms; the action is now "
-              f"{S.ActionState.Name(got.state)} (the unacknowledged claim stays on the primary)")
-        assert got.state != S.ACTION_STATE_SUCCEEDED
+              f"{S.ActionState.Name(got.state)} (the unacknowledged claim was put back)")
+        assert got.state == S.ACTION_STATE_READY
     finally:
         setup.restart_as_replica(replica)
         setup.wait_healthy()
+
+
+def _assert_ready(stub: gateway_pb2_grpc.ToolGatewayServiceStub, card: gateway_pb2.ConfirmationCard) -> None:
+    got = stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)).action
+    assert got.state == S.ACTION_STATE_READY, "the card is back: the same token can be confirmed again"
+
+
+def test_a_claim_no_replica_acknowledged_gives_the_card_back_and_runs_once_when_one_does(tmp_path: Path) -> None:
+    """A primary with no replica and --redis-wait-replicas 1: Confirm is refused and the card stays READY (the
+    claim was put back); a replica attaches; the same token executes once."""
+    port = topo.free_port()
+    primary = topo.start_server(tmp_path, port, "primary")
+    replica: harness.Proc | None = None
+    env = None
+    try:
+        env = _env(tmp_path, f"redis://{topo.HOST}:{port}", sidecars=0)
+        stub = env.stub(proc=env.start_sidecar("--redis-wait-replicas", "1", "--redis-wait-timeout", "100ms"))
+        card = _invoke(stub, f"无副本-{uuid.uuid4().hex[:8]}")
+        for _ in range(2):                                   # refused as often as asked, never stranded
+            with pytest.raises(grpc.RpcError) as info:
+                _confirm(stub, card.token)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert error_info(info.value).reason == "REPLICAS_NOT_ACKNOWLEDGED"
+            _assert_ready(stub, card)
+        assert env.todo.writes(card.action_id) == [], "the downstream saw nothing"
+        replica = topo.start_server(tmp_path, topo.free_port(), "replica", "--replicaof", topo.HOST, str(port))
+        topo._wait("the replica to attach", lambda: topo.cli(port, "WAIT", "1", "1000") == "1", 20)
+        done = _confirm(stub, card.token)
+        assert done.state == S.ACTION_STATE_SUCCEEDED and not done.replayed
+        assert _confirm(stub, card.token).replayed
+        assert len(env.todo.writes(card.action_id)) == 1, "executed once"
+    finally:
+        if env is not None:
+            env.stop()
+        for proc in (replica, primary):
+            if proc is not None:
+                proc.stop()
+
+
+@pytest.mark.timeout(120)
+def test_sentinel_a_claim_refused_by_wait_is_ready_after_a_failover_and_runs_once(tmp_path: Path) -> None:
+    """The replica stops answering (SIGSTOP): Confirm is refused and the claim put back. The replica resumes and
+    is promoted: on the new primary the card is READY, and the same token executes once."""
+    setup = topo.start_sentinel_setup(tmp_path)
+    env = None
+    try:
+        env = _env(tmp_path, setup.url, sidecars=0)
+        stub = env.stub(proc=env.start_sidecar("--redis-wait-replicas", "1", "--redis-wait-timeout", "100ms"))
+        card = _invoke(stub, f"故障转移-{uuid.uuid4().hex[:8]}")
+        old, replica = setup.master_port(), setup.replica_port()
+        setup.servers[replica].pause()
+        try:
+            with pytest.raises(grpc.RpcError) as info:
+                _confirm(stub, card.token)
+            assert error_info(info.value).reason == "REPLICAS_NOT_ACKNOWLEDGED"
+            _assert_ready(stub, card)
+        finally:
+            setup.servers[replica].resume()
+        topo._wait("the replica to catch up", lambda: topo.cli(old, "WAIT", "1", "1000") == "1", 20)
+        assert topo.cli(setup.sentinel_ports[0], "SENTINEL", "FAILOVER", topo.SERVICE) == "OK"
+        topo._wait("the replica to be promoted", lambda: setup.master_port() == replica, 30)
+        setup.wait_healthy(45)
+        deadline = time.monotonic() + 20
+        while True:                                            # the sidecar follows the new primary
+            try:
+                _assert_ready(stub, card)
+                break
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        done = _confirm(stub, card.token)
+        assert done.state == S.ACTION_STATE_SUCCEEDED and not done.replayed
+        assert len(env.todo.writes(card.action_id)) == 1, "executed once"
+    finally:
+        if env is not None:
+            env.stop()
+        setup.stop()
 
 
 # ---------------------------------------------------------------------------------------------- failover

@@ -1,4 +1,5 @@
-"""The short soak with faults (bench/soak.py): two sidecars, one Redis, a fault schedule, then the checker."""
+"""The short soak with faults (bench/soak.py): two sidecars, one Redis, a fault schedule (with a key rotation and a
+registry change in the middle), then the checker."""
 
 from __future__ import annotations
 
@@ -37,3 +38,7 @@ def test_short_soak_with_faults_keeps_every_invariant() -> None:
     dup = re.search(r"confirmed 2-5 times: \d+ = ([\d.]+) %", out)
     assert dup and float(dup.group(1)) >= 30
     assert re.search(r"failed to inject: 0$", out, re.M), "every fault of the schedule was injected"
+    assert "rotate_key_sidecar_0" in out and "registry_change_sidecar_1" in out
+    assert re.search(r"model retries \d+, other card/action 0  OK$", out, re.M), "one call, one action, mid-rotation"
+    assert re.search(r"needs manual review 0\)  OK$", out, re.M), "no unknown was swept to review by a sidecar " \
+                                                                 "whose registry lacks its tool"

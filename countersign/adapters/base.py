@@ -6,8 +6,9 @@ An adapter never decides policy and never retries a write. It reports one of thr
     SUCCEEDED   the downstream answered 2xx / OK with every receipt field the tool declares
     FAILED      it answered a refusal (4xx / INVALID_ARGUMENT, FAILED_PRECONDITION, ...; a 412 or ABORTED
                 to an If-Match is RESOURCE_VERSION_CONFLICT), or the request was never sent (connection
-                refused: reason NOT_SENT, retryable; a URL or header that cannot be sent safely: URL_UNSAFE,
-                RESOURCE_VERSION_INVALID)
+                refused: reason NOT_SENT, retryable, and the executor gives the card back; a URL or header
+                that cannot be sent safely: URL_UNSAFE, RESOURCE_VERSION_INVALID; one the HTTP client
+                refuses to build: REQUEST_NOT_BUILDABLE — these fail the same way on every retry)
     UNKNOWN     the request may have landed and no usable answer came back (timeout after send, reset,
                 5xx, UNAVAILABLE / DEADLINE_EXCEEDED after send; a redirect; a 2xx answer that is cut,
                 oversize, unreadable or lacks a declared receipt field: RECEIPT_INVALID): the claim stays held

@@ -132,9 +132,10 @@ class HttpAdapter:
             # DNS failure or connection refused: the request never left this process.
             return Outcome(Kind.FAILED, "NOT_SENT", f"could not connect: {exc.os_error}", retryable=True)
         except (ValueError, TypeError) as exc:
-            # The request could not even be built (a header or URL aiohttp refuses): nothing was sent.
-            return Outcome(Kind.FAILED, "NOT_SENT", f"the request could not be built: {str(exc)[:120]}",
-                           retryable=False)
+            # The request could not even be built (a header or URL aiohttp refuses): nothing was sent, but
+            # unlike NOT_SENT (which gives the card back) it would fail the same way on every retry: FAILED.
+            return Outcome(Kind.FAILED, "REQUEST_NOT_BUILDABLE", f"the request could not be built: "
+                           f"{str(exc)[:120]}", retryable=False)
         except (TimeoutError, aiohttp.ServerTimeoutError):
             return Outcome(Kind.UNKNOWN, "DOWNSTREAM_TIMEOUT", "no answer before the deadline")
         except (aiohttp.ClientError, OSError) as exc:

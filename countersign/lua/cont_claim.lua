@@ -4,7 +4,8 @@
 -- KEYS[2]  cs:{A}:run
 -- ARGV[1]  the caller's binding
 -- ARGV[2]  lease, milliseconds
--- returns  {"won", kid, snapshot, request, mac, run_kid, out, omac}
+-- returns  {"won", kid, snapshot, request, mac, run_kid, out, omac, run_binding, run_tool, run_card, run_cmac}
+--                                              (the run record's sealed card lets the caller check its binding)
 --          {"settled", kid, snapshot, request, mac, reply, rmac, verdict}
 --          {"running"}                         another generator holds it
 --          {"not_ready", run_state, reason}    the action has no SUCCEEDED receipt (yet)
@@ -23,5 +24,6 @@ if c[1] == 'pending' then
   return {'not_ready', run[1] or 'none', run[2] or ''}
 end
 redis.call('HSET', KEYS[1], 'st', 'running', 'lease', now + tonumber(ARGV[2]))
-local run = redis.call('HMGET', KEYS[2], 'kid', 'out', 'omac')
-return {'won', c[4], c[5], c[6], c[7], run[1] or '', run[2] or '', run[3] or ''}
+local run = redis.call('HMGET', KEYS[2], 'kid', 'out', 'omac', 'b', 'tool', 'card', 'cmac')
+return {'won', c[4], c[5], c[6], c[7], run[1] or '', run[2] or '', run[3] or '', run[4] or '', run[5] or '',
+        run[6] or '', run[7] or ''}

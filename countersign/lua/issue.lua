@@ -7,17 +7,23 @@
 -- ARGV[4]  card MAC
 -- ARGV[5]  key id
 -- ARGV[6]  card TTL, milliseconds
--- returns  {"issued"}                              the card was created
+-- returns  {"issued"}                              the card was created (replacing one past its sealed expiry)
 --          {"card", kid, body, mac}                a card was already ready: the same card
---          {"run", state, kid, out, omac, reason, binding, tool}
+--          {"run", state, kid, out, omac, reason, binding, tool, card, cmac}
 --                                                  the action was claimed already: its record
-local st = redis.call('HMGET', KEYS[2], 'st', 'kid', 'out', 'omac', 'reason', 'b', 'tool')
+local st = redis.call('HMGET', KEYS[2], 'st', 'kid', 'out', 'omac', 'reason', 'b', 'tool', 'card', 'cmac')
 if st[1] then
-  return {'run', st[1], st[2] or '', st[3] or '', st[4] or '', st[5] or '', st[6] or '', st[7] or ''}
+  return {'run', st[1], st[2] or '', st[3] or '', st[4] or '', st[5] or '', st[6] or '', st[7] or '',
+          st[8] or '', st[9] or ''}
 end
 local card = redis.call('HMGET', KEYS[1], 'kid', 'body', 'mac')
 if card[2] then
-  return {'card', card[1] or '', card[2], card[3] or ''}
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local ok, sealed = pcall(cjson.decode, card[2])
+  local dead = ok and type(sealed) == 'table' and tonumber(sealed['expires_at_ms'])
+               and tonumber(sealed['expires_at_ms']) <= now
+  if not dead then return {'card', card[1] or '', card[2], card[3] or ''} end
 end
 redis.call('HSET', KEYS[1], 'b', ARGV[1], 'tool', ARGV[2], 'body', ARGV[3], 'mac', ARGV[4], 'kid', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])

@@ -6,19 +6,27 @@
 -- ARGV[3]  outcome MAC
 -- ARGV[4]  run record TTL, milliseconds
 -- returns  {"rejected"}                              the card is gone; the record says REJECTED
---          {"run", state, kid, out, omac, reason, binding, tool}
+--          {"run", state, kid, out, omac, reason, binding, tool, card, cmac}
 --                                                  claimed or settled before: that record
---          {"expired"} | {"forbidden"}
-local run = redis.call('HMGET', KEYS[2], 'st', 'b', 'kid', 'out', 'omac', 'reason', 'tool')
+--          {"expired"}                             no card, or one past its sealed expiry
+--          {"forbidden"}
+local run = redis.call('HMGET', KEYS[2], 'st', 'b', 'kid', 'out', 'omac', 'reason', 'tool', 'card', 'cmac')
 if run[1] then
   if run[2] ~= ARGV[1] then return {'forbidden'} end
-  return {'run', run[1], run[3] or '', run[4] or '', run[5] or '', run[6] or '', run[2], run[7] or ''}
+  return {'run', run[1], run[3] or '', run[4] or '', run[5] or '', run[6] or '', run[2], run[7] or '',
+          run[8] or '', run[9] or ''}
 end
 local card = redis.call('HMGET', KEYS[1], 'b', 'tool', 'body', 'mac', 'kid')
 if not card[1] then return {'expired'} end
-if card[1] ~= ARGV[1] then return {'forbidden'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ok, sealed = pcall(cjson.decode, card[3] or '')
+if ok and type(sealed) == 'table' and tonumber(sealed['expires_at_ms'])
+    and tonumber(sealed['expires_at_ms']) <= now then
+  redis.call('DEL', KEYS[1])
+  return {'expired'}
+end
+if card[1] ~= ARGV[1] then return {'forbidden'} end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], 'st', 'settled', 'b', card[1], 'tool', card[2], 'kid', card[5],
            'card', card[3], 'cmac', card[4], 'out', ARGV[2], 'omac', ARGV[3], 'reason', 'REJECTED',

@@ -1,13 +1,14 @@
--- settle: running|unknown -> settled (or -> unknown), only by the holder of the claim id.
+-- settle: running|unknown -> settled (or -> unknown / review), only by the holder of the claim id.
 -- KEYS[1]  cs:{A}:run
 -- KEYS[2]  cs:{A}:cont   (the action's continuation; may not exist)
 -- ARGV[1]  claim id of the caller
--- ARGV[2]  new state: "settled" or "unknown"
+-- ARGV[2]  new state: "settled", "unknown" or "review"
 -- ARGV[3]  outcome: the serialized countersign.v1.Action
 -- ARGV[4]  outcome MAC
 -- ARGV[5]  reason (UPPER_SNAKE, empty when succeeded)
 -- ARGV[6]  receipt status: "SUCCEEDED" wakes the continuation (pending -> ready); kept as "rs"
--- ARGV[7]  run record TTL (replay window), milliseconds
+-- ARGV[7]  run record TTL (replay window), milliseconds: applied to a settled outcome only; an unknown or
+--          review record never expires (an unresolved action is never forgotten)
 -- returns  {"ok"}               recorded
 --          {"lost", state}      the caller does not hold the claim (someone else settled or fenced it)
 --          {"gone"}             no record: expired or lost by the store
@@ -23,7 +24,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], 'st', ARGV[2], 'out', ARGV[3], 'omac', ARGV[4], 'reason', ARGV[5],
            'rs', ARGV[6], 'settled_at', now)
-redis.call('PEXPIRE', KEYS[1], ARGV[7])
+if ARGV[2] == 'settled' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+else
+  redis.call('PERSIST', KEYS[1])
+end
 if ARGV[2] == 'settled' and ARGV[6] == 'SUCCEEDED' then
   if redis.call('HGET', KEYS[2], 'st') == 'pending' then
     redis.call('HSET', KEYS[2], 'st', 'ready')

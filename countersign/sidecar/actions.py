@@ -2,7 +2,11 @@
 
 * The action id is derived, not random (DESIGN §7): an HMAC of who, where, which tool and the
   canonical normalised arguments, so the model retrying a call in the same turn lands on the
-  same action.
+  same action. It is keyed by the *id key*, never by the active MAC key: two sidecars in the
+  middle of a rotation (different active keys) must derive the same id for the same call, or
+  one call becomes two actions and runs twice. The id key is the keys file's ``id_key`` when it
+  has one, else the key with the smallest key id (so a keys file of the older format keeps
+  working, and rotating ``active`` or removing any other key changes no id).
 * The token is ``cs1.<kid>.<A>.<mac>`` with ``mac = HMAC(key, "confirm:" + A)``. Nothing of it is
   stored; it is checked in constant time before Redis is touched.
 * Owner and subject are stored only as a keyed hash (the binding); every record is MAC'd.
@@ -49,13 +53,39 @@ def is_action_id(value: str) -> bool:
     return bool(_ACTION_ID.match(value))
 
 
+def _hex_key(path: str, name: str, secret: Any) -> bytes:
+    try:
+        raw = bytes.fromhex(secret) if isinstance(secret, str) else b""
+    except ValueError:
+        raw = b""
+    if len(raw) < MIN_KEY_BYTES:
+        raise SettingsError(f"keys file {path}: {name} must be hex of at least {MIN_KEY_BYTES} bytes")
+    return raw
+
+
 @dataclass(frozen=True)
 class Keyring:
-    """The HMAC keys: one active key signs, every listed key verifies (so keys rotate)."""
+    """The HMAC keys: one active key signs, every listed key verifies (so keys rotate); the id key derives
+    action ids and never rotates."""
 
     active: str
     keys: dict[str, bytes]
     generated: bool = False
+    id_key: bytes = b""       # empty: the key with the smallest key id (see id_key_source)
+
+    def __post_init__(self) -> None:
+        if not self.id_key:
+            object.__setattr__(self, "id_key", self.keys[min(self.keys)])
+
+    @property
+    def id_key_source(self) -> str:
+        """Where the id key comes from: "id_key" (pinned in the keys file) or the key id it is derived from."""
+        smallest = min(self.keys)
+        return smallest if self.id_key == self.keys[smallest] else "id_key"
+
+    def id_fingerprint(self) -> str:
+        """Names the id key without revealing it, so sidecars sharing one Redis can tell they agree."""
+        return f"{self.id_key_source}:{hmac.digest(self.id_key, b'id-key-fingerprint', 'sha256')[:12].hex()}"
 
     @classmethod
     def from_file(cls, path: str) -> Keyring:
@@ -70,19 +100,12 @@ class Keyring:
         for kid, secret in doc["keys"].items():
             if not isinstance(kid, str) or not _KID.match(kid):
                 raise SettingsError(f"keys file {path}: key id {kid!r} must match {_KID.pattern}")
-            try:
-                raw = bytes.fromhex(secret) if isinstance(secret, str) else b""
-            except ValueError:
-                raw = b""
-            if len(raw) < MIN_KEY_BYTES:
-                raise SettingsError(
-                    f"keys file {path}: key {kid!r} must be hex of at least {MIN_KEY_BYTES} bytes"
-                )
-            keys[kid] = raw
+            keys[kid] = _hex_key(path, f"key {kid!r}", secret)
         active = doc.get("active")
         if active not in keys:
             raise SettingsError(f"keys file {path}: active key {active!r} is not among the keys")
-        return cls(active=str(active), keys=keys)
+        id_key = _hex_key(path, "id_key", doc["id_key"]) if "id_key" in doc else b""
+        return cls(active=str(active), keys=keys, id_key=id_key)
 
     @classmethod
     def generate(cls) -> Keyring:
@@ -94,12 +117,16 @@ class Keyring:
     # -- action ids and tokens ---------------------------------------------------------------
 
     def action_id(self, parts: list[Any]) -> str:
-        """The derived action id: 128 bits of HMAC over the canonical parts, in hex."""
-        return self._hmac(self.active, "action", canonical(parts))[:16].hex()
+        """The derived action id: 128 bits of HMAC over the canonical parts under the id key, in hex."""
+        return hmac.digest(self.id_key, b"action:" + canonical(parts), "sha256")[:16].hex()
 
     def derived_id(self, label: str, action_id: str) -> str:
-        """An id derived from an action (for example its compensation or continuation)."""
-        return self._hmac(self.active, label, action_id.encode())[:16].hex()
+        """An id derived from an action (for example its compensation), under the id key."""
+        return hmac.digest(self.id_key, label.encode() + b":" + action_id.encode(), "sha256")[:16].hex()
+
+    def id_hash(self, label: str, parts: list[str]) -> str:
+        """A keyed hash that must not change when keys rotate (where one user turn's facts are kept)."""
+        return hmac.digest(self.id_key, label.encode() + b":" + json.dumps(parts).encode(), "sha256")[:16].hex()
 
     def token(self, action_id: str, kid: str | None = None, label: str = "confirm") -> str:
         kid = kid or self.active

@@ -22,7 +22,7 @@ from countersign.sidecar import registry as registry_mod
 from countersign.sidecar.actions import Keyring
 from countersign.sidecar.admission import Gate, Health, new_server
 from countersign.sidecar.embedded_redis import EmbeddedRedis
-from countersign.sidecar.errors import SettingsError
+from countersign.sidecar.errors import SettingsError, StoreUnavailable
 from countersign.sidecar.execute import Timing
 from countersign.sidecar.observability import logs, tracing
 from countersign.sidecar.observability.metrics import Metrics
@@ -97,6 +97,28 @@ def load_keys(settings: Settings) -> Keyring:
     return Keyring.generate()
 
 
+async def check_id_key(store: Store, keyring: Keyring) -> None:
+    """Refuse to start when this keys file derives action ids with another id key than the sidecars that used
+    this Redis before (DESIGN §7): one call would become two actions, and could run twice."""
+    if keyring.generated:
+        return
+    mine = keyring.id_fingerprint()
+    try:
+        pinned = await store.pin_id_key(mine)
+    except StoreUnavailable as exc:
+        log.warning(json.dumps({"event": "id_key_unchecked", "message": f"could not compare the id key with "
+                                f"the one this Redis's actions use: {exc.message}"}))
+        return
+    if pinned.rpartition(":")[2] != mine.rpartition(":")[2]:     # the same key, wherever it is written
+        source = pinned.split(":", 1)[0]
+        keep = ("the same \"id_key\"" if source == "id_key" else
+                f"key {source!r} listed (it need not be active), or pin it as \"id_key\"")
+        raise SettingsError(
+            f"the keys file derives action ids from {keyring.id_key_source!r} (fingerprint {mine}), but the actions "
+            f"in this Redis were derived from {source!r} ({pinned}): two id keys on one Redis make one call two "
+            f"actions. Keep {keep}; see docs/runbook.md, 'Rotating keys'")
+
+
 async def start(settings: Settings) -> Sidecar:
     """Build and start everything; raise SettingsError / RegistryError before listening if anything is wrong."""
     if settings.telemetry == "on":
@@ -126,6 +148,11 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
                                wait_timeout_ms=int(settings.redis_wait_timeout * 1000))
     except ValueError as exc:
         raise SettingsError(f"--redis-url: {exc}") from exc
+    try:
+        await check_id_key(store, keyring)
+    except SettingsError:
+        await store.close()
+        raise
     metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on",
                       reads=frozenset(name for name, tool in registry.tools.items() if not tool.is_write))
     # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)

@@ -3,6 +3,12 @@
 A card binds the server-prepared canonical arguments to owner (as a keyed hash), tool,
 capability, risk, policy version, admin context and expiry (I2). A card whose record changed in
 Redis fails its MAC check: DATA_LOSS, CONFIRMATION_TAMPERED, and nothing executes.
+
+The run record keeps the sealed card it was claimed from, so its owner binding, key id and tool
+are checked against the MAC'd body at every read (``check_run``): a binding copied from another
+record is RECORD_TAMPERED, never a way into someone else's receipt. The card's sealed expiry is
+enforced by the scripts themselves (claim, issue, peek, reject read it from the body), whatever
+TTL the key has.
 """
 
 from __future__ import annotations
@@ -54,8 +60,33 @@ def binding_of(keyring: Keyring, record: CardRecord | RunRecord, context: common
     return keyring.binding(kid, owner(context))
 
 
-def require_owner(keyring: Keyring, record: CardRecord | RunRecord, context: common_pb2.CallContext) -> None:
-    """PERMISSION_DENIED unless the caller is who the record is bound to."""
+def check_run(keyring: Keyring, action_id: str, run: RunRecord) -> None:
+    """DATA_LOSS unless the run record's binding, key id and tool are those of the card it was claimed from,
+    and that card is this action's and verifies (I2: the binding is MAC'd too). A card that does not verify is
+    CONFIRMATION_TAMPERED (what its claim answered too); a record that disagrees with it is RECORD_TAMPERED."""
+    tampered = DataLoss("RECORD_TAMPERED", "the stored record of this action was changed; it is not trusted")
+    try:
+        body = json.loads(run.card)
+    except ValueError as exc:
+        raise tampered from exc
+    if not isinstance(body, dict) or (body.get("action_id"), body.get("kid"), body.get("tool"), body.get("b")) != (
+            action_id, run.kid, run.tool, run.binding):
+        raise tampered
+    if run.kid not in keyring.keys:
+        raise DataLoss("RECORD_TAMPERED", f"the record was sealed with key {run.kid[:32]!r}, which this "
+                       "sidecar's keys file does not list (changed by hand, or a key removed while records it "
+                       "sealed are live)")
+    if not keyring.verify(run.kid, "card", run.card, run.cmac):
+        raise DataLoss("CONFIRMATION_TAMPERED", "the stored confirmation was changed; nothing was executed")
+
+
+def require_owner(keyring: Keyring, action_id: str, record: CardRecord | RunRecord,
+                  context: common_pb2.CallContext) -> None:
+    """The record verifies (DATA_LOSS if not), and the caller is who it is bound to (PERMISSION_DENIED if not)."""
+    if isinstance(record, RunRecord):
+        check_run(keyring, action_id, record)
+    else:
+        open_card(keyring, action_id, record)
     if record.binding != binding_of(keyring, record, context):
         raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "the action belongs to another owner or session")
 
@@ -80,6 +111,10 @@ def seal(
 def open_card(keyring: Keyring, action_id: str, record: CardRecord) -> Card:
     """Verify the record's MAC and that it is this action's; raise CONFIRMATION_TAMPERED if not."""
     tampered = DataLoss("CONFIRMATION_TAMPERED", "the stored confirmation was changed; nothing was executed")
+    if record.kid not in keyring.keys:
+        raise DataLoss("CONFIRMATION_TAMPERED", f"the stored confirmation names key {record.kid[:32]!r}, which "
+                       "this sidecar's keys file does not list (changed by hand, or a key removed while cards it "
+                       "sealed were live); nothing was executed")
     if not keyring.verify(record.kid, "card", record.body, record.mac):
         raise tampered
     try:

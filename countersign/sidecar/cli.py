@@ -39,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     resolving.add_argument("--reason", required=True, help="why, in words a colleague can check later")
     resolving.add_argument("--operator", required=True, help="who decided (recorded in the audit chain)")
     resolving.add_argument("--resource-id", default="", help="the downstream's resource id, when succeeded")
+    resolving.add_argument("--replay-ttl", type=settings_mod.duration,
+                           default=os.environ.get("COUNTERSIGN_REPLAY_TTL", "24h"),
+                           help="how long the resolved outcome is replayed: the sidecars' --replay-ttl "
+                                "[env COUNTERSIGN_REPLAY_TTL, default 24h]")
     audit = sub.add_parser("audit", help="verify or export the tamper-evident audit chains")
     audit_sub = audit.add_subparsers(dest="verb", required=True)
     verifying = audit_sub.add_parser("verify", help="walk every chain and cross-check every action record against "
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     generating = keys_sub.add_parser("generate", help='a new keys file {"active": kid, "keys": {kid: hex}}')
     generating.add_argument("--kid", default="", help="the key id (default k<UTC timestamp>)")
     generating.add_argument("--from", dest="previous", default="", metavar="FILE",
-                            help="keep this file's keys and make the new one active (a rotation)")
+                            help="keep this file's keys and id key, and make the new one active (a rotation)")
     generating.add_argument("--out", default="-", help="a new file (written 0600, never overwritten), or - for "
                             "standard output")
     demo = sub.add_parser("demo", help="the walkthrough: embedded Redis, the example service, a scripted agent")
@@ -165,7 +169,7 @@ async def _operate(args: argparse.Namespace) -> int:
         if args.verb == "show":
             return await operator.show(store, keyring, args.action_id, args.json, grace=grace)
         return await operator.resolve(store, keyring, args.action_id, args.outcome, args.reason, args.operator,
-                                      args.resource_id)
+                                      args.resource_id, replay_ttl_ms=int(args.replay_ttl * 1000))
     except CountersignError as exc:
         print(f"countersign: {exc}", file=sys.stderr)
         return 1

@@ -49,6 +49,9 @@ def overlay(original: common_pb2.Action, inverse: common_pb2.Action | None) -> c
     elif inverse.state in (common_pb2.ACTION_STATE_RUNNING, common_pb2.ACTION_STATE_UNKNOWN,
                            common_pb2.ACTION_STATE_READY):
         out.state = common_pb2.ACTION_STATE_COMPENSATING
+        if inverse.state == common_pb2.ACTION_STATE_UNKNOWN:       # say what UNKNOWN means, here too
+            out.error.reason = inverse.error.reason
+            out.error.message = f"the inverse ({inverse.tool_name}) is UNKNOWN: {inverse.error.message}"
     else:
         out.state = common_pb2.ACTION_STATE_COMPENSATION_FAILED
         out.error.reason = inverse.error.reason or "COMPENSATION_FAILED"
@@ -79,7 +82,7 @@ class Compensator:
         found = await self.store.peek(action_id)
         if found is None:
             raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its records expired")
-        cards.require_owner(self.keyring, found, context)
+        cards.require_owner(self.keyring, action_id, found, context)
         original = open_action(self.keyring, action_id, found, replayed=False) if isinstance(found, RunRecord) \
             else common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         if original.state != common_pb2.ACTION_STATE_SUCCEEDED:
@@ -110,14 +113,17 @@ class Compensator:
                             resource_version=original.receipt.resource_version, preview=preview,
                             now_ms=int(self.clock() * 1000), ttl_ms=self.timing.lease_ms,
                             extra={"compensates": action_id})
-        if await self.store.issue(comp_id, record, self.timing.lease_ms) is None:
+        existing = await self.store.issue(comp_id, record, self.timing.lease_ms)
+        if existing is None:
             # the inverse is an action like any other: its chain starts with its card (audit.verify expects it)
             self.audit.event(comp_id, "issued", tool=inverse.name, capability=inverse.capability,
                              policy_version=registry.policy_version, compensates=action_id,
                              args_hmac=self.keyring.digest("args", allowed.canonical_args))
+        else:                         # issued (and maybe sealed) by another sidecar, perhaps under another key
+            binding = cards.binding_of(self.keyring, existing, context)
         claim_id = os.urandom(12).hex()
         claimed = await self.store.claim(comp_id, binding, registry.denied_tools(context.role), claim_id,
-                                         self.timing.lease_ms, self.timing.replay_ms)
+                                         self.timing.lease_ms)
         if isinstance(claimed, Refused):
             raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH" if claimed.why == "forbidden" else
                                    "ROLE_NOT_ALLOWED", "the compensation belongs to another caller")

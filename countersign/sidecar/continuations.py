@@ -40,8 +40,9 @@ MAX_REPLY_BYTES = 64 * 1024
 
 
 def request_key(keyring: Keyring, context: common_pb2.CallContext) -> str:
-    """Where one user turn's read facts and proposed actions are kept (a keyed hash, no raw ids)."""
-    return keyring.binding(keyring.active, [*cards.owner(context), context.request_id])
+    """Where one user turn's read facts and proposed actions are kept (a keyed hash, no raw ids). Keyed by the
+    id key: two sidecars mid-rotation must keep one turn's facts in one place."""
+    return keyring.id_hash("request", [*cards.owner(context), context.request_id])
 
 
 def read_summary(tool: Tool, body: object, message: str = "") -> str:
@@ -81,6 +82,7 @@ class Continuations:
         found = await self.store.peek(action_id)
         if found is None:
             raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its card expired")
+        cards.require_owner(self.keyring, action_id, found, context)     # a copied binding opens nothing
         kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
         binding = cards.binding_of(self.keyring, found, context)
         snap = canonical(json_format.MessageToDict(snapshot, preserving_proto_field_name=True))
@@ -106,8 +108,13 @@ class Continuations:
         out = self._proto(action_id, record, kid)
         if record.state == "won":
             assert record.run is not None
+            action = open_action(self.keyring, action_id, record.run, replayed=False)
+            if (action.state, action.receipt.status) != (common_pb2.ACTION_STATE_SUCCEEDED,
+                                                         common_pb2.RECEIPT_STATUS_SUCCEEDED):
+                # the flags that made it READY (its own state, the settle's "rs") were changed by hand (I8)
+                raise DataLoss("RECORD_TAMPERED", "the continuation is ready but its action did not succeed")
             self.audit.event(action_id, "continuation_claimed")
-            out.receipt.CopyFrom(open_action(self.keyring, action_id, record.run, replayed=False).receipt)
+            out.receipt.CopyFrom(action.receipt)
             out.facts.extend(await self._facts(record.request))
         else:
             out.receipt.CopyFrom(await self._receipt(action_id))
@@ -240,14 +247,11 @@ class Continuations:
         found = await self.store.peek(action_id)
         if not isinstance(found, RunRecord) or found.state != "settled":
             if isinstance(found, (RunRecord, CardRecord)) and context is not None:
-                self._owned(found, context)
+                cards.require_owner(self.keyring, action_id, found, context)
             return None
         if context is not None:
-            self._owned(found, context)
+            cards.require_owner(self.keyring, action_id, found, context)
         return open_action(self.keyring, action_id, found, replayed=False)
-
-    def _owned(self, found: RunRecord | CardRecord, context: common_pb2.CallContext) -> None:
-        cards.require_owner(self.keyring, found, context)
 
     async def _receipt(self, action_id: str) -> common_pb2.Receipt:
         action = await self._action(action_id)
@@ -272,7 +276,9 @@ def _why_not_ready(detail: str) -> str:
     if state == "running":
         return "the action is still running; the continuation opens when it SUCCEEDS"
     if state == "unknown":
-        return f"the action's outcome is UNKNOWN ({reason or 'no answer'}); it never activates a continuation"
+        return (f"the action's outcome is UNKNOWN ({reason or 'no answer'}): the request may have reached the "
+                "downstream, it was not retried, and reconciliation is asking the downstream by its idempotency "
+                "key; the continuation opens if that finds it SUCCEEDED")
     return f"the action did not succeed ({reason or state}); it never activates a continuation"
 
 

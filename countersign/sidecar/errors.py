@@ -13,9 +13,11 @@
      │                                   a prepare's or a read's refusal: the downstream's own reason (e.g.
      │                                   TODO_DUE_AT_SUSPICIOUS; counted as OTHER in metrics), or
      │                                   DOWNSTREAM_REDIRECT, DOWNSTREAM_ANSWER_INVALID, URL_UNSAFE
-     ├── DataLoss                       DATA_LOSS: CONFIRMATION_TAMPERED, RECORD_TAMPERED
+     ├── DataLoss                       DATA_LOSS: CONFIRMATION_TAMPERED, RECORD_TAMPERED (a record
+     │                                   disagrees with what was sealed: binding, key id, tool, state)
      ├── Unavailable                    UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE,
-     │                                   REPLICAS_NOT_ACKNOWLEDGED
+     │                                   REPLICAS_NOT_ACKNOWLEDGED, DOWNSTREAM_NOT_SENT (the last two
+     │                                   with a RetryInfo: the card is READY again, the same token may retry)
      └── ResourceExhausted              RESOURCE_EXHAUSTED: OVERLOADED (more calls in flight than allowed)
 
 Stages raise these; only the server turns them into a status. Nothing else is allowed to
@@ -85,6 +87,11 @@ class DataLoss(CountersignError):
 
 class Unavailable(CountersignError):
     code = grpc.StatusCode.UNAVAILABLE
+
+    def __init__(self, reason: str, message: str, *, metadata: dict[str, str] | None = None,
+                 retry_after: float = 0.0) -> None:
+        super().__init__(reason, message, metadata=metadata)
+        self.retry_after = retry_after
 
 
 class ResourceExhausted(CountersignError):

@@ -3,6 +3,10 @@
 Everything here runs only for the single caller whose claim won (I3), and is shielded from
 that caller's cancellation: once the request may have reached the downstream, the answer is
 recorded whatever happens to the RPC that started it.
+
+A request that was never sent (the downstream could not be reached at all) changes nothing, so the
+claim is given back and the card is READY again (lua/release.lua): the caller gets UNAVAILABLE
+DOWNSTREAM_NOT_SENT with a RetryInfo, and the same token confirms later, once.
 """
 
 from __future__ import annotations
@@ -16,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from countersign.adapters.base import Adapter, CallMeta, Kind, Outcome, render
+from countersign.adapters.base import Adapter, CallMeta, Kind, Outcome, address, render
 from countersign.sidecar import policy, states
 from countersign.sidecar.actions import Keyring, canonical
 from countersign.sidecar.audit import Audit
-from countersign.sidecar.cards import Card, open_card
+from countersign.sidecar.cards import Card, check_run, open_card
 from countersign.sidecar.errors import CountersignError, DataLoss, FailedPrecondition, Unavailable
 from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.logs import decision
@@ -31,6 +35,8 @@ from countersign.v1 import common_pb2
 
 log = logging.getLogger("countersign.execute")
 EVIDENCE_BYTES = 64 << 10
+NOT_SENT = "NOT_SENT"            # the adapters' reason for a request that never left (nothing was sent)
+NOT_SENT_RETRY_AFTER = 1.0       # seconds: RetryInfo of DOWNSTREAM_NOT_SENT (a refused connection is often brief)
 
 
 @dataclass(frozen=True)
@@ -45,19 +51,41 @@ def seal_action(keyring: Keyring, kid: str, action: common_pb2.Action) -> tuple[
     return out, keyring.mac(kid, "outcome:" + action.action_id, out)
 
 
+# what a stored outcome may say, by the record's state: a state changed by hand disagrees with the MAC'd outcome
+_OUTCOME_STATES = {
+    "settled": {common_pb2.ACTION_STATE_SUCCEEDED, common_pb2.ACTION_STATE_FAILED, common_pb2.ACTION_STATE_REJECTED},
+    "unknown": {common_pb2.ACTION_STATE_UNKNOWN},
+    "review": {common_pb2.ACTION_STATE_NEEDS_MANUAL_REVIEW},
+}
+
+
+def unknown_message(detail: str) -> str:
+    """What UNKNOWN means, every time it is said (I6): it may have landed, it was not retried, it is being
+    reconciled by key."""
+    return (f"{detail.rstrip('.')}. The request may have reached the downstream; it was not retried, and "
+            "reconciliation is asking the downstream by its idempotency key (the action id) what became of it")
+
+
 def open_action(keyring: Keyring, action_id: str, run: RunRecord, *, replayed: bool) -> common_pb2.Action:
-    """The action a run record stands for; a stored outcome is MAC-checked (DATA_LOSS if changed)."""
-    if run.state == "running" or not run.out:
+    """The action a run record stands for. The record is checked against its sealed card and a stored outcome
+    against its MAC and the record's state (DATA_LOSS RECORD_TAMPERED if anything was changed)."""
+    check_run(keyring, action_id, run)
+    tampered = DataLoss("RECORD_TAMPERED", "the stored outcome of this action was changed")
+    if not run.out:
+        if run.state not in ("running", "unknown"):
+            raise tampered
         state = common_pb2.ACTION_STATE_RUNNING if run.state == "running" else common_pb2.ACTION_STATE_UNKNOWN
         action = common_pb2.Action(action_id=action_id, state=state, replayed=replayed, tool_name=run.tool)
         if state == common_pb2.ACTION_STATE_UNKNOWN:
             action.error.reason = run.reason or "UNKNOWN"
-            action.error.message = ("the executing sidecar's lease lapsed; the request may have reached the "
-                                    "downstream; reconciliation will ask it by idempotency key")
+            action.error.message = unknown_message("The executing sidecar's lease lapsed before it recorded an "
+                                                   "answer")
         return action
     if not keyring.verify(run.kid, "outcome:" + action_id, run.out, run.omac):
-        raise DataLoss("RECORD_TAMPERED", "the stored outcome of this action was changed")
+        raise tampered
     action = common_pb2.Action.FromString(run.out)
+    if action.state not in _OUTCOME_STATES.get(run.state, ()) or action.action_id != action_id:
+        raise tampered
     action.replayed = replayed
     return action
 
@@ -72,6 +100,7 @@ def to_action(action_id: str, tool: Tool, card: Card, outcome: Outcome, now_ms: 
         action.error.message = outcome.message
         action.error.retryable = outcome.retryable
     if outcome.kind is Kind.UNKNOWN:
+        action.error.message = unknown_message(outcome.message or outcome.reason)
         return action
     receipt = action.receipt
     receipt.action_id = action_id
@@ -171,13 +200,37 @@ class Executor:
             tracing.end_client_span(span, tool.adapter.kind, outcome.status, outcome.reason)
         label = self.metrics.tool(tool.name)
         self.metrics.downstream.labels(label, tool.adapter.kind).observe(elapsed)
-        self.metrics.executions.labels(label, outcome.kind.value).inc()
+        not_sent = outcome.kind is Kind.FAILED and outcome.reason == NOT_SENT
+        self.metrics.executions.labels(label, "not_sent" if not_sent else outcome.kind.value).inc()
         tracing.annotate(outcome=outcome.kind.value, replayed=False)
+        if not_sent:
+            return await self._give_back(action_id, claim_id, tool, outcome)
         action = to_action(action_id, tool, card, outcome, self._now_ms())
         await self._settle(action_id, card.kid, claim_id, action)
         decision(action_id, tool.name, "executed", outcome.reason or outcome.kind.value.upper(),
                  outcome=outcome.kind.value)
         return action
+
+    async def _give_back(self, action_id: str, claim_id: str, tool: Tool, outcome: Outcome) -> common_pb2.Action:
+        """Nothing reached the downstream: put the card back (READY, same token) and say when to try again."""
+        result = await self.store.release(action_id, claim_id)
+        decision(action_id, tool.name, "released", NOT_SENT, result=result)
+        where = address(tool)       # the caller and the refused log line name the tool and where it is
+        never = f"the request to {tool.name!r} at {where} was never sent ({outcome.message})"
+        named = {"tool": tool.name, "downstream": where}
+        if result == "ready":
+            self.audit.event(action_id, "released", reason="DOWNSTREAM_NOT_SENT")
+            raise Unavailable("DOWNSTREAM_NOT_SENT", f"{never}; nothing reached the downstream and the card is "
+                              "ready again: confirm the same token later", metadata=named,
+                              retry_after=NOT_SENT_RETRY_AFTER)
+        if result == "expired":
+            self.audit.event(action_id, "released", reason="DOWNSTREAM_NOT_SENT", expired=True)
+            raise Unavailable("DOWNSTREAM_NOT_SENT", f"{never}, and the card expired meanwhile: nothing reached "
+                              "the downstream; ask for a new card", metadata=named)
+        found = await self.store.peek(action_id)      # a reconciler holds it: where it stands now
+        if not isinstance(found, RunRecord):
+            raise Unavailable("DOWNSTREAM_NOT_SENT", never, metadata=named)
+        return open_action(self.keyring, action_id, found, replayed=True)
 
     def _recheck(self, registry: Registry, context: common_pb2.CallContext, card: Card) -> Tool | FailedPrecondition:
         """Policy again, against the registry in force at claim time (DESIGN §5)."""
@@ -205,6 +258,9 @@ class Executor:
 
     async def _settle(self, action_id: str, kid: str, claim_id: str, action: common_pb2.Action,
                       state: str = "") -> None:
+        # A record naming a key this sidecar does not list was changed by hand (the token's key is listed):
+        # its refusal is sealed with the active key, and readers find the record tampered either way.
+        kid = kid if kid in self.keyring.keys else self.keyring.active
         out, omac = seal_action(self.keyring, kid, action)
         state = state or ("unknown" if action.state == common_pb2.ACTION_STATE_UNKNOWN else "settled")
         self.audit.event(action_id, "settled", state=states.name(action.state),

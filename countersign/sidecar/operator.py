@@ -47,7 +47,7 @@ def _row(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> dict[str
     return {"action_id": action_id, "record_state": record.get("st", b"").decode(),
             "state": states.name(action.state) if action else
             record.get("st", b"").decode().upper(),
-            "tool": record.get("tool", b"").decode(),
+            "tool": record.get("tool", b"").decode(), "kid": record.get("kid", b"").decode(),
             "reason": (action.error.reason if action else "") or record.get("reason", b"").decode(),
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000)) if ms else "",
             "compensates": card.get("compensates", "")}
@@ -114,7 +114,7 @@ async def show(store: Store, keyring: Keyring, action_id: str, as_json: bool, ou
 
 
 async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, reason: str, operator: str,
-                  resource_id: str, out: TextIO = sys.stdout) -> int:
+                  resource_id: str, out: TextIO = sys.stdout, replay_ttl_ms: int = 86_400_000) -> int:
     if not is_action_id(action_id) or not reason.strip() or not operator.strip():
         print("resolve needs an action id, --reason and --operator", file=sys.stderr)
         return 2
@@ -141,7 +141,7 @@ async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, 
         action.error.reason, action.error.message = "RESOLVED_BY_OPERATOR", reason
     blob, omac = seal_action(keyring, kid, action)
     result = await store.resolve(action_id, blob, omac, action.error.reason,
-                                 "SUCCEEDED" if outcome == "succeeded" else "")
+                                 "SUCCEEDED" if outcome == "succeeded" else "", replay_ttl_ms)
     if result != "ok":
         print(f"action {action_id} is {result}: only unknown or needs-manual-review actions are resolved by hand",
               file=sys.stderr)

@@ -152,7 +152,7 @@ class Pipeline:
         claim_id = os.urandom(12).hex()
         with self.metrics.timed("claim"):
             found = await self.store.claim(action_id, binding, registry.denied_tools(context.role), claim_id,
-                                           self.timing.lease_ms, self.timing.replay_ms)
+                                           self.timing.lease_ms)
         tracing.annotate(action_id=action_id)
         if isinstance(found, Refused):
             self.metrics.claims.labels("other", found.why).inc()
@@ -196,7 +196,7 @@ class Pipeline:
         found = await self.store.peek(action_id)
         if found is None:
             raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its card expired")
-        cards.require_owner(self.keyring, found, context)
+        cards.require_owner(self.keyring, action_id, found, context)
         if isinstance(found, CardRecord):
             return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         action = open_action(self.keyring, action_id, found, replayed=False)

@@ -8,6 +8,8 @@
     either                unreadable     -> (a redirect, an "applied" without the receipt fields) the same:
                                             never a verdict; RECEIPT_INVALID review after the window
     no lookup declared                   -> NEEDS_MANUAL_REVIEW
+    tool not in this registry            -> left alone (counted): during a rolling registry change another
+                                            sidecar knows the tool and reconciles it
 
 The work of one action is claimed like a card (lua/reconcile_claim.lua), fenced by a claim id, so
 any number of sidecars may reconcile at once and one outcome is recorded.
@@ -28,7 +30,7 @@ from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.cards import open_card
 from countersign.sidecar.errors import CountersignError, DataLoss, InvalidArgument, NotFound
-from countersign.sidecar.execute import Executor, open_action, to_action
+from countersign.sidecar.execute import Executor, open_action, to_action, unknown_message
 from countersign.sidecar.observability.logs import decision
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.registry import Registry
@@ -36,6 +38,8 @@ from countersign.sidecar.store import ReconcileWork, RunRecord, Store
 from countersign.v1 import common_pb2
 
 log = logging.getLogger("countersign.reconcile")
+FOREIGN_DELAY_MS = 5_000   # an indexed action whose tool this registry lacks: when this sidecar looks again
+FOREIGN_MEMORY = 10_000    # at most this many remembered (forgotten all at once beyond: they are only re-checked)
 
 
 class Reconciler:
@@ -47,6 +51,9 @@ class Reconciler:
         self.registry, self.metrics, self.audit = registry, metrics, audit
         self.work_lease_ms, self.window_ms, self.lookup_deadline = work_lease_ms, window_ms, lookup_deadline
         self.backoff_ms = backoff_ms
+        # indexed actions whose tool this registry lacks -> when this sidecar looks at them again. Kept here, not
+        # in the shared index: pushing their due time would delay the sidecars that can reconcile them.
+        self._foreign_until: dict[str, int] = {}
 
     async def reconcile_rpc(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
         """Reconcile(A): the action's owner, or an admin in MAINTAIN mode, may ask."""
@@ -57,13 +64,18 @@ class Reconciler:
         if found is None:
             raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its records expired")
         if not (context.admin_context_id and context.admin_mode == common_pb2.ADMIN_MODE_MAINTAIN):
-            cards.require_owner(self.keyring, found, context)
+            cards.require_owner(self.keyring, action_id, found, context)
         if not isinstance(found, RunRecord):
             return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         return await self.reconcile(action_id)
 
     async def reconcile(self, action_id: str) -> common_pb2.Action:
         """One attempt; returns where the action stands afterwards."""
+        if self._foreign(await self.store.run_tool(action_id)):
+            found = await self.store.peek(action_id)
+            if not isinstance(found, RunRecord):
+                raise NotFound("ACTION_NOT_FOUND", "no such action")
+            return open_action(self.keyring, action_id, found, replayed=True)
         claim_id = "r" + os.urandom(11).hex()
         with self.metrics.timed("reconcile"):
             work = await self.store.reconcile_claim(action_id, claim_id, self.work_lease_ms)
@@ -77,8 +89,28 @@ class Reconciler:
             return open_action(self.keyring, action_id, found, replayed=True)
         return await self._resolve(action_id, claim_id, work)
 
+    def _foreign(self, tool: str) -> bool:
+        """A tool this sidecar's registry does not know (a rolling registry change): not ours to judge. Without
+        the tool there is no lookup, and "no lookup" would send another sidecar's action to manual review; so
+        it is left alone (unclaimed, untouched) for a sidecar that knows the tool, and counted."""
+        if not tool or tool in self.registry().tools:
+            return False
+        self.metrics.reconciliations.labels(self.metrics.tool(tool), "tool_not_in_registry").inc()
+        return True
+
     async def _resolve(self, action_id: str, claim_id: str, work: ReconcileWork) -> common_pb2.Action:
         now_ms = work.now_ms
+        if work.card.kid not in self.keyring.keys:
+            # Sealed with a key this sidecar does not list (removed here too early, or not yet distributed):
+            # it can neither verify the card nor seal a verdict others could read. Left to a sidecar that can.
+            self.metrics.reconciliations.labels(self.metrics.tool(work.card.tool), "key_not_listed").inc()
+            await self.store.reconcile_defer(action_id, claim_id, 0)      # due again at once, for the others
+            action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_UNKNOWN,
+                                       tool_name=work.card.tool, replayed=True)
+            action.error.reason = "KEY_NOT_IN_KEYS_FILE"    # the operator CLI's word for it too
+            action.error.message = unknown_message(f"This sidecar does not list key {work.card.kid[:32]!r}, which "
+                                                   "sealed the action; a sidecar that does will reconcile it")
+            return action
         try:
             card = open_card(self.keyring, action_id, work.card)
         except DataLoss:
@@ -160,7 +192,16 @@ class Reconciler:
     async def due(self, count: int = 200) -> None:
         """Reconcile the indexed actions that are due; drop the ones that settled meanwhile."""
         now_ms = int(time.time() * 1000)
-        for action_id in await self.store.open_due(now_ms, count):
+        self._foreign_until = {a: t for a, t in self._foreign_until.items() if t > now_ms}
+        if len(self._foreign_until) > FOREIGN_MEMORY:
+            self._foreign_until.clear()
+        # fetch past the foreign entries, so another sidecar's actions never crowd out this one's own
+        for action_id in await self.store.open_due(now_ms, count + len(self._foreign_until)):
+            if action_id in self._foreign_until:
+                continue
+            if self._foreign(await self.store.run_tool(action_id)):
+                self._foreign_until[action_id] = now_ms + FOREIGN_DELAY_MS
+                continue
             try:
                 action = await self.reconcile(action_id)
             except NotFound:
@@ -176,14 +217,17 @@ class Reconciler:
         cursor, ids = await self.store.scan_runs(cursor, count)
         now_ms = int(time.time() * 1000)
         states = await self.store.run_states(ids)
-        unknown = running = review = lapsed_count = 0
-        for action_id, (state, lease, due) in zip(ids, states, strict=True):
+        unknown = running = review = lapsed_count = foreign = 0
+        for action_id, (state, lease, due, tool) in zip(ids, states, strict=True):
             unknown += state == "unknown"
             running += state == "running"
             review += state == "review"
             lapsed = state == "running" and lease <= now_ms
             lapsed_count += lapsed
             if (state == "unknown" and due <= now_ms) or lapsed:
+                if self._foreign(tool):
+                    foreign += 1
+                    continue
                 try:
                     await self.reconcile(action_id)
                 except CountersignError as exc:
@@ -194,4 +238,5 @@ class Reconciler:
             self.metrics.actions.labels("running").set(running)
             self.metrics.actions.labels("needs_manual_review").set(review)
             self.metrics.actions.labels("lease_lapsed").set(lapsed_count)
+            self.metrics.actions.labels("tool_not_in_registry").set(foreign)
         return cursor

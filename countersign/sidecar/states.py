@@ -1,7 +1,7 @@
 r"""Action states: the protobuf enum mirrored once, with the transitions the Lua scripts enforce.
 
     (none) --issue--> READY --claim--> RUNNING --settle--> SUCCEEDED | FAILED
-                        |                 |  \--settle(unknown) / lease lapsed--> UNKNOWN
+                        |  <--release--   |  \--settle(unknown) / lease lapsed--> UNKNOWN
                         |                 |                                          |
                         +--reject--> REJECTED                     settle by the holder or the
                         +--TTL-----> EXPIRED (the card is gone)    reconciler --> SUCCEEDED | FAILED
@@ -10,8 +10,10 @@ r"""Action states: the protobuf enum mirrored once, with the transitions the Lua
     COMPENSATING / COMPENSATED / COMPENSATION_FAILED are not stored: they are derived from the
     inverse action's own record (compensate.py).
 
-A RUNNING record never goes back to READY: a claimed card is consumed (``lua/claim.lua``).
-Expiry is derived from the card's TTL, not stored.
+A claimed card goes back to READY only through ``lua/release.lua``, by the claim holder that never
+sent the request (its claim's WAIT was not acknowledged, or the downstream refused the connection);
+once a request may have left, never (model/: never_ready_after_send). Expiry is the card's TTL and
+its sealed ``expires_at_ms``, whichever comes first.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from countersign.v1 import common_pb2
 TRANSITIONS: dict[str, dict[str, str]] = {
     "ready": {"running": "claim.lua", "rejected": "reject.lua", "expired": "(card TTL)"},
     "running": {"settled": "settle.lua", "unknown": "settle.lua / claim.lua / peek.lua / reconcile_claim.lua "
-                "(lease lapsed)"},
+                "(lease lapsed)", "ready": "release.lua (the holder sent nothing: WAIT not met, NOT_SENT)"},
     "unknown": {"settled": "settle.lua (claim holder or reconciler)", "review": "settle.lua (reconciler)",
-                "unknown": "reconcile_defer.lua (ask again later)"},
+                "unknown": "reconcile_defer.lua (ask again later)",
+                "ready": "release.lua (the holder, whose lease lapsed, sent nothing)"},
     "review": {"settled": "resolve.lua (operator)"},
     "settled": {},
 }

@@ -62,6 +62,8 @@ class RunRecord:
     reason: str = ""
     binding: str = ""
     tool: str = ""
+    card: bytes = b""     # the sealed card it was claimed from: binding, key id and tool are checked against it
+    cmac: str = ""
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class AuditEvidence:
     indexed: bool                       # listed in the unresolved index (cs:{open})
 
 
+ID_KEY = "cs:id-key"      # the fingerprint of the id key the actions in this Redis were derived with
 OPEN_KEY = "cs:{open}"   # actions that may need reconciling, scored by when to look (one key: fine per deployment)
 
 
@@ -162,9 +165,9 @@ def _b(value: Any) -> bytes:
 
 
 def _run(reply: list[Any]) -> RunRecord:
-    # {"run", state, kid, out, omac, reason[, binding, tool]}
-    extra = [_s(v) for v in reply[6:8]] + ["", ""]
-    return RunRecord(_s(reply[1]), _s(reply[2]), _b(reply[3]), _s(reply[4]), _s(reply[5]), extra[0], extra[1])
+    # {"run", state, kid, out, omac, reason, binding, tool, card, cmac}
+    return RunRecord(_s(reply[1]), _s(reply[2]), _b(reply[3]), _s(reply[4]), _s(reply[5]), _s(reply[6]),
+                     _s(reply[7]), _b(reply[8]), _s(reply[9]))
 
 
 class Store:
@@ -183,7 +186,7 @@ class Store:
             name: client.register_script(
                 resources.files("countersign.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
             )
-            for name in ("issue", "claim", "settle", "reject", "peek",
+            for name in ("issue", "claim", "release", "settle", "reject", "peek",
                          "cont_open", "cont_claim", "cont_settle", "cont_release",
                          "reconcile_claim", "reconcile_defer", "audit", "resolve")
         }
@@ -251,11 +254,10 @@ class Store:
             self.observe(name, time.perf_counter() - start)
         return reply
 
-    async def _durable_script(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
-        """A transition the sidecar acts on: with --redis-wait-replicas, WAIT on the same connection
-        and refuse to act (UNAVAILABLE) when too few replicas acknowledged it (DESIGN §7)."""
+    async def _acknowledged(self, name: str, keys: list[str], args: list[Any]) -> tuple[list[Any], int]:
+        """Run a script; with --redis-wait-replicas, WAIT on the same connection: (reply, replicas that acked)."""
         if not self.wait_replicas:
-            return await self._script(name, keys, args)
+            return await self._script(name, keys, args), self.wait_replicas
         pipe = self.client.pipeline(transaction=False)
         await self._scripts[name](keys=keys, args=args, client=pipe)
         pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
@@ -265,11 +267,20 @@ class Store:
         finally:
             if self.observe is not None:
                 self.observe(name, time.perf_counter() - start)   # the script and its WAIT: one round trip
-        if int(acked) < self.wait_replicas:
-            raise Unavailable("REPLICAS_NOT_ACKNOWLEDGED",
-                              f"{acked} of {self.wait_replicas} replicas acknowledged the {name}; not acting on it")
-        result: list[Any] = reply
-        return result
+        return reply, int(acked)
+
+    def _not_acknowledged(self, name: str, acked: int) -> Unavailable:
+        return Unavailable("REPLICAS_NOT_ACKNOWLEDGED",
+                           f"{acked} of {self.wait_replicas} replicas acknowledged the {name}; not acting on it",
+                           retry_after=1.0)
+
+    async def _durable_script(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
+        """A transition the sidecar acts on: refused (UNAVAILABLE) when too few replicas acknowledged it
+        (DESIGN §7)."""
+        reply, acked = await self._acknowledged(name, keys, args)
+        if acked < self.wait_replicas:
+            raise self._not_acknowledged(name, acked)
+        return reply
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -287,19 +298,29 @@ class Store:
         return _run(reply)
 
     async def claim(
-        self, action_id: str, binding: str, denied: str, claim_id: str, lease_ms: int, run_ttl_ms: int
+        self, action_id: str, binding: str, denied: str, claim_id: str, lease_ms: int
     ) -> CardRecord | RunRecord | Refused:
-        """ready -> running. A CardRecord means the caller won and must settle."""
-        reply = await self._durable_script(
-            "claim", [card_key(action_id), run_key(action_id)],
-            [binding, denied, claim_id, lease_ms, run_ttl_ms],
-        )
+        """ready -> running. A CardRecord means the caller won and must settle (or release).
+
+        A claim too few replicas acknowledged is not acted on: a won one is given back at once (release.lua),
+        so the card is READY again and the same token can be confirmed when the replicas answer."""
+        keys = [card_key(action_id), run_key(action_id)]
+        reply, acked = await self._acknowledged("claim", keys, [binding, denied, claim_id, lease_ms])
         kind = _s(reply[0])
+        if acked < self.wait_replicas:
+            if kind == "won":
+                await self._script("release", keys, [claim_id])
+            raise self._not_acknowledged("claim", acked)
         if kind == "won":
             return CardRecord(_s(reply[1]), _s(reply[2]), _b(reply[3]), _s(reply[4]), binding)
         if kind == "run":
             return _run(reply)
         return Refused(kind, _s(reply[1]) if len(reply) > 1 else "")
+
+    async def release(self, action_id: str, claim_id: str) -> str:
+        """running -> ready by the claim holder that never sent the request: ready, expired or lost."""
+        reply = await self._script("release", [card_key(action_id), run_key(action_id)], [claim_id])
+        return _s(reply[0])
 
     async def settle(
         self, action_id: str, claim_id: str, state: str, out: bytes, omac: str, reason: str,
@@ -363,7 +384,8 @@ class Store:
         reply = await self._script("cont_claim", [cont_key(action_id), run_key(action_id)], [binding, lease_ms])
         kind = _s(reply[0])
         if kind == "won":
-            run = RunRecord("settled", _s(reply[5]), _b(reply[6]), _s(reply[7]))
+            run = RunRecord("settled", _s(reply[5]), _b(reply[6]), _s(reply[7]), binding=_s(reply[8]),
+                            tool=_s(reply[9]), card=_b(reply[10]), cmac=_s(reply[11]))
             return ContRecord("won", _s(reply[1]), _b(reply[2]), _s(reply[3]), _s(reply[4]), run=run)
         if kind == "settled":
             return ContRecord("settled", _s(reply[1]), _b(reply[2]), _s(reply[3]), _s(reply[4]),
@@ -418,6 +440,11 @@ class Store:
             return _run(reply)
         return kind
 
+    async def run_tool(self, action_id: str) -> str:
+        """The tool of an action's run record ("" when there is none); read-only."""
+        tool = await self._call(self.client.hget(run_key(action_id), "tool"))
+        return _s(tool) if tool is not None else ""
+
     async def reconcile_defer(self, action_id: str, claim_id: str, delay_ms: int) -> str:
         reply = await self._script("reconcile_defer", [run_key(action_id)], [claim_id, delay_ms])
         return _s(reply[0])
@@ -443,15 +470,15 @@ class Store:
         nxt, keys = await self._call(self.client.scan(cursor=cursor, match="cs:{*}:run", count=count))
         return int(nxt), [_s(k)[4:-5] for k in keys]
 
-    async def run_states(self, action_ids: list[str]) -> list[tuple[str, int, int]]:
-        """(state, lease ms, next reconcile ms) of each run record, in one round trip."""
+    async def run_states(self, action_ids: list[str]) -> list[tuple[str, int, int, str]]:
+        """(state, lease ms, next reconcile ms, tool) of each run record, in one round trip."""
         if not action_ids:
             return []
         pipe = self.client.pipeline(transaction=False)
         for action_id in action_ids:
-            pipe.hmget(run_key(action_id), "st", "lease", "rdue")
+            pipe.hmget(run_key(action_id), "st", "lease", "rdue", "tool")
         rows = await self._call(pipe.execute())
-        return [(_s(st or b""), int(lease or 0), int(due or 0)) for st, lease, due in rows]
+        return [(_s(st or b""), int(lease or 0), int(due or 0), _s(tool or b"")) for st, lease, due, tool in rows]
 
     # -- audit chains and operator resolution ----------------------------------------------------
 
@@ -519,7 +546,18 @@ class Store:
         raw: dict[bytes, bytes] = await self._call(self.client.hgetall(run_key(action_id)))
         return {_s(k): v for k, v in raw.items()}
 
-    async def resolve(self, action_id: str, out: bytes, omac: str, reason: str, receipt_status: str) -> str:
+    async def resolve(self, action_id: str, out: bytes, omac: str, reason: str, receipt_status: str,
+                      run_ttl_ms: int) -> str:
+        """unknown|review -> settled by an operator; the record then gets the replay TTL."""
         reply = await self._script("resolve", [run_key(action_id), cont_key(action_id)],
-                                   [out, omac, reason, receipt_status])
+                                   [out, omac, reason, receipt_status, run_ttl_ms])
         return "ok" if _s(reply[0]) == "ok" else _s(reply[1])
+
+    # -- the id key ----------------------------------------------------------------------------
+
+    async def pin_id_key(self, fingerprint: str) -> str:
+        """The id key's fingerprint every sidecar on this Redis must share: the first one to start records its
+        own; later ones read it back."""
+        await self._call(self.client.set(ID_KEY, fingerprint, nx=True))   # (SET NX GET needs Redis 7)
+        pinned = await self._call(self.client.get(ID_KEY))
+        return fingerprint if pinned is None else _s(pinned)

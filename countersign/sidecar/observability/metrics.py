@@ -23,12 +23,13 @@ REASONS = frozenset({
     "ACTION_NOT_FOUND", "ADMIN_READONLY", "ARGS_INVALID", "CONFIRMATION_BINDING_MISMATCH", "CONFIRMATION_EXPIRED",
     "CONFIRMATION_TAMPERED", "CONFIRMATION_TOKEN_INVALID", "CONTINUATION_NOT_CLAIMED", "CONTINUATION_NOT_FOUND",
     "CONTINUATION_NOT_READY", "CONTINUATION_TOKEN_INVALID", "DOWNSTREAM_ANSWER_INVALID",
-    "DOWNSTREAM_CONNECTION_LOST", "DOWNSTREAM_REDIRECT", "DOWNSTREAM_TIMEOUT", "DOWNSTREAM_UNAVAILABLE",
-    "NOT_APPLIED", "NOT_COMPENSABLE", "NOT_SENT", "NO_COMPENSATION", "OVERLOADED", "POLICY_CHANGED",
-    "PREPARED_ARGS_INVALID", "PREPARED_VERSION_INVALID", "RECEIPT_INVALID", "RECORD_TAMPERED",
-    "REPLICAS_NOT_ACKNOWLEDGED", "REPLY_TOO_LARGE", "REQUEST_INVALID", "RESOURCE_VERSION_CONFLICT",
-    "RESOURCE_VERSION_INVALID", "ROLE_NOT_ALLOWED", "SESSION_MODE_FORBIDS", "STORE_UNAVAILABLE",
-    "SUBJECT_NOT_ALLOWED", "TOOL_CONFIRMATION_REQUIRED", "TOOL_NOT_FOUND", "URL_UNSAFE",
+    "DOWNSTREAM_CONNECTION_LOST", "DOWNSTREAM_NOT_SENT", "DOWNSTREAM_REDIRECT", "DOWNSTREAM_TIMEOUT",
+    "DOWNSTREAM_UNAVAILABLE", "KEY_NOT_IN_KEYS_FILE", "NOT_APPLIED", "NOT_COMPENSABLE", "NOT_SENT",
+    "NO_COMPENSATION", "OVERLOADED", "POLICY_CHANGED", "PREPARED_ARGS_INVALID", "PREPARED_VERSION_INVALID",
+    "RECEIPT_INVALID", "RECORD_TAMPERED", "REPLICAS_NOT_ACKNOWLEDGED", "REPLY_TOO_LARGE", "REQUEST_INVALID",
+    "REQUEST_NOT_BUILDABLE", "RESOURCE_VERSION_CONFLICT", "RESOURCE_VERSION_INVALID", "ROLE_NOT_ALLOWED",
+    "SESSION_MODE_FORBIDS", "STORE_UNAVAILABLE", "SUBJECT_NOT_ALLOWED", "TOOL_CONFIRMATION_REQUIRED",
+    "TOOL_NOT_FOUND", "URL_UNSAFE",
 })
 
 # Sub-millisecond decisions up to multi-second downstream calls.
@@ -43,7 +44,9 @@ PRECREATED_REASONS = ("OVERLOADED", "STORE_UNAVAILABLE")   # refusals an alert m
 CLAIM_RESULTS = ("won", "running", "replayed", "tampered")
 REFUSED_CLAIMS = ("expired", "forbidden", "role")
 COMPENSATION_RESULTS = ("compensated", "failed", "unknown")
-RECONCILE_RESULTS = ("succeeded", "failed", "not_applied", "still_unknown", "manual_review")
+EXECUTION_OUTCOMES = ("succeeded", "failed", "unknown", "not_sent")    # not_sent: the card was given back
+RECONCILE_RESULTS = ("succeeded", "failed", "not_applied", "still_unknown", "manual_review", "key_not_listed")
+ACTION_STATES = ("running", "unknown", "lease_lapsed", "needs_manual_review", "tool_not_in_registry")
 
 
 class _Off:
@@ -126,7 +129,7 @@ class Metrics:
         series is scraped at 0 before the event, and the event is an increase.
         """
         for tool in (*sorted(tools), "other"):
-            for outcome in ("succeeded", "failed", "unknown"):
+            for outcome in EXECUTION_OUTCOMES:
                 self.executions.labels(tool, outcome)
             for source in ("confirm", "invoke"):
                 self.replay_hits.labels(tool, source)
@@ -142,11 +145,12 @@ class Metrics:
                 self.invocations.labels(tool, kind, decision)
         for result in REFUSED_CLAIMS:                       # refused before the tool is known
             self.claims.labels("other", result)
+        self.reconciliations.labels("other", "tool_not_in_registry")   # a tool this registry lacks is "other"
         for rpc in RPCS:
             self.fail_closed.labels(rpc)
             for reason in PRECREATED_REASONS:
                 self.refusals.labels(rpc, reason)
-        for state in ("running", "unknown", "lease_lapsed", "needs_manual_review"):
+        for state in ACTION_STATES:
             self.actions.labels(state)
         for verdict in ("passed", "replaced"):
             self.guard.labels(verdict)

@@ -7,8 +7,9 @@
      ├── PermissionDenied       PERMISSION_DENIED: ROLE_NOT_ALLOWED, CONFIRMATION_BINDING_MISMATCH, ...
      ├── FailedPrecondition     FAILED_PRECONDITION: POLICY_CHANGED, CONTINUATION_NOT_READY, a downstream's own reason
      ├── DataLoss               DATA_LOSS: CONFIRMATION_TAMPERED, RECORD_TAMPERED
-     ├── Unavailable            UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE, or no sidecar at all
-     │                           (retryable: every sidecar RPC is safe to repeat)
+     ├── Unavailable            UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE, DOWNSTREAM_NOT_SENT and
+     │                           REPLICAS_NOT_ACKNOWLEDGED (the card is READY again; .retry_after), or no sidecar
+     │                           at all (retryable: every sidecar RPC is safe to repeat)
      └── ResourceExhausted      RESOURCE_EXHAUSTED: OVERLOADED, with .retry_after from google.rpc.RetryInfo
                                  (retryable); a message over the size limit has reason "" and is not retryable
 
