@@ -50,6 +50,12 @@ SERVICES = (
 )
 
 
+# Calls that only read or write Redis, never a downstream: their own lane at the gate, so a caller's slow calls
+# (Invoke, Confirm, Compensate, Reconcile wait on a downstream) never shed its status calls.
+QUICK = frozenset({"GetAction", "Reject", "OpenContinuation", "ClaimContinuation", "SettleContinuation",
+                   "ReleaseContinuation", "CheckReply"})
+
+
 def rich_status(error: CountersignError) -> grpc.Status:
     """The status with its details, kept well under the trailer limits of every client (8 KiB)."""
     status = status_pb2.Status(code=error.code.value[0], message=error.message[:1000])
@@ -73,8 +79,17 @@ def rich_status(error: CountersignError) -> grpc.Status:
     return rpc_status.to_status(status)
 
 
+def caller_of(request: Any, context: Ctx) -> tuple[str, str]:
+    """Whom a call is for, for the gate's fair shares: tenant and actor of its CallContext, else its peer."""
+    call = getattr(request, "context", None)
+    if call is not None and call.tenant_id and call.actor_id:
+        return call.tenant_id[:256], call.actor_id[:256]
+    return "", str(context.peer())
+
+
 def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
     """Map the error tree to statuses; count fail-closed refusals; never leak a stack trace."""
+    quick = name in QUICK
 
     def wrap(handler: Handler[R]) -> Handler[R]:
         @functools.wraps(handler)
@@ -82,7 +97,8 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
             metrics: Metrics = self.metrics
             gate: Gate = self.gate
             try:
-                gate.admit()        # before any work, the span included: shedding must stay cheap
+                # before any work, the span included: shedding must stay cheap
+                lane = gate.admit(caller_of(request, context), quick)
             except ResourceExhausted as shed:
                 metrics.refusals.labels(name, shed.reason).inc()
                 await context.abort_with_status(rich_status(shed))
@@ -114,7 +130,7 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
                         await context.abort_with_status(rpc_status.to_status(status))
                         raise AssertionError("unreachable") from None
             finally:
-                gate.release()
+                gate.release(lane)
             await context.abort_with_status(rich_status(error))
             raise AssertionError("unreachable")  # abort_with_status raises
 
