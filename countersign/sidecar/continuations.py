@@ -37,6 +37,7 @@ STATES = {"pending": continuation_pb2.CONTINUATION_STATE_PENDING,
           "settled": continuation_pb2.CONTINUATION_STATE_SETTLED}
 VERDICTS = {False: guard_pb2.GUARD_VERDICT_PASSED, True: guard_pb2.GUARD_VERDICT_REPLACED}
 MAX_REPLY_BYTES = 64 * 1024
+MAX_SNAPSHOT_BYTES = 64 * 1024
 
 
 def request_key(keyring: Keyring, context: common_pb2.CallContext) -> str:
@@ -84,6 +85,9 @@ class Continuations:
         kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
         binding = cards.binding_of(self.keyring, found, context)
         snap = canonical(json_format.MessageToDict(snapshot, preserving_proto_field_name=True))
+        if len(snap) > MAX_SNAPSHOT_BYTES:    # what a tenant may keep is counted in records: each is bounded
+            raise InvalidArgument("SNAPSHOT_TOO_LARGE", f"the snapshot is larger than {MAX_SNAPSHOT_BYTES} bytes "
+                                  "as JSON; send the question and a short lead-in, not the conversation")
         request = request_key(self.keyring, context)
         mac = self._mac(kid, action_id, binding, snap, request)
         record = await self.store.cont_open(action_id, binding, kid, snap, request, mac, self.ttl_ms)

@@ -3,7 +3,8 @@
     CountersignError                    (reason, grpc code; the reason is also the metric label
      │                                   and the google.rpc.ErrorInfo reason, domain "countersign")
      ├── InvalidArgument                INVALID_ARGUMENT: ARGS_INVALID (with field violations),
-     │                                   CONFIRMATION_TOKEN_INVALID, REQUEST_INVALID
+     │                                   CONFIRMATION_TOKEN_INVALID, REQUEST_INVALID,
+     │                                   SNAPSHOT_TOO_LARGE
      ├── NotFound                       NOT_FOUND: TOOL_NOT_FOUND, CONFIRMATION_EXPIRED, ACTION_NOT_FOUND
      ├── PermissionDenied               PERMISSION_DENIED: ROLE_NOT_ALLOWED, ADMIN_READONLY,
      │                                   SUBJECT_NOT_ALLOWED, SESSION_MODE_FORBIDS,
@@ -13,7 +14,9 @@
      ├── DataLoss                       DATA_LOSS: CONFIRMATION_TAMPERED, RECORD_TAMPERED
      ├── Unavailable                    UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE,
      │                                   REPLICAS_NOT_ACKNOWLEDGED
-     └── ResourceExhausted              RESOURCE_EXHAUSTED: OVERLOADED (more calls in flight than allowed)
+     └── ResourceExhausted              RESOURCE_EXHAUSTED: OVERLOADED (more calls in flight than allowed,
+                                         and the caller holds more than its share), QUOTA_EXCEEDED (the
+                                         tenant keeps as many records in Redis as --tenant-quota allows)
 
 Stages raise these; only the server turns them into a status. Nothing else is allowed to
 reach a caller as INTERNAL for bad input.

@@ -114,6 +114,11 @@ def request_key(request: str) -> str:
     return f"cs:req:{{{request}}}"
 
 
+def quota_key(tenant: str) -> str:
+    """What one tenant keeps, for its quota (a keyed hash of the tenant id as its own hash tag)."""
+    return f"cs:quota:{{{tenant}}}"
+
+
 def _host_port(node: str) -> tuple[str, int]:
     host, _, port = node.rpartition(":")
     return (host or node), int(port or 6379)
@@ -162,7 +167,7 @@ class Store:
             )
             for name in ("issue", "claim", "settle", "reject", "peek",
                          "cont_open", "cont_claim", "cont_settle", "cont_release",
-                         "reconcile_claim", "reconcile_defer", "audit", "resolve")
+                         "reconcile_claim", "reconcile_defer", "audit", "resolve", "quota")
         }
 
     @classmethod
@@ -365,6 +370,18 @@ class Store:
     async def recall(self, request: str) -> list[bytes]:
         entries: list[bytes] = await self._call(self.client.lrange(request_key(request), 0, -1))
         return entries
+
+    # -- the tenant's quota (its own slot: one more round trip, and it runs on Cluster) ------------
+
+    async def quota(self, tenant: str, members: list[str], cap: int, ttl_ms: int) -> tuple[bool, int, int]:
+        """Count members against the tenant's cap: (counted, members held, ms when the oldest stops counting).
+        Not counted: nothing changed (the caller stores nothing either)."""
+        reply = await self._script("quota", [quota_key(tenant)], [cap, ttl_ms, *members])
+        return _s(reply[0]) == "ok", int(reply[1]), int(reply[2]) if len(reply) > 2 else 0
+
+    async def quota_forget(self, tenant: str, members: list[str]) -> None:
+        """Stop counting members whose records were never stored (a prepare refused: no card)."""
+        await self._call(self.client.zrem(quota_key(tenant), *members))
 
     # -- reconciliation ------------------------------------------------------------------------
 

@@ -1,0 +1,89 @@
+"""Per-tenant quota of stored state (issue 11, item 16): one tenant cannot fill Redis for everyone.
+
+A real sidecar, real Redis, the real todo service. The cap counts what a tenant keeps in Redis: actions (a card,
+then its run record and continuation) and turns (the list of a turn's read facts and proposed actions).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import grpc
+import pytest
+import redis
+from conftest import Stack, ctx, error_info
+
+from countersign.v1 import gateway_pb2
+
+
+def turn() -> str:
+    return uuid.uuid4().hex
+
+
+def test_a_tenant_beyond_its_cap_gets_quota_exceeded_nothing_is_stored_and_another_tenant_is_unaffected(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COUNTERSIGN_TENANT_QUOTA", "3")
+    sidecar = stack.start_sidecar()
+    r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
+    greedy = {"tenant_id": "greedy-" + turn()}
+    try:
+        stub = stack.stub(sidecar.info["grpc"])
+
+        def invoke(tool: str, args: dict[str, str], **context: str) -> gateway_pb2.InvokeResponse:
+            return stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(**context), tool_name=tool,
+                                                         arguments_json=json.dumps(args)), timeout=10)
+
+        rid = turn()
+        first = stack.card(stub, request_id=rid, title="一", **greedy)          # an action and a turn: 2
+        assert invoke("list_todos", {}, request_id=rid, **greedy).result.tool_name == "list_todos"  # same turn
+        stack.card(stub, request_id=rid, title="二", **greedy)                  # another action: 3
+        again = stack.card(stub, request_id=rid, title="一", **greedy)
+        assert again.action_id == first.action_id, "the same call in the same turn still gets its card"
+        before = sorted(r.keys("*"))
+        for refused in (lambda: invoke("create_todo", {"title": "三"}, request_id=rid, **greedy),
+                        lambda: invoke("list_todos", {}, request_id=turn(), **greedy)):
+            with pytest.raises(grpc.RpcError) as info:
+                refused()
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert error_info(info.value).reason == "QUOTA_EXCEEDED"
+            assert "--tenant-quota" in (info.value.details() or "")
+        assert sorted(r.keys("*")) == before, "a refused call stores nothing"
+        other = stack.card(stub, request_id=turn(), title="三", tenant_id="modest-" + turn())
+        assert other.action_id, "another tenant is unaffected"
+    finally:
+        sidecar.stop()
+
+
+def test_a_refused_prepare_keeps_nothing_and_counts_nothing(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COUNTERSIGN_TENANT_QUOTA", "2")
+    sidecar = stack.start_sidecar()
+    tenant = {"tenant_id": "refused-" + turn()}
+    try:
+        stub = stack.stub(sidecar.info["grpc"])
+        rid = turn()
+        for n in range(3):   # the todo service refuses a due date in the past at prepare: no card
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Invoke(gateway_pb2.InvokeRequest(
+                    context=ctx(request_id=rid, **tenant), tool_name="create_todo",
+                    arguments_json=json.dumps({"title": f"过去 {n}", "dueAt": "2020-01-01T00:00:00+08:00"})))
+            assert error_info(info.value).reason == "TODO_DUE_AT_SUSPICIOUS"
+        assert stack.card(stub, request_id=rid, title="现在", **tenant).action_id, \
+            "three refused prepares did not use up the cap of 2 (one action, one turn)"
+    finally:
+        sidecar.stop()
+
+
+def test_a_continuation_snapshot_is_bounded_so_the_cap_bounds_bytes_too(stack: Stack) -> None:
+    from countersign.v1 import continuation_pb2, continuation_pb2_grpc
+
+    card = stack.card(request_id=turn(), title="快照上限")
+    conts = continuation_pb2_grpc.ContinuationServiceStub(grpc.insecure_channel(stack.address))
+    huge = continuation_pb2.ContinuationSnapshot(question="问" * 40_000, locale="zh-CN")
+    with pytest.raises(grpc.RpcError) as info:
+        conts.OpenContinuation(continuation_pb2.OpenContinuationRequest(context=ctx(), action_id=card.action_id,
+                                                                        snapshot=huge))
+    assert (info.value.code(), error_info(info.value).reason) == (grpc.StatusCode.INVALID_ARGUMENT,
+                                                                 "SNAPSHOT_TOO_LARGE")
+    r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
+    assert not r.exists(f"cs:{{{card.action_id}}}:cont"), "nothing was stored"
