@@ -76,6 +76,7 @@ class Sidecar:
         pending = list(self.pipeline.executor.background)
         if pending:
             await asyncio.wait(pending, timeout=self.settings.grace)
+        await self.pipeline.quota.drain(self.settings.grace)
         await self.pipeline.audit.drain(self.settings.grace)
         for adapter in self.adapters.values():
             await adapter.close()

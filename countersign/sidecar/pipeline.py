@@ -26,13 +26,13 @@ from countersign.sidecar.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
-    ResourceExhausted,
     Unavailable,
 )
 from countersign.sidecar.execute import Executor, Timing, open_action, seal_action
 from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.logs import decision
 from countersign.sidecar.observability.metrics import Metrics
+from countersign.sidecar.quota import Quota
 from countersign.sidecar.reconcile import Reconciler
 from countersign.sidecar.registry import Capability, Registry
 from countersign.sidecar.reply_guard import ReplyGuard
@@ -49,7 +49,7 @@ class Pipeline:
                  continuation_lease_ms: int, reconcile_window_ms: int = 600_000, audit_ttl_ms: int = 30 * 86_400_000,
                  tenant_quota: int = 100_000, clock: Callable[[], float] = time.time) -> None:
         self.registry = registry
-        self.tenant_quota = tenant_quota
+        self.quota = Quota(store, tenant_quota, timing.replay_ms)
         self.store, self.keyring, self.adapters = store, keyring, adapters
         self.timing, self.confirm_ttl_ms, self.max_wait = timing, confirm_ttl_ms, max_wait
         self.metrics, self.clock = metrics, clock
@@ -117,7 +117,7 @@ class Pipeline:
                                                  self.timing.downstream_deadline)
         except CountersignError:
             with contextlib.suppress(CountersignError):   # the refusal is the answer, whatever Redis does now
-                await self.store.quota_forget(tenant, ["a:" + action_id])    # no card: the action keeps nothing
+                await self.quota.forget(tenant, ["a:" + action_id])    # no card: the action keeps nothing
             raise
         record = cards.seal(
             self.keyring, action_id=action_id,
@@ -142,17 +142,8 @@ class Pipeline:
         """Count what this call would keep against the tenant's cap, before anything is stored (QUOTA_EXCEEDED).
         Returns the tenant's quota id."""
         tenant = self.keyring.derived_id("quota", context.tenant_id)
-        with self.metrics.timed("quota"):
-            counted, held, first_gone_ms = await self.store.quota(tenant, members, self.tenant_quota,
-                                                                  self.timing.replay_ms)
-        if counted:
-            return tenant
-        wait = max(0.0, first_gone_ms / 1000 - self.clock())
-        raise ResourceExhausted(
-            "QUOTA_EXCEEDED", f"this tenant keeps {held} records in the sidecar's store (actions and turns, "
-            f"each counted for --replay-ttl), as many as --tenant-quota allows ({self.tenant_quota}); nothing "
-            f"was stored. The oldest stops counting in {wait:.0f} s", metadata={"cap": str(self.tenant_quota)},
-            retry_after=wait)
+        await self.quota.take(tenant, members)
+        return tenant
 
     def _existing(self, action_id: str, found: CardRecord | RunRecord, label: str) -> gateway_pb2.InvokeResponse:
         """The same call in the same turn: the same card, or the settled outcome."""

@@ -373,10 +373,11 @@ class Store:
 
     # -- the tenant's quota (its own slot: one more round trip, and it runs on Cluster) ------------
 
-    async def quota(self, tenant: str, members: list[str], cap: int, ttl_ms: int) -> tuple[bool, int, int]:
-        """Count members against the tenant's cap: (counted, members held, ms when the oldest stops counting).
-        Not counted: nothing changed (the caller stores nothing either)."""
-        reply = await self._script("quota", [quota_key(tenant)], [cap, ttl_ms, *members])
+    async def quota(self, tenant: str, stored: list[str], members: list[str], cap: int,
+                    ttl_ms: int) -> tuple[bool, int, int]:
+        """Count what a tenant keeps: the stored members always, the new ones only within the cap.
+        Returns (counted, members held, ms when the oldest stops counting); not counted: they were not added."""
+        reply = await self._script("quota", [quota_key(tenant)], [cap, ttl_ms, len(stored), *stored, *members])
         return _s(reply[0]) == "ok", int(reply[1]), int(reply[2]) if len(reply) > 2 else 0
 
     async def quota_forget(self, tenant: str, members: list[str]) -> None:
