@@ -10,6 +10,8 @@
      │                                   SUBJECT_NOT_ALLOWED, SESSION_MODE_FORBIDS,
      │                                   CONFIRMATION_BINDING_MISMATCH
      ├── FailedPrecondition             FAILED_PRECONDITION: TOOL_CONFIRMATION_REQUIRED, POLICY_CHANGED,
+     │                                   CONTINUATION_NOT_READY, CONTINUATION_NOT_CLAIMED,
+     │                                   CONTINUATION_LEASE_LOST,
      │                                   a prepare refusal's own reason (e.g. TODO_DUE_AT_SUSPICIOUS)
      ├── DataLoss                       DATA_LOSS: CONFIRMATION_TAMPERED, RECORD_TAMPERED
      ├── Unavailable                    UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE,

@@ -241,13 +241,13 @@ class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):
     async def SettleContinuation(self, request: continuation_pb2.SettleContinuationRequest,
                                  context: Ctx) -> continuation_pb2.SettleContinuationResponse:
         return continuation_pb2.SettleContinuationResponse(continuation=await self.continuations.settle(
-            request.context, request.token, request.reply_text))
+            request.context, request.token, request.reply_text, request.claim_id))
 
     @rpc("ReleaseContinuation")
     async def ReleaseContinuation(self, request: continuation_pb2.ReleaseContinuationRequest,
                                   context: Ctx) -> continuation_pb2.ReleaseContinuationResponse:
         return continuation_pb2.ReleaseContinuationResponse(continuation=await self.continuations.release(
-            request.context, request.token))
+            request.context, request.token, request.claim_id))
 
 
 class ReplyGuardServicer(guard_pb2_grpc.ReplyGuardServiceServicer):
