@@ -26,6 +26,7 @@ from countersign.sidecar.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unavailable,
 )
 from countersign.sidecar.execute import Executor, Timing, open_action, seal_action
@@ -109,6 +110,12 @@ class Pipeline:
         if tool.intent_scope != "none":
             existing = await self.store.peek(action_id)
             if existing is not None:
+                if tool.intent_scope == "session":
+                    # found from another turn, maybe: that turn's reply may speak of it (the guard reads the
+                    # turn's actions); over the quota it is still answered, only not remembered
+                    with contextlib.suppress(ResourceExhausted):
+                        await self._quota(context, ["r:" + turn])
+                        await self.store.remember(turn, action_entry(action_id), self.timing.replay_ms)
                 return self._existing(action_id, existing, label)
         tenant = await self._quota(context, ["a:" + action_id, "r:" + turn])
         try:
