@@ -6,6 +6,7 @@ then its run record and continuation) and turns (the list of a turn's read facts
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -167,3 +168,34 @@ def test_two_sidecars_sharing_a_tenant_keep_it_near_its_cap(
     assert held == 2 * issued, "every stored action and turn is counted"
     # each sidecar hears of the other's batched admissions within about 100 ms; they batch only below 30
     assert 60 <= held <= 66, f"{held} records: the cap is 60"
+
+
+def test_thirty_invokes_of_one_tenant_at_once_never_take_it_over_its_cap(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COUNTERSIGN_TENANT_QUOTA", "20")
+    r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
+    tenant = "racing-" + turn()
+    sidecar = stack.start_sidecar()
+    try:
+        assert _fill(stack.stub(sidecar.info["grpc"]), tenant, 1) == (1, 0)   # the count is heard: batched path
+
+        async def race() -> list[str]:
+            async with grpc.aio.insecure_channel(sidecar.info["grpc"]) as channel:
+                stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+
+                async def one(n: int) -> str:
+                    try:
+                        await stub.Invoke(gateway_pb2.InvokeRequest(
+                            context=ctx(tenant_id=tenant, request_id=turn()), tool_name="create_todo",
+                            arguments_json=json.dumps({"title": f"同时 {n}"})), timeout=20)
+                        return "card"
+                    except grpc.aio.AioRpcError as exc:
+                        return error_info(exc).reason
+                return await asyncio.gather(*(one(n) for n in range(30)))
+
+        outcomes = asyncio.run(race())
+        time.sleep(0.2)
+    finally:
+        sidecar.stop()
+    assert outcomes.count("card") == 9 and outcomes.count("QUOTA_EXCEEDED") == 21, outcomes
+    assert max(_zcard(r).values()) == 20
