@@ -38,15 +38,16 @@ def _serve_busy(gate_of: list[Gate], use_channelz: bool, ready: threading.Event,
         gate_of.append(gate)
 
         async def work(request: bytes, context: grpc.aio.ServicerContext) -> bytes:  # type: ignore[type-arg]
+            caller = dict(context.invocation_metadata() or ()).get("caller", "")
             try:
-                gate.admit()
+                lane = gate.admit(("t", str(caller)))
             except ResourceExhausted as shed:
                 await context.abort_with_status(rich_status(shed))
             try:
                 time.sleep(hold_s)  # the point: a loop with no time to accept calls
                 return b"done"
             finally:
-                gate.release()
+                gate.release(lane)
 
         handler = grpc.unary_unary_rpc_method_handler(work)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Busy", {"Work": handler}),))
@@ -59,7 +60,8 @@ def _serve_busy(gate_of: list[Gate], use_channelz: bool, ready: threading.Event,
     asyncio.run(main())
 
 
-def _flood(use_channelz: bool, calls: int = 12, limit: int = 2, hold_s: float = 0.15) -> list[str]:
+def _flood(use_channelz: bool, calls: int = 12, limit: int = 2, hold_s: float = 0.15,
+           callers: list[str] | None = None) -> list[str]:
     gates: list[Gate] = []
     ready, stop, port = threading.Event(), threading.Event(), []
     thread = threading.Thread(target=_serve_busy, args=(gates, use_channelz, ready, stop, port, hold_s, limit))
@@ -69,7 +71,8 @@ def _flood(use_channelz: bool, calls: int = 12, limit: int = 2, hold_s: float = 
         with grpc.insecure_channel(f"127.0.0.1:{port[0]}") as channel:
             grpc.channel_ready_future(channel).result(timeout=10)
             work = channel.unary_unary(METHOD)
-            futures = [work.future(b"", timeout=30) for _ in range(calls)]
+            futures = [work.future(b"", timeout=30, metadata=(("caller", c),))
+                       for c in (callers or ["a"] * calls)]
             outcomes = []
             for f in futures:
                 try:
@@ -143,6 +146,15 @@ def test_calls_waiting_inside_grpc_are_counted_and_shed() -> None:
     # the first call holds the loop; the other 11 wait in gRPC core meanwhile, and the gate sees them
     assert outcomes.count("shed") >= 8, outcomes
     assert 1 <= outcomes.count("served") <= 4, outcomes
+
+
+def test_another_callers_call_behind_that_backlog_is_served() -> None:
+    """Caller A's eleven calls wait inside gRPC behind a busy loop, B's one call among them (sixth). The gate sheds
+    A's backlog as before, and serves B's call: A's backlog is A's, not B's. (With one caller, the sixth call is
+    shed: see the test above.)"""
+    outcomes = _flood(use_channelz=True, callers=["a"] * 5 + ["b"] + ["a"] * 6)
+    assert outcomes[5] == "served", outcomes
+    assert (outcomes[:5] + outcomes[6:]).count("shed") >= 7, outcomes
 
 
 def test_a_count_of_running_handlers_alone_never_sees_that_backlog() -> None:
