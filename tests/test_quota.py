@@ -16,6 +16,8 @@ import pytest
 import redis
 from conftest import Stack, ctx, error_info
 
+from countersign.sidecar.actions import Keyring
+from countersign.sidecar.store import quota_key
 from countersign.v1 import gateway_pb2, gateway_pb2_grpc
 
 
@@ -102,8 +104,11 @@ def test_a_continuation_snapshot_is_bounded_so_the_cap_bounds_bytes_too(stack: S
     assert not r.exists(f"cs:{{{card.action_id}}}:cont"), "nothing was stored"
 
 
-def _zcard(r: redis.Redis) -> dict[bytes, int]:
-    return {k: r.zcard(k) for k in r.keys("cs:quota:*")}
+def _held(stack: Stack, tenant: str) -> int:
+    """The records the tenant's quota counts now (its sorted set, keyed by a keyed hash of the tenant id)."""
+    keyring = Keyring.from_file(str(stack.keys))
+    r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
+    return int(r.zcard(quota_key(keyring.derived_id("quota", tenant))))
 
 
 def _fill(stub: gateway_pb2_grpc.ToolGatewayServiceStub, tenant: str, calls: int) -> tuple[int, int]:
@@ -127,7 +132,6 @@ def test_far_from_the_cap_members_are_counted_in_batches_and_the_cap_still_holds
     exactly 20 cards
     (40 records) are stored, and a sidecar stopped right after admitting still counts what it admitted."""
     monkeypatch.setenv("COUNTERSIGN_TENANT_QUOTA", "40")
-    r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
     tenant = "batched-" + turn()
     sidecar = stack.start_sidecar()
     try:
@@ -135,22 +139,19 @@ def test_far_from_the_cap_members_are_counted_in_batches_and_the_cap_still_holds
     finally:
         sidecar.stop()
     assert (issued, refused) == (20, 4)
-    assert list(_zcard(r).values()).count(40) == 1
+    assert _held(stack, tenant) == 40
     quick = stack.start_sidecar()
+    other = "sigterm-" + turn()
     try:   # a few cards, then SIGTERM at once: what was admitted but not yet sent is sent on the way out
-        before = _zcard(r)
-        other = "sigterm-" + turn()
         assert _fill(stack.stub(quick.info["grpc"]), other, 3) == (3, 0)
     finally:
         quick.stop()
-    counts = _zcard(r)
-    assert sorted(set(counts.values()) - set(before.values())) == [6], counts
+    assert _held(stack, other) == 6
 
 
 def test_two_sidecars_sharing_a_tenant_keep_it_near_its_cap(
         stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COUNTERSIGN_TENANT_QUOTA", "60")
-    r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
     tenant = "shared-" + turn()
     sidecars = [stack.start_sidecar(), stack.start_sidecar()]
     try:
@@ -161,7 +162,7 @@ def test_two_sidecars_sharing_a_tenant_keep_it_near_its_cap(
                 results.append(_fill(stub, tenant, 1))
         issued = sum(i for i, _ in results)
         time.sleep(0.3)                   # both sidecars sent their batches
-        held = max(_zcard(r).values())
+        held = _held(stack, tenant)
     finally:
         for s in sidecars:
             s.stop()
@@ -173,7 +174,6 @@ def test_two_sidecars_sharing_a_tenant_keep_it_near_its_cap(
 def test_thirty_invokes_of_one_tenant_at_once_never_take_it_over_its_cap(
         stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COUNTERSIGN_TENANT_QUOTA", "20")
-    r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
     tenant = "racing-" + turn()
     sidecar = stack.start_sidecar()
     try:
@@ -198,4 +198,4 @@ def test_thirty_invokes_of_one_tenant_at_once_never_take_it_over_its_cap(
     finally:
         sidecar.stop()
     assert outcomes.count("card") == 9 and outcomes.count("QUOTA_EXCEEDED") == 21, outcomes
-    assert max(_zcard(r).values()) == 20
+    assert _held(stack, tenant) == 20
