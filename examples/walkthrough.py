@@ -357,7 +357,8 @@ class Walkthrough:
               f"{cont_state(got.state)}; it offers no tools, only facts: {facts}; receipt «{got.receipt.summary}»")
         reply = "好的，已经帮你创建好了待办「买牛奶」，今晚 9 点提醒你。"
         settled = conts.SettleContinuation(continuation_pb2.SettleContinuationRequest(
-            context=ctx("turn-1"), token=opened.token, reply_text=reply), timeout=RPC_TIMEOUT).continuation
+            context=ctx("turn-1"), token=opened.token, reply_text=reply, claim_id=got.claim_id),
+            timeout=RPC_TIMEOUT).continuation
         again = conts.ClaimContinuation(continuation_pb2.ClaimContinuationRequest(
             context=ctx("turn-1"), token=opened.token), timeout=RPC_TIMEOUT).continuation
         print(f"    the model's reply passes the guard (a succeeded receipt backs it): «{settled.reply_text}»")

@@ -11,6 +11,7 @@ import asyncio
 import threading
 import time
 import uuid
+from typing import Any
 
 import grpc
 import pytest
@@ -21,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from countersign.sidecar.admission import Gate, new_server
 from countersign.sidecar.errors import ResourceExhausted
 from countersign.sidecar.server import rich_status
-from countersign.v1 import common_pb2, gateway_pb2
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 METHOD = "/test.Busy/Work"
 
@@ -37,15 +38,16 @@ def _serve_busy(gate_of: list[Gate], use_channelz: bool, ready: threading.Event,
         gate_of.append(gate)
 
         async def work(request: bytes, context: grpc.aio.ServicerContext) -> bytes:  # type: ignore[type-arg]
+            caller = dict(context.invocation_metadata() or ()).get("caller", "")
             try:
-                gate.admit()
+                lane = gate.admit(("t", str(caller)))
             except ResourceExhausted as shed:
                 await context.abort_with_status(rich_status(shed))
             try:
                 time.sleep(hold_s)  # the point: a loop with no time to accept calls
                 return b"done"
             finally:
-                gate.release()
+                gate.release(lane)
 
         handler = grpc.unary_unary_rpc_method_handler(work)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Busy", {"Work": handler}),))
@@ -58,7 +60,8 @@ def _serve_busy(gate_of: list[Gate], use_channelz: bool, ready: threading.Event,
     asyncio.run(main())
 
 
-def _flood(use_channelz: bool, calls: int = 12, limit: int = 2, hold_s: float = 0.15) -> list[str]:
+def _flood(use_channelz: bool, calls: int = 12, limit: int = 2, hold_s: float = 0.15,
+           callers: list[str] | None = None) -> list[str]:
     gates: list[Gate] = []
     ready, stop, port = threading.Event(), threading.Event(), []
     thread = threading.Thread(target=_serve_busy, args=(gates, use_channelz, ready, stop, port, hold_s, limit))
@@ -68,7 +71,8 @@ def _flood(use_channelz: bool, calls: int = 12, limit: int = 2, hold_s: float = 
         with grpc.insecure_channel(f"127.0.0.1:{port[0]}") as channel:
             grpc.channel_ready_future(channel).result(timeout=10)
             work = channel.unary_unary(METHOD)
-            futures = [work.future(b"", timeout=30) for _ in range(calls)]
+            futures = [work.future(b"", timeout=30, metadata=(("caller", c),))
+                       for c in (callers or ["a"] * calls)]
             outcomes = []
             for f in futures:
                 try:
@@ -116,11 +120,41 @@ def test_the_gate_sheds_exactly_the_calls_beyond_the_limit_and_says_how_long_the
     assert gate.in_flight == 0
 
 
+def test_a_full_gate_sheds_the_lane_over_its_share_and_admits_the_others() -> None:
+    """Caller A holds every slot and more calls of A wait inside gRPC; B's calls (and A's own quick ones) are
+    admitted, A's next slow call is shed, and once B holds its share B is shed too."""
+    clock, held = Clock(), [0]
+    gate = Gate(4, lambda: held[0], refresh=0.02, clock=clock)
+    a, b = ("t", "a"), ("t", "b")
+    lanes = [gate.admit(a) for _ in range(4)]              # A fills the gate
+    held[0], clock.now = 12, clock.now + 0.03              # and 8 more of A's calls wait inside gRPC
+    with pytest.raises(ResourceExhausted) as shed:
+        gate.admit(a)
+    assert "more than its share" in shed.value.message
+    mine = gate.admit(b)                                    # B: nothing held, so under its share of 4 / 2
+    status = gate.admit(a, quick=True)                      # A's status call has a lane of its own
+    assert gate.in_flight == 6
+    with pytest.raises(ResourceExhausted):                  # B's second: 2 calls > 4 / 3 lanes
+        gate.admit(b)
+    for lane in (*lanes, status):
+        gate.release(lane)
+    assert gate.in_flight == 1 and gate.lanes == {mine: 1}
+
+
 def test_calls_waiting_inside_grpc_are_counted_and_shed() -> None:
     outcomes = _flood(use_channelz=True)
     # the first call holds the loop; the other 11 wait in gRPC core meanwhile, and the gate sees them
     assert outcomes.count("shed") >= 8, outcomes
     assert 1 <= outcomes.count("served") <= 4, outcomes
+
+
+def test_another_callers_call_behind_that_backlog_is_served() -> None:
+    """Caller A's eleven calls wait inside gRPC behind a busy loop, B's one call among them (sixth). The gate sheds
+    A's backlog as before, and serves B's call: A's backlog is A's, not B's. (With one caller, the sixth call is
+    shed: see the test above.)"""
+    outcomes = _flood(use_channelz=True, callers=["a"] * 5 + ["b"] + ["a"] * 6)
+    assert outcomes[5] == "served", outcomes
+    assert (outcomes[:5] + outcomes[6:]).count("shed") >= 7, outcomes
 
 
 def test_a_count_of_running_handlers_alone_never_sees_that_backlog() -> None:
@@ -158,3 +192,49 @@ def test_a_retry_delay_over_a_second_is_a_valid_duration() -> None:
     info = error_details_pb2.RetryInfo()
     assert any(d.Unpack(info) for d in parsed.details)
     assert (info.retry_delay.seconds, info.retry_delay.nanos) == (1, 500_000_000)
+
+
+# -- fairness (issue 11, item 16): one caller's slow calls never starve another caller ------------------------
+
+
+def _flood_slow_reads(stub: gateway_pb2_grpc.ToolGatewayServiceStub, calls: int, **context: str) -> list[Any]:
+    return [stub.Invoke.future(gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex, **context),
+                                                         tool_name="list_todos", arguments_json="{}"), timeout=20)
+            for _ in range(calls)]
+
+
+def _wait_for_reads(stack: Stack, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while len([e for e in stack.todo.requests(path="/todos") if e["method"] == "GET"]) < count:
+        assert time.monotonic() < deadline, "the slow reads never reached the downstream"
+        time.sleep(0.02)
+
+
+def test_one_caller_holding_every_slot_with_slow_reads_never_starves_another_caller(stack: Stack) -> None:
+    """Caller A fills --max-in-flight with reads the downstream answers slowly; caller B (another actor) can still
+    ask where its action stands and propose a write, while A's own next slow call is shed."""
+    sidecar = stack.start_sidecar(flags=["--max-in-flight", "4"])
+    bee = {"actor_id": "bee", "subject_id": "bee"}
+    flooder = {"actor_id": "flooder", "subject_id": "flooder"}
+    try:
+        stub = stack.stub(sidecar.info["grpc"])
+        mine = stack.card(stub, request_id=uuid.uuid4().hex, title="B 的待办", **bee)
+        before = len([e for e in stack.todo.requests(path="/todos") if e["method"] == "GET"])
+        stack.todo.fault(path="/todos", method="GET", mode="hang_before_commit", seconds=4.0, times=100)
+        slow = _flood_slow_reads(stub, 4, **flooder)
+        _wait_for_reads(stack, before + 4)          # A holds every slot, each waiting on the downstream
+        with pytest.raises(grpc.RpcError) as shed:
+            _flood_slow_reads(stub, 1, **flooder)[0].result()
+        assert error_info(shed.value).reason == "OVERLOADED", "A's own next slow call is shed"
+        status = stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(**bee), action_id=mine.action_id),
+                                timeout=5).action
+        assert status.state == common_pb2.ACTION_STATE_READY
+        reject = stub.Reject(gateway_pb2.RejectRequest(context=ctx(**bee), token=mine.token), timeout=5).action
+        assert reject.state == common_pb2.ACTION_STATE_REJECTED
+        card = stack.card(stub, request_id=uuid.uuid4().hex, title="B 的第二个", **bee)
+        assert card.action_id and not any(f.done() for f in slow), "B was served while A's reads still held on"
+        for f in slow:
+            assert f.result().result.tool_name == "list_todos"
+    finally:
+        stack.todo.clear_faults()
+        sidecar.stop()

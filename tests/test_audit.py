@@ -84,9 +84,10 @@ def test_logs_and_export_carry_keyed_hashes_that_only_a_key_holder_can_test(stac
             snapshot=continuation_pb2.ContinuationSnapshot(question="add buy milk"))).continuation
         action = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
         assert action.state == common_pb2.ACTION_STATE_SUCCEEDED
-        conts.ClaimContinuation(continuation_pb2.ClaimContinuationRequest(context=context, token=cont.token))
-        conts.SettleContinuation(continuation_pb2.SettleContinuationRequest(context=context, token=cont.token,
-                                                                          reply_text=reply))
+        claimed = conts.ClaimContinuation(continuation_pb2.ClaimContinuationRequest(
+            context=context, token=cont.token)).continuation
+        conts.SettleContinuation(continuation_pb2.SettleContinuationRequest(
+            context=context, token=cont.token, reply_text=reply, claim_id=claimed.claim_id))
         guard_pb2_grpc.ReplyGuardServiceStub(channel).CheckReply(guard_pb2.CheckReplyRequest(
             context=context, reply_text=reply, action_ids=[card.action_id]))
         channel.close()

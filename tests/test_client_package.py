@@ -131,6 +131,24 @@ def test_write_runs_the_sequence_and_a_no_rejects_the_card(stack: Stack, client:
     assert refused.outcome == "refusal" and refused.action is None
 
 
+def test_a_compose_that_fails_gives_the_generation_back_and_the_next_try_settles(stack: Stack, client: Client) -> None:
+    """The continuation is a lease owned by a claim id: write() releases and settles with the id its claim got, so a
+    model that failed leaves the continuation READY for the next try (not RUNNING until the lease lapses)."""
+    turn, title = _turn(), f"重试生成 {uuid.uuid4().hex[:6]}"
+
+    def broken(_: continuation_pb2.Continuation) -> str:
+        raise TimeoutError("the model did not answer")
+
+    with pytest.raises(TimeoutError):
+        client.write(turn, "create_todo", {"title": title}, approve=lambda card: True, compose=broken)
+    done = client.write(turn, "create_todo", {"title": title}, approve=lambda card: True,
+                        compose=lambda c: f"已经帮你创建：{c.receipt.summary}")
+    assert done.action is not None and done.action.replayed, "the same call in the same turn: the same action"
+    assert done.continuation is not None and done.continuation.state == continuation_pb2.CONTINUATION_STATE_SETTLED
+    assert title in done.reply_text
+    assert len(stack.todo.writes(done.action.action_id)) == 1
+
+
 def test_an_overloaded_sidecar_is_retried_no_sooner_than_its_retry_info(stack: Stack) -> None:
     """--max-in-flight 1 with one Confirm held by a slow downstream: the next call is shed OVERLOADED with a
     RetryInfo; the client waits at least that long each time and gets through once the slot is free."""

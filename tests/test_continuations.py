@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
 import grpc
@@ -44,9 +45,14 @@ def claim(stack: Stack, token: str, **context: object) -> C.Continuation:
     return conts(stack).ClaimContinuation(C.ClaimContinuationRequest(context=ctx(**context), token=token)).continuation
 
 
-def settle(stack: Stack, token: str, text: str, **context: object) -> C.Continuation:
+def settle(stack: Stack, token: str, text: str, claim_id: str = "", **context: object) -> C.Continuation:
     return conts(stack).SettleContinuation(C.SettleContinuationRequest(
-        context=ctx(**context), token=token, reply_text=text)).continuation
+        context=ctx(**context), token=token, reply_text=text, claim_id=claim_id)).continuation
+
+
+def release(stack: Stack, token: str, claim_id: str = "", **context: object) -> C.Continuation:
+    return conts(stack).ReleaseContinuation(C.ReleaseContinuationRequest(
+        context=ctx(**context), token=token, reason="model timeout", claim_id=claim_id)).continuation
 
 
 def confirmed(stack: Stack, title: str = "买牛奶", request_id: str | None = None) -> gateway_pb2.ConfirmationCard:
@@ -105,7 +111,7 @@ def test_settle_wakes_the_continuation_and_claim_returns_snapshot_facts_and_rece
     assert got.snapshot.question == SNAPSHOT.question
     assert [f.tool_name for f in got.facts] == ["list_todos"] and got.facts[0].status == "succeeded"
     assert got.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED and got.receipt.action_id == card.action_id
-    done = settle(stack, cont.token, "好的，待办「快照」已经帮你创建好了。")
+    done = settle(stack, cont.token, "好的，待办「快照」已经帮你创建好了。", got.claim_id)
     assert done.state == C.CONTINUATION_STATE_SETTLED and done.reply_text.endswith("创建好了。")
 
 
@@ -145,14 +151,15 @@ def test_50_concurrent_claims_exactly_one_running(stack: Stack) -> None:
 def test_release_makes_it_claimable_again_and_settled_replays_the_same_reply(stack: Stack) -> None:
     card = confirmed(stack, title="重试生成")
     cont = open_for(stack, card.action_id)
-    assert claim(stack, cont.token).state == C.CONTINUATION_STATE_RUNNING
+    first_claim = claim(stack, cont.token)
+    assert first_claim.state == C.CONTINUATION_STATE_RUNNING and first_claim.claim_id
     assert claim(stack, cont.token).replayed, "a second claim while running gets RUNNING"
-    released = conts(stack).ReleaseContinuation(C.ReleaseContinuationRequest(
-        context=ctx(), token=cont.token, reason="model timeout")).continuation
+    released = release(stack, cont.token, first_claim.claim_id)
     assert released.state == C.CONTINUATION_STATE_READY
-    assert claim(stack, cont.token).state == C.CONTINUATION_STATE_RUNNING
-    first = settle(stack, cont.token, "待办「重试生成」已创建。")
-    for again in (settle(stack, cont.token, "另一个回复"), claim(stack, cont.token)):
+    second_claim = claim(stack, cont.token)
+    assert second_claim.state == C.CONTINUATION_STATE_RUNNING and second_claim.claim_id != first_claim.claim_id
+    first = settle(stack, cont.token, "待办「重试生成」已创建。", second_claim.claim_id)
+    for again in (settle(stack, cont.token, "另一个回复", second_claim.claim_id), claim(stack, cont.token)):
         assert again.state == C.CONTINUATION_STATE_SETTLED and again.replayed
         assert again.reply_text == first.reply_text
     assert len(stack.todo.writes(card.action_id)) == 1, "no continuation path ran the write again"
@@ -166,11 +173,64 @@ def test_settle_without_claim_is_refused(stack: Stack) -> None:
     assert error_info(info.value).reason == "CONTINUATION_NOT_CLAIMED"
 
 
+def _lease_lost(call: object) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        call()  # type: ignore[operator]
+    assert (info.value.code(), error_info(info.value).reason) == (grpc.StatusCode.FAILED_PRECONDITION,
+                                                                 "CONTINUATION_LEASE_LOST"), info.value
+
+
+def test_a_second_generator_cannot_settle_or_release_the_first_ones_claim(stack: Stack) -> None:
+    card = confirmed(stack, title="两个生成器")
+    cont = open_for(stack, card.action_id)
+    first = claim(stack, cont.token)
+    second = claim(stack, cont.token)
+    assert second.state == C.CONTINUATION_STATE_RUNNING and second.replayed and not second.claim_id
+    for claim_id in ("", "0" * 24, second.claim_id):
+        _lease_lost(lambda claim_id=claim_id: settle(stack, cont.token, "第二个生成器的回复", claim_id))
+        _lease_lost(lambda claim_id=claim_id: release(stack, cont.token, claim_id))
+    done = settle(stack, cont.token, "待办「两个生成器」已创建。", first.claim_id)
+    assert done.state == C.CONTINUATION_STATE_SETTLED and done.reply_text == "待办「两个生成器」已创建。"
+    _lease_lost(lambda: settle(stack, cont.token, "晚到的回复", "0" * 24))
+    assert claim(stack, cont.token).reply_text == "待办「两个生成器」已创建。"
+
+
+def test_a_continuation_reclaimed_after_its_lease_lapsed_stores_only_the_new_generators_reply(
+        stack: Stack) -> None:
+    sidecar = stack.start_sidecar(flags=["--continuation-lease", "1s"])
+    short = continuation_pb2_grpc.ContinuationServiceStub(grpc.insecure_channel(sidecar.info["grpc"]))
+
+    def claim_short() -> C.Continuation:
+        return short.ClaimContinuation(C.ClaimContinuationRequest(context=ctx(), token=cont.token)).continuation
+
+    def settle_short(text: str, claim_id: str) -> C.Continuation:
+        return short.SettleContinuation(C.SettleContinuationRequest(
+            context=ctx(), token=cont.token, reply_text=text, claim_id=claim_id)).continuation
+
+    try:
+        card = confirmed(stack, title="租约过期")
+        cont = open_for(stack, card.action_id)
+        slow = claim_short()
+        time.sleep(1.2)                                         # the first generator's lease lapses
+        fresh = claim_short()
+        assert fresh.state == C.CONTINUATION_STATE_RUNNING and not fresh.replayed
+        assert fresh.claim_id and fresh.claim_id != slow.claim_id
+        _lease_lost(lambda: settle_short("慢的回复", slow.claim_id))
+        _lease_lost(lambda: short.ReleaseContinuation(C.ReleaseContinuationRequest(
+            context=ctx(), token=cont.token, claim_id=slow.claim_id)))
+        done = settle_short("待办「租约过期」已创建。", fresh.claim_id)
+        assert done.state == C.CONTINUATION_STATE_SETTLED and not done.replayed
+        _lease_lost(lambda: settle_short("慢的回复", slow.claim_id))
+        replay = claim_short()
+        assert replay.replayed and replay.reply_text == "待办「租约过期」已创建。"
+    finally:
+        sidecar.stop()
+
+
 def test_the_guard_on_settle_replaces_a_claim_the_receipt_contradicts(stack: Stack) -> None:
     card = confirmed(stack, title="创建不是删除")
     cont = open_for(stack, card.action_id)
-    claim(stack, cont.token)
-    done = settle(stack, cont.token, "笔记已经删除了。")
+    done = settle(stack, cont.token, "笔记已经删除了。", claim(stack, cont.token).claim_id)
     assert "已经删除" not in done.reply_text
     assert len(stack.todo.writes(card.action_id)) == 1
 

@@ -46,6 +46,7 @@ def test_the_transition_table_names_the_scripts_that_enforce_it() -> None:
              for m in re.findall(r"[a-z_]+\.lua", how)}
     scripts = {p.name for p in (ROOT / "countersign" / "lua").glob("*.lua")}
     assert named <= scripts, named - scripts
-    action_scripts = {s for s in scripts if not s.startswith(("cont_", "audit"))} - {"issue.lua"}
+    # the continuation, audit and quota scripts keep state of their own, outside the action state machine
+    action_scripts = {s for s in scripts if not s.startswith(("cont_", "audit", "quota"))} - {"issue.lua"}
     assert action_scripts <= named, f"a script of the action state machine is missing from states.py: " \
                                     f"{action_scripts - named}"

@@ -9,12 +9,13 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import redis
 from conftest import ROOT, Stack, ctx
 from test_reconcile import Cutter, quiet, registry_with
 
-from countersign.v1 import common_pb2, gateway_pb2
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 
 def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
@@ -61,8 +62,12 @@ def test_needs_manual_review_is_listed_shown_and_resolved_by_a_named_operator(fr
     assert rows[card.action_id]["reason"] == "NO_LOOKUP" and rows[card.action_id]["tool"] == "create_todo"
     human = cli(stack, "actions", "list", "--state", "needs-manual-review")
     assert card.action_id in human.stdout and "NEEDS_MANUAL_REVIEW" in human.stdout
+    early = cli(stack, "actions", "resolve", card.action_id, "--outcome", "failed", "--reason",
+                "checked the todo service: no such todo", "--operator", "sre-alice")
+    assert early.returncode == 1 and "declares no lookup" not in early.stderr and "--registry" in early.stderr
+    # past the reconcile window (here: a window of 1 ms), a person's word is all there is
     resolved = cli(stack, "actions", "resolve", card.action_id, "--outcome", "failed", "--reason",
-                   "checked the todo service: no such todo", "--operator", "sre-alice")
+                   "checked the todo service: no such todo", "--operator", "sre-alice", "--reconcile-window", "1ms")
     assert resolved.returncode == 0, resolved.stderr
     reader = stack.start_sidecar()
     try:
@@ -133,3 +138,127 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly(stack: Stack) 
     _, stderr = proc.communicate(timeout=60)
     assert first.startswith(b"{"), first
     assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr.decode()
+
+
+# -- resolving by hand inside the reconcile window (issue 11, item 17) -------------------------------------------
+
+
+def _resolve(stack: Stack, action_id: str, outcome: str, *extra: str,
+             registry: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return cli(stack, "actions", "resolve", action_id, "--outcome", outcome, "--reason", "checked by hand",
+               "--operator", "sre-carol", "--registry", str(registry or stack.registry),
+               "--downstream-deadline", "1s", *extra)
+
+
+def _state(stack: Stack, action_id: str) -> common_pb2.Action:
+    reader = stack.start_sidecar(flags=["--reconcile-interval", "1h", "--downstream-deadline", "1s"])
+    try:
+        return stack.stub(reader.info["grpc"]).GetAction(gateway_pb2.GetActionRequest(
+            context=ctx(), action_id=action_id)).action
+    finally:
+        reader.stop()
+
+
+def _unknown_while_frozen(stack: Stack, stub: gateway_pb2_grpc.ToolGatewayServiceStub,
+                          title: str) -> gateway_pb2.ConfirmationCard:
+    """A card confirmed while the todo service is stopped (SIGSTOP): the request sits in its socket, UNKNOWN."""
+    card = stack.card(stub, request_id=uuid.uuid4().hex, title=title)
+    stack.todo.proc.pause()
+    action = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token), timeout=10).action
+    assert action.state == common_pb2.ACTION_STATE_UNKNOWN
+    return card
+
+
+def test_resolve_failed_is_refused_while_the_request_may_still_land_and_the_truth_is_recorded(
+        fresh_stack: Stack) -> None:
+    stack = quiet(fresh_stack)
+    sidecar = stack.start_sidecar(flags=["--reconcile-interval", "1h", "--downstream-deadline", "1s"])
+    try:
+        stub = stack.stub(sidecar.info["grpc"])
+        card = _unknown_while_frozen(stack, stub, "冻结时的待办")
+        try:
+            refused = _resolve(stack, card.action_id, "failed")
+        finally:
+            stack.todo.proc.resume()
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert "may still" in refused.stderr and "--force" in refused.stderr and "fence" in refused.stderr
+        shown = json.loads(cli(stack, "actions", "show", card.action_id, "--json").stdout)
+        assert shown["record_state"] == "unknown", "nothing was recorded"
+        deadline = time.monotonic() + 10           # the service, running again, handles what waited in its socket
+        while not stack.todo.writes(card.action_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        action = stub.Reconcile(gateway_pb2.ReconcileRequest(context=ctx(), action_id=card.action_id)).action
+        landed = stack.todo.get(f"/todos/by-key/{card.action_id}")
+        if landed.get("id"):    # the request landed: it is SUCCEEDED, never FAILED
+            assert action.state == common_pb2.ACTION_STATE_SUCCEEDED and action.receipt.resource_id == landed["id"]
+        else:                   # the fence got there first: the request is refused for good
+            assert action.state == common_pb2.ACTION_STATE_FAILED and action.error.reason == "NOT_APPLIED"
+    finally:
+        stack.todo.proc.resume()
+        sidecar.stop()
+
+
+def test_resolve_with_force_inside_the_window_is_recorded_as_forced_with_the_reason(fresh_stack: Stack) -> None:
+    stack = quiet(fresh_stack)
+    sidecar = stack.start_sidecar(flags=["--reconcile-interval", "1h", "--downstream-deadline", "1s"])
+    try:
+        card = _unknown_while_frozen(stack, stack.stub(sidecar.info["grpc"]), "强制")
+        try:
+            forced = _resolve(stack, card.action_id, "failed", "--force")
+        finally:
+            stack.todo.proc.resume()
+        assert forced.returncode == 0, forced.stderr
+        assert "forced" in forced.stdout
+        shown = json.loads(cli(stack, "actions", "show", card.action_id, "--json").stdout)
+        last = shown["history"][-1]
+        assert last["t"] == "resolved" and last["f"]["forced"] is True and last["f"]["operator"] == "sre-carol"
+        assert "did not answer" in last["f"]["unproven"]
+    finally:
+        sidecar.stop()
+
+
+def test_a_fence_inside_the_window_proves_not_applied_so_failed_needs_no_force_and_succeeded_is_refused(
+        fresh_stack: Stack) -> None:
+    stack = quiet(fresh_stack)
+    cutter = Cutter()
+    registry = registry_with(stack, execute_url=cutter.url)
+    sidecar = stack.start_sidecar(registry=registry,
+                                  flags=["--reconcile-interval", "1h", "--downstream-deadline", "1s"])
+    try:
+        stub = stack.stub(sidecar.info["grpc"])
+        card = stack.card(stub, request_id=uuid.uuid4().hex, title="被切断")
+        assert stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action.state == \
+            common_pb2.ACTION_STATE_UNKNOWN
+        wrong = _resolve(stack, card.action_id, "succeeded", registry=registry)
+        assert wrong.returncode == 1 and "never applied" in wrong.stderr
+        right = _resolve(stack, card.action_id, "failed", registry=registry)
+        assert right.returncode == 0, right.stderr
+        assert stack.todo.post("/todos", {"title": "被切断"}, key=card.action_id)["reason"] == "KEY_FENCED"
+        action = _state(stack, card.action_id)
+        assert action.state == common_pb2.ACTION_STATE_FAILED and action.error.reason == "RESOLVED_BY_OPERATOR"
+        assert json.loads(action.receipt.evidence_json)["evidence"] == "fenced"
+    finally:
+        sidecar.stop()
+        cutter.close()
+
+
+def test_resolve_failed_of_what_the_downstream_applied_is_refused_even_with_force(fresh_stack: Stack) -> None:
+    stack = quiet(fresh_stack)
+    sidecar = stack.start_sidecar(flags=["--reconcile-interval", "1h", "--downstream-deadline", "1s"])
+    try:
+        stub = stack.stub(sidecar.info["grpc"])
+        card = stack.card(stub, request_id=uuid.uuid4().hex, title="已提交")
+        stack.todo.fault(path="/todos", method="POST", mode="hang_after_commit", seconds=2.0, times=1)
+        assert stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action.state == \
+            common_pb2.ACTION_STATE_UNKNOWN
+        for extra in ((), ("--force",)):
+            refused = _resolve(stack, card.action_id, "failed", *extra)
+            assert refused.returncode == 1 and "applied" in refused.stderr, refused.stderr
+        ok = _resolve(stack, card.action_id, "succeeded")
+        assert ok.returncode == 0, ok.stderr
+        action = _state(stack, card.action_id)
+        todo = stack.todo.get(f"/todos/by-key/{card.action_id}")
+        assert action.state == common_pb2.ACTION_STATE_SUCCEEDED and action.receipt.resource_id == todo["id"]
+    finally:
+        stack.todo.clear_faults()
+        sidecar.stop()

@@ -244,8 +244,9 @@ def test_a_needs_manual_review_action_outlives_the_replay_ttl_and_a_resolved_one
     finally:
         sidecar.stop()
         cutter.close()
+    # (--reconcile-window 1ms: this test is about the record's TTL, not resolving while a request may still land)
     resolved = cli(stack, "actions", "resolve", card.action_id, "--outcome", "failed", "--reason", "checked: absent",
-                   "--operator", "sre-alice", "--replay-ttl", "1h")
+                   "--operator", "sre-alice", "--replay-ttl", "1h", "--reconcile-window", "1ms")
     assert resolved.returncode == 0, resolved.stderr
     assert 0 < client(stack).pttl(run_key(card.action_id)) <= 3_600_000, "a settled outcome gets the replay TTL"
 

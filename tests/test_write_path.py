@@ -12,7 +12,7 @@ import pytest
 import redis
 from conftest import Stack, bad_request, ctx, error_info
 
-from countersign.v1 import common_pb2, gateway_pb2
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, guard_pb2, guard_pb2_grpc
 
 
 def invoke(stack: Stack, tool: str, args: dict[str, object], **context: object) -> gateway_pb2.InvokeResponse:
@@ -437,3 +437,64 @@ def test_a_settled_outcome_changed_in_redis_is_data_loss_not_a_replay(stack: Sta
     err = rpc_error(lambda: confirm(stack, card.token))
     assert (err.code(), error_info(err).reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
     assert len(stack.todo.writes(card.action_id)) == 1
+
+
+# -- intent_scope: what counts as "the same call" (issue 11) -------------------------------------------------
+
+
+def _scoped(stack: Stack, scope: str) -> tuple[object, gateway_pb2_grpc.ToolGatewayServiceStub]:
+    from examples import harness
+
+    registry = harness.write_registry(stack.work, stack.todo.url, source=stack.registry,
+                                      **{"intent_scope: request": f"intent_scope: {scope}"})
+    sidecar = stack.start_sidecar(registry=registry)
+    return sidecar, stack.stub(sidecar.info["grpc"])
+
+
+def test_intent_scope_session_lands_the_same_call_in_another_turn_on_the_same_action(stack: Stack) -> None:
+    sidecar, stub = _scoped(stack, "session")
+    session, title = turn(), "会话内同一个"
+
+    def call(request_id: str, session_id: str = session) -> gateway_pb2.InvokeResponse:
+        return stub.Invoke(gateway_pb2.InvokeRequest(
+            context=ctx(session_id=session_id, request_id=request_id), tool_name="create_todo",
+            arguments_json=json.dumps({"title": title})))
+
+    try:
+        first = call(turn()).confirmation
+        again = call(turn()).confirmation                   # another turn of the same session: the same card
+        assert (again.action_id, again.token) == (first.action_id, first.token)
+        other = call(turn(), session_id=turn()).confirmation
+        assert other.action_id != first.action_id, "another session is another action"
+        done = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(session_id=session), token=first.token)).action
+        assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
+        later = turn()
+        replay = call(later).replay                          # a later turn: the settled outcome, not a new card
+        assert replay.replayed and replay.receipt == done.receipt
+        assert len(stack.todo.writes(first.action_id)) == 1
+        # that turn's reply may say it is done: the replayed receipt backs it (no action id named)
+        verdict = guard_pb2_grpc.ReplyGuardServiceStub(grpc.insecure_channel(sidecar.info["grpc"])).CheckReply(
+            guard_pb2.CheckReplyRequest(context=ctx(session_id=session, request_id=later),
+                                        reply_text=f"已经帮你创建好了待办「{title}」。"))
+        assert verdict.verdict == guard_pb2.GUARD_VERDICT_PASSED, verdict.reason
+    finally:
+        sidecar.stop()  # type: ignore[attr-defined]
+
+
+def test_intent_scope_none_makes_every_invoke_a_new_card(stack: Stack) -> None:
+    sidecar, stub = _scoped(stack, "none")
+    rid = turn()
+    try:
+        cards = [stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=rid), tool_name="create_todo",
+                                                       arguments_json=json.dumps({"title": "每次都新"}))).confirmation
+                 for _ in range(2)]
+        assert cards[0].action_id != cards[1].action_id and cards[0].token != cards[1].token
+        for card in cards:
+            action = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
+            assert action.state == common_pb2.ACTION_STATE_SUCCEEDED
+            assert len(stack.todo.writes(card.action_id)) == 1
+        ids = {stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=c.action_id)).action
+               .receipt.resource_id for c in cards}
+        assert len(ids) == 2, "two cards confirmed: two todos, each under its own idempotency key"
+    finally:
+        sidecar.stop()  # type: ignore[attr-defined]

@@ -1,9 +1,11 @@
--- continuation claim: READY -> RUNNING for one generator at a time (a lease). A RUNNING
--- continuation whose lease lapsed is claimable again: generation writes nothing, so redoing it is safe.
+-- continuation claim: READY -> RUNNING for one generator at a time (a lease, owned by a claim id). A RUNNING
+-- continuation whose lease lapsed is claimable again: generation writes nothing, so redoing it is safe, and the
+-- new claim id fences the old generator (its settle and release are refused from now on).
 -- KEYS[1]  cs:{A}:cont
 -- KEYS[2]  cs:{A}:run
 -- ARGV[1]  the caller's binding
 -- ARGV[2]  lease, milliseconds
+-- ARGV[3]  claim id (fresh per claim; returned to the winner only)
 -- returns  {"won", kid, snapshot, request, mac, run_kid, out, omac, run_binding, run_tool, run_card, run_cmac}
 --                                              (the run record's sealed card lets the caller check its binding)
 --          {"settled", kid, snapshot, request, mac, reply, rmac, verdict}
@@ -23,7 +25,7 @@ if c[1] == 'pending' then
   local run = redis.call('HMGET', KEYS[2], 'st', 'reason')
   return {'not_ready', run[1] or 'none', run[2] or ''}
 end
-redis.call('HSET', KEYS[1], 'st', 'running', 'lease', now + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 'st', 'running', 'lease', now + tonumber(ARGV[2]), 'claim', ARGV[3])
 local run = redis.call('HMGET', KEYS[2], 'kid', 'out', 'omac', 'b', 'tool', 'card', 'cmac')
 return {'won', c[4], c[5], c[6], c[7], run[1] or '', run[2] or '', run[3] or '', run[4] or '', run[5] or '',
         run[6] or '', run[7] or ''}

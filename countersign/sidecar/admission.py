@@ -8,6 +8,18 @@ core). The server's channelz counters (calls started minus calls finished) do se
 reads them while calls arrive: every `refresh` (20 ms) near the limit, up to every 50 ms far below it. Between
 reads the gate subtracts the calls that left, so the bound is soft by the arrivals of one interval.
 
+Fair shares. One caller must not starve the others: a caller that holds every slot with reads the downstream
+answers slowly would otherwise get everyone else's calls shed, even a GetAction. So the gate sheds a call only
+when the sidecar is full (more than the limit held) *and* the call's lane holds more than its share, limit / n
+of the n lanes active now. A lane is one caller (tenant and actor of the CallContext, else the peer) and one kind
+of call: quick calls (GetAction, Reject, continuations, CheckReply: Redis only, never a downstream) have their
+own lane, so neither another caller's slow calls nor the caller's own can shed its status calls. What a lane
+holds is its calls in a handler plus its part of the calls waiting inside gRPC, estimated from its part of the
+recent arrivals (every call passes the gate, shed or not, so arrivals show who fills the backlog). With one lane
+this is exactly the global limit. A lane under its share is admitted even when the sidecar is full, so the
+sidecar may hold up to twice the limit for as long as over-share lanes drain; and with more lanes than slots
+every share is under one call, so every call is shed while the sidecar is full, as without fair shares.
+
 A shed call is answered before any work (no Redis, no span, nothing downstream) and carries a
 google.rpc.RetryInfo so a client backs off instead of hammering.
 """
@@ -30,13 +42,16 @@ from countersign.sidecar.errors import ResourceExhausted
 log = logging.getLogger("countersign.admission")
 
 OpenCalls = Callable[[], int]
+Lane = tuple[tuple[str, str], bool]   # ((tenant, actor) or ("", peer), quick)
 MAX_REFRESH = 0.05               # seconds between channelz reads at most, while calls arrive
 RATE_WINDOW = 0.25               # seconds over which the rate of finished calls is measured
 MIN_RETRY, MAX_RETRY = 0.02, 2.0  # bounds of the RetryInfo delay, seconds
+FORGET = 0.1                     # a lane whose decayed arrivals fall below this (and holds nothing) is forgotten
 
 
 class Gate:
-    """Counts the calls in the sidecar and sheds beyond `limit` (health and reflection are not shed)."""
+    """Counts the calls in the sidecar and, beyond `limit`, sheds those of lanes over their fair share (health
+    and reflection are not gated)."""
 
     def __init__(self, limit: int, open_calls: OpenCalls | None = None, *, refresh: float = 0.02,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -48,15 +63,22 @@ class Gate:
         self._left = 0             # calls that finished or were shed since the last read
         self.rate = 0.0            # calls finished per second (smoothed over windows of RATE_WINDOW)
         self._window_at, self._window_done = clock(), 0
+        self.lanes: dict[Lane, int] = {}        # calls in a handler, per lane
+        self.arrivals: dict[Lane, float] = {}   # calls that reached the gate, per lane, halved every window
+        self._arrived = 0.0                     # their sum
 
-    def admit(self) -> None:
-        """Take a slot for this call, or raise OVERLOADED. Pair every admit() with a release()."""
+    def admit(self, caller: tuple[str, str] = ("", ""), quick: bool = False) -> Lane:
+        """Take a slot for this call, or raise OVERLOADED. Pair every admit() with a release() of its lane."""
         now = self.clock()
         if now - self._window_at >= RATE_WINDOW:
-            self.rate = 0.5 * self.rate + 0.5 * self._window_done / (now - self._window_at)
-            self._window_at, self._window_done = now, 0
-        if self.in_flight >= self.limit:
-            self._shed(self.in_flight)
+            self._roll(now)
+        lane = (caller, quick)
+        before = self.arrivals.get(lane, 0.0)
+        # this lane's part of the calls before this one (all of them, for the first call the gate sees)
+        part = before / self._arrived if self._arrived else 1.0
+        self.arrivals[lane] = before + 1.0
+        self._arrived += 1.0
+        held = self.in_flight + 1                  # this call among them
         if self.open_calls is not None:
             if now >= self._next_read:
                 self._left = 0
@@ -71,9 +93,18 @@ class Gate:
                 wait = room / (2 * self.rate) if self.rate > 0 and room > 0 else 0.0
                 self._next_read = now + min(MAX_REFRESH, max(self.refresh, wait))
             # calls held at the read, less those that left since (finished or shed); this one is among them
-            if self.held - self._left > self.limit:
-                self._shed(self.held - self._left)
+            held = max(held, self.held - self._left)
+        if held > self.limit:
+            # full: shed this call if its lane holds more than its share: its calls in a handler, this one, and
+            # its part of the others still waiting inside gRPC (judged by its part of the arrivals before)
+            waiting = held - self.in_flight - 1
+            load = self.lanes.get(lane, 0) + 1 + waiting * part
+            share = self.limit / len(self.arrivals)
+            if load > share:
+                self._shed(held, share)
         self.in_flight += 1
+        self.lanes[lane] = self.lanes.get(lane, 0) + 1
+        return lane
 
     @property
     def holding(self) -> int:
@@ -82,18 +113,35 @@ class Gate:
             return self.in_flight
         return max(self.in_flight, self.held - self._left)
 
-    def release(self) -> None:
+    def release(self, lane: Lane = (("", ""), False)) -> None:
         self.in_flight -= 1
+        left = self.lanes.get(lane, 0) - 1
+        if left > 0:
+            self.lanes[lane] = left
+        else:
+            self.lanes.pop(lane, None)
         self._left += 1
         self._window_done += 1
 
-    def _shed(self, held: int) -> None:
+    def _roll(self, now: float) -> None:
+        """A rate window passed: measure the finish rate, let old arrivals fade, forget idle lanes."""
+        self.rate = 0.5 * self.rate + 0.5 * self._window_done / (now - self._window_at)
+        self._window_at, self._window_done = now, 0
+        for lane, count in list(self.arrivals.items()):
+            if count * 0.5 < FORGET and lane not in self.lanes:
+                del self.arrivals[lane]
+            else:
+                self.arrivals[lane] = count * 0.5
+        self._arrived = sum(self.arrivals.values())
+
+    def _shed(self, held: int, share: float) -> None:
         self._left += 1
         # come back when the backlog ahead would have been served: retrying sooner is shed again, and
         # each shed still costs the sidecar a gRPC call (about 0.3 ms of CPU, measured)
         drain = held / self.rate if self.rate > 0 else MIN_RETRY
-        raise ResourceExhausted("OVERLOADED", f"{held} calls in the sidecar, more than {self.limit}; retry with "
-                                "backoff", metadata={"limit": str(self.limit)},
+        raise ResourceExhausted("OVERLOADED", f"{held} calls in the sidecar, more than {self.limit}, and this "
+                                f"caller holds more than its share ({share:.1f} calls of {len(self.arrivals)} "
+                                "callers); retry with backoff", metadata={"limit": str(self.limit)},
                                 retry_after=min(MAX_RETRY, max(MIN_RETRY, drain)))
 
 

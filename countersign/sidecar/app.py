@@ -78,6 +78,7 @@ class Sidecar:
         pending = list(self.pipeline.executor.background)
         if pending:
             await asyncio.wait(pending, timeout=self.settings.grace)
+        await self.pipeline.quota.drain(self.settings.grace)
         await self.pipeline.audit.drain(self.settings.grace)
         for adapter in self.adapters.values():
             await adapter.close()
@@ -165,7 +166,7 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
                         confirm_ttl_ms=int(settings.confirm_ttl * 1000), max_wait=settings.max_wait,
                         metrics=metrics, guard=ReplyGuard.load(settings.guard_lexicon or None),
                         continuation_lease_ms=int(settings.continuation_lease * 1000),
-                        reconcile_window_ms=int(settings.reconcile_window * 1000),
+                        reconcile_window_ms=int(settings.reconcile_window * 1000), tenant_quota=settings.tenant_quota,
                         audit_ttl_ms=int(settings.audit_ttl * 1000))
 
     options = [("grpc.max_receive_message_length", settings.max_message_bytes),

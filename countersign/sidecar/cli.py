@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from countersign.sidecar import settings as settings_mod
 from countersign.sidecar.errors import CountersignError, RegistryError, SettingsError
@@ -43,6 +44,15 @@ def main(argv: list[str] | None = None) -> int:
                            default=os.environ.get("COUNTERSIGN_REPLAY_TTL", "24h"),
                            help="how long the resolved outcome is replayed: the sidecars' --replay-ttl "
                                 "[env COUNTERSIGN_REPLAY_TTL, default 24h]")
+    resolving.add_argument("--force", action="store_true", help="resolve inside the reconcile window although "
+                           "the downstream could not prove the outcome (the audit records it as forced)")
+    resolving.add_argument("--registry", default=os.environ.get("COUNTERSIGN_REGISTRY", ""),
+                           help="the sidecars' registry, to ask the downstream first [env COUNTERSIGN_REGISTRY]")
+    resolving.add_argument("--reconcile-window", default=os.environ.get("COUNTERSIGN_RECONCILE_WINDOW", "600s"),
+                           help="the sidecars' --reconcile-window: within it a request may still land "
+                           "[env COUNTERSIGN_RECONCILE_WINDOW; default 600s]")
+    resolving.add_argument("--downstream-deadline", default=os.environ.get("COUNTERSIGN_DOWNSTREAM_DEADLINE", "5s"),
+                           help="deadline of the fence or lookup [env COUNTERSIGN_DOWNSTREAM_DEADLINE; default 5s]")
     audit = sub.add_parser("audit", help="verify or export the tamper-evident audit chains")
     audit_sub = audit.add_subparsers(dest="verb", required=True)
     verifying = audit_sub.add_parser("verify", help="walk every chain and cross-check every action record against "
@@ -168,13 +178,37 @@ async def _operate(args: argparse.Namespace) -> int:
             return await operator.list_actions(store, keyring, args.state, args.json)
         if args.verb == "show":
             return await operator.show(store, keyring, args.action_id, args.json, grace=grace)
-        return await operator.resolve(store, keyring, args.action_id, args.outcome, args.reason, args.operator,
-                                      args.resource_id, replay_ttl_ms=int(args.replay_ttl * 1000))
+        return await _resolve(args, store, keyring)
     except CountersignError as exc:
         print(f"countersign: {exc}", file=sys.stderr)
         return 1
     finally:
         await store.close()
+
+
+async def _resolve(args: argparse.Namespace, store: Any, keyring: Any) -> int:
+    from countersign.adapters.base import Adapter
+    from countersign.adapters.grpc import GrpcAdapter
+    from countersign.adapters.http import HttpAdapter
+    from countersign.sidecar import operator
+    from countersign.sidecar import registry as registry_mod
+
+    try:
+        window = settings_mod.duration(args.reconcile_window)
+        deadline = settings_mod.duration(args.downstream_deadline)
+        registry = registry_mod.load(args.registry) if args.registry else None
+    except (ValueError, RegistryError) as exc:
+        print(f"countersign: {exc}", file=sys.stderr)
+        return 2
+    adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
+    try:
+        return await operator.resolve(store, keyring, args.action_id, args.outcome, args.reason, args.operator,
+                                      args.resource_id, force=args.force, window_ms=int(window * 1000),
+                                      downstream=operator.Downstream(registry, adapters, deadline),
+                                      replay_ttl_ms=int(args.replay_ttl * 1000))
+    finally:
+        for adapter in adapters.values():
+            await adapter.close()
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
     OpenContinuation    PENDING (READY at once if the action already settled SUCCEEDED)
     settle.lua          PENDING -> READY, in the same step that stores a SUCCEEDED receipt
     ClaimContinuation   READY -> RUNNING for one generator; returns snapshot, read facts, receipt
-    SettleContinuation  RUNNING -> SETTLED with the reply after the guard; replayed afterwards
-    ReleaseContinuation RUNNING -> READY (a failed generation; a lapsed lease does the same)
+    SettleContinuation  RUNNING -> SETTLED with the reply after the guard, by the claim's holder; replayed
+                        to that holder afterwards
+    ReleaseContinuation RUNNING -> READY (a failed generation, by the claim's holder; a lapsed lease lets
+                        another generator claim it, and its new claim id fences the old one)
 
 Nothing here can reach an adapter: a continuation offers no tools at all.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Sequence
 
 from google.protobuf import json_format
@@ -37,6 +40,7 @@ STATES = {"pending": continuation_pb2.CONTINUATION_STATE_PENDING,
           "settled": continuation_pb2.CONTINUATION_STATE_SETTLED}
 VERDICTS = {False: guard_pb2.GUARD_VERDICT_PASSED, True: guard_pb2.GUARD_VERDICT_REPLACED}
 MAX_REPLY_BYTES = 64 * 1024
+MAX_SNAPSHOT_BYTES = 64 * 1024
 
 
 def request_key(keyring: Keyring, context: common_pb2.CallContext) -> str:
@@ -86,6 +90,9 @@ class Continuations:
         kid = found.kid if found.kid in self.keyring.keys else self.keyring.active
         binding = cards.binding_of(self.keyring, found, context)
         snap = canonical(json_format.MessageToDict(snapshot, preserving_proto_field_name=True))
+        if len(snap) > MAX_SNAPSHOT_BYTES:    # what a tenant may keep is counted in records: each is bounded
+            raise InvalidArgument("SNAPSHOT_TOO_LARGE", f"the snapshot is larger than {MAX_SNAPSHOT_BYTES} bytes "
+                                  "as JSON; send the question and a short lead-in, not the conversation")
         request = request_key(self.keyring, context)
         mac = self._mac(kid, action_id, binding, snap, request)
         record = await self.store.cont_open(action_id, binding, kid, snap, request, mac, self.ttl_ms)
@@ -96,7 +103,8 @@ class Continuations:
 
     async def claim(self, context: common_pb2.CallContext, token: str) -> continuation_pb2.Continuation:
         kid, action_id, binding = self._token(context, token)
-        record = await self.store.cont_claim(action_id, binding, self.lease_ms)
+        claim_id = os.urandom(12).hex()
+        record = await self.store.cont_claim(action_id, binding, self.lease_ms, claim_id)
         if isinstance(record, Refused):
             raise _refused(record.why)
         if record.state == "pending":
@@ -113,6 +121,7 @@ class Continuations:
                                                          common_pb2.RECEIPT_STATUS_SUCCEEDED):
                 # the flags that made it READY (its own state, the settle's "rs") were changed by hand (I8)
                 raise DataLoss("RECORD_TAMPERED", "the continuation is ready but its action did not succeed")
+            out.claim_id = claim_id          # the lease: only the winner learns it
             self.audit.event(action_id, "continuation_claimed")
             out.receipt.CopyFrom(action.receipt)
             out.facts.extend(await self._facts(record.request))
@@ -120,8 +129,8 @@ class Continuations:
             out.receipt.CopyFrom(await self._receipt(action_id))
         return out
 
-    async def settle(self, context: common_pb2.CallContext, token: str,
-                     reply_text: str) -> continuation_pb2.Continuation:
+    async def settle(self, context: common_pb2.CallContext, token: str, reply_text: str,
+                     claim_id: str) -> continuation_pb2.Continuation:
         kid, action_id, binding = self._token(context, token)
         if len(reply_text.encode("utf-8", "surrogatepass")) > MAX_REPLY_BYTES:
             raise InvalidArgument("REPLY_TOO_LARGE", f"reply_text is larger than {MAX_REPLY_BYTES} bytes")
@@ -131,9 +140,11 @@ class Continuations:
         self.metrics.guard.labels("replaced" if verdict.replaced else "passed").inc()
         text = verdict.text.encode("utf-8", "replace")
         record = await self.store.cont_settle(action_id, binding, text, self._rmac(kid, action_id, text),
-                                              _verdict_json(verdict))
+                                              _verdict_json(verdict), claim_id)
         if isinstance(record, Refused):
             raise _refused(record.why)
+        if record.state == "lost":
+            raise _lease_lost(record.detail)
         if record.state not in ("settled", "replayed"):
             raise FailedPrecondition("CONTINUATION_NOT_CLAIMED",
                                      f"the continuation is {record.state.upper()}: claim it before settling")
@@ -150,11 +161,14 @@ class Continuations:
             out.receipt.CopyFrom(action.receipt)
         return out
 
-    async def release(self, context: common_pb2.CallContext, token: str) -> continuation_pb2.Continuation:
+    async def release(self, context: common_pb2.CallContext, token: str,
+                      claim_id: str) -> continuation_pb2.Continuation:
         kid, action_id, binding = self._token(context, token)
-        result = await self.store.cont_release(action_id, binding)
+        result = await self.store.cont_release(action_id, binding, claim_id)
         if result in ("none", "forbidden"):
             raise _refused(result)
+        if result == "lost":
+            raise _lease_lost("running")
         state = "ready" if result == "ok" else result
         if result == "ok":
             self.audit.event(action_id, "continuation_released")
@@ -280,6 +294,15 @@ def _why_not_ready(detail: str) -> str:
                 "downstream, it was not retried, and reconciliation is asking the downstream by its idempotency "
                 "key; the continuation opens if that finds it SUCCEEDED")
     return f"the action did not succeed ({reason or state}); it never activates a continuation"
+
+
+def _lease_lost(state: str) -> Exception:
+    """A generator that does not hold the continuation's claim (a second one, or one whose lease lapsed and
+    was claimed again): its reply is not stored."""
+    now = "another generation settled it (ClaimContinuation returns its reply)" if state == "settled" else \
+        "another generation holds it: your lease lapsed and it was claimed again, or you never won the claim"
+    return FailedPrecondition("CONTINUATION_LEASE_LOST", f"{now}; your reply was not stored. Settle and release "
+                              "with the claim_id your ClaimContinuation returned")
 
 
 def _refused(why: str) -> Exception:

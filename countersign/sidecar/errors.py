@@ -3,13 +3,16 @@
     CountersignError                    (reason, grpc code; the reason is also the metric label
      │                                   and the google.rpc.ErrorInfo reason, domain "countersign")
      ├── InvalidArgument                INVALID_ARGUMENT: ARGS_INVALID (with field violations),
-     │                                   CONFIRMATION_TOKEN_INVALID, REQUEST_INVALID
+     │                                   CONFIRMATION_TOKEN_INVALID, REQUEST_INVALID,
+     │                                   SNAPSHOT_TOO_LARGE
      ├── NotFound                       NOT_FOUND: TOOL_NOT_FOUND, CONFIRMATION_EXPIRED, ACTION_NOT_FOUND
      ├── PermissionDenied               PERMISSION_DENIED: ROLE_NOT_ALLOWED, ADMIN_READONLY,
      │                                   SUBJECT_NOT_ALLOWED, SESSION_MODE_FORBIDS,
      │                                   CONFIRMATION_BINDING_MISMATCH
      ├── FailedPrecondition             FAILED_PRECONDITION: TOOL_CONFIRMATION_REQUIRED, POLICY_CHANGED,
      │                                   PREPARED_ARGS_INVALID, PREPARED_VERSION_INVALID, NOT_COMPENSABLE,
+     │                                   CONTINUATION_NOT_READY, CONTINUATION_NOT_CLAIMED,
+     │                                   CONTINUATION_LEASE_LOST,
      │                                   a prepare's or a read's refusal: the downstream's own reason (e.g.
      │                                   TODO_DUE_AT_SUSPICIOUS; counted as OTHER in metrics), or
      │                                   DOWNSTREAM_REDIRECT, DOWNSTREAM_ANSWER_INVALID, URL_UNSAFE
@@ -18,7 +21,9 @@
      ├── Unavailable                    UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE,
      │                                   REPLICAS_NOT_ACKNOWLEDGED, DOWNSTREAM_NOT_SENT (the last two
      │                                   with a RetryInfo: the card is READY again, the same token may retry)
-     └── ResourceExhausted              RESOURCE_EXHAUSTED: OVERLOADED (more calls in flight than allowed)
+     └── ResourceExhausted              RESOURCE_EXHAUSTED: OVERLOADED (more calls in flight than allowed,
+                                         and the caller holds more than its share), QUOTA_EXCEEDED (the
+                                         tenant keeps as many records in Redis as --tenant-quota allows)
 
 Stages raise these; only the server turns them into a status. Nothing else is allowed to
 reach a caller as INTERNAL for bad input.

@@ -1,7 +1,9 @@
 """`countersign actions` and `countersign audit`: what an SRE needs when evidence is not enough.
 
 Read-only unless asked: list and show only read records (no lease transition is applied);
-`resolve` writes, and records the operator's name and reason in the action's audit chain.
+`resolve` writes, and records the operator's name and reason in the action's audit chain. Inside the
+reconcile window it first asks the downstream (the fence, or the lookup), as reconciliation would: a request
+that may still land is not resolved without --force (issue 11).
 """
 
 from __future__ import annotations
@@ -9,17 +11,22 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from google.protobuf import json_format
 
+from countersign.adapters.base import Adapter, CallMeta, Kind, LookupKind, Outcome
 from countersign.sidecar import audit as audit_mod
 from countersign.sidecar import states
 from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
+from countersign.sidecar.cards import open_card
+from countersign.sidecar.errors import DataLoss
 from countersign.sidecar.execute import seal_action
 from countersign.sidecar.observability.metrics import Metrics
-from countersign.sidecar.store import Store
+from countersign.sidecar.registry import Registry
+from countersign.sidecar.store import CardRecord, Store
 from countersign.v1 import common_pb2
 
 STATES = {"unknown": "unknown", "needs-manual-review": "review", "compensation-failed": "settled",
@@ -113,8 +120,61 @@ async def show(store: Store, keyring: Keyring, action_id: str, as_json: bool, ou
     return 0
 
 
+@dataclass(frozen=True)
+class Downstream:
+    """What resolve needs to ask the downstream about an action: the registry in force and the adapters."""
+
+    registry: Registry | None
+    adapters: dict[str, Adapter]
+    deadline: float
+
+
+def unresolved_since_ms(record: dict[str, bytes]) -> int:
+    """When the action became unresolved: first looked at by a reconciler, else settled UNKNOWN by its executor,
+    else its lease lapsing."""
+    for name in ("since", "settled_at", "lease", "claimed_at"):
+        value = int(record.get(name, b"0") or 0)
+        if value:
+            return value
+    return 0
+
+
+async def _evidence(keyring: Keyring, action_id: str, record: dict[str, bytes],
+                    downstream: Downstream) -> tuple[str, str, Outcome | None]:
+    """Ask the downstream, as reconciliation does (the fence when the tool has one): (verdict, why, outcome);
+    verdict is applied, fenced or unproven."""
+    tool_name = record.get("tool", b"").decode()
+    if downstream.registry is None:
+        return "unproven", "resolve was given no --registry, so it could not ask the downstream", None
+    tool = downstream.registry.tools.get(tool_name)
+    if tool is None or not tool.adapter.can_lookup:
+        return "unproven", f"{tool_name!r} declares no lookup, so nothing can tell whether it landed", None
+    try:
+        card = open_card(keyring, action_id, CardRecord(record.get("kid", b"").decode(), tool_name,
+                                                        record.get("card", b""), record.get("cmac", b"").decode()))
+    except DataLoss:
+        return "unproven", "the stored card does not verify", None
+    fence = tool.adapter.can_fence
+    meta = CallMeta(idempotency_key=action_id, attempt=int(record.get("ratt", b"0") or 0) + 1,
+                    policy_version=card.policy_version)
+    found = await downstream.adapters[tool.adapter.kind].lookup(tool, meta, fence, downstream.deadline)
+    asked = "the fence" if fence else "the lookup"
+    if found.kind is LookupKind.APPLIED:
+        return "applied", f"{asked} says the downstream applied it", found.outcome
+    if found.kind is LookupKind.ABSENT_FENCED:
+        return "fenced", "the fence says the downstream never applied it and now refuses its key", None
+    if found.kind is LookupKind.ABSENT_UNFENCED:
+        return "unproven", "the lookup found nothing, which proves nothing without a fence", None
+    return "unproven", f"the downstream did not answer {asked} ({found.message or 'no answer'})", None
+
+
 async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, reason: str, operator: str,
-                  resource_id: str, out: TextIO = sys.stdout, replay_ttl_ms: int = 86_400_000) -> int:
+                  resource_id: str, *, downstream: Downstream, window_ms: int, force: bool = False,
+                  out: TextIO = sys.stdout, replay_ttl_ms: int = 86_400_000) -> int:
+    """Settle an unknown / needs-manual-review action by hand. Inside the reconcile window the request may still
+    land, so the downstream is asked first (the fence, or the lookup): an outcome it contradicts is refused
+    always, one it cannot prove is refused unless forced, and a forced one is recorded as forced, with why.
+    The resolved outcome is replayed for ``replay_ttl_ms`` (the sidecars' --replay-ttl), then expires."""
     if not is_action_id(action_id) or not reason.strip() or not operator.strip():
         print("resolve needs an action id, --reason and --operator", file=sys.stderr)
         return 2
@@ -123,16 +183,43 @@ async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, 
         print(f"no record of action {action_id}", file=sys.stderr)
         return 1
     kid = record.get("kid", b"").decode() or keyring.active
-    if kid not in keyring.keys:
+    if kid not in keyring.keys:       # first: without its key nothing in the record can be checked, its state neither
         print(f"action {action_id}: {audit_mod.unknown_key(kid)}; resolve it with the keys file of the sidecars "
               "that wrote it", file=sys.stderr)
         return 1
+    state = record.get("st", b"").decode()
+    if state not in ("unknown", "review"):
+        print(f"action {action_id} is {state}: only unknown or needs-manual-review actions are resolved by hand",
+              file=sys.stderr)
+        return 1
     tool = record.get("tool", b"").decode()
+    age_ms = int(time.time() * 1000) - unresolved_since_ms(record)
+    verdict, why, evidence = "outside_window", "", None
+    if age_ms < window_ms:
+        verdict, why, evidence = await _evidence(keyring, action_id, record, downstream)
+        left = (window_ms - age_ms) // 1000
+        if verdict == "applied" and outcome == "failed":
+            print(f"refused: {why}; it is not FAILED. Resolve it --outcome succeeded, or let reconciliation record "
+                  "it (Reconcile, or the sidecars' background reconciler)", file=sys.stderr)
+            return 1
+        if verdict == "fenced" and outcome == "succeeded":
+            print(f"refused: {why}; it is not SUCCEEDED. Resolve it --outcome failed", file=sys.stderr)
+            return 1
+        if verdict == "unproven" and not force:
+            print(f"refused: the action became unresolved {age_ms // 1000} s ago, inside the reconcile window "
+                  f"({window_ms // 1000} s), so its request may still land at the downstream; {why}. Wait "
+                  f"{left} s for the window to pass (or for the fence to answer), or pass --force to record "
+                  f"{outcome.upper()} anyway (the audit marks it forced)", file=sys.stderr)
+            return 1
     action = common_pb2.Action(action_id=action_id, tool_name=tool)
     receipt = action.receipt
     receipt.action_id, receipt.tool_name, receipt.resource_id = action_id, tool, resource_id
+    if evidence is not None and evidence.kind is Kind.SUCCEEDED:
+        receipt.resource_id = resource_id or evidence.resource_id
+        receipt.resource_version = evidence.resource_version
     receipt.summary = f"resolved by {operator}: {reason}"
-    receipt.evidence_json = json.dumps({"operator": operator, "reason": reason}, ensure_ascii=False)
+    receipt.evidence_json = json.dumps({"operator": operator, "reason": reason, "evidence": verdict},
+                                       ensure_ascii=False)
     receipt.settled_at.FromMilliseconds(int(time.time() * 1000))
     if outcome == "succeeded":
         action.state, receipt.status = common_pb2.ACTION_STATE_SUCCEEDED, common_pb2.RECEIPT_STATUS_SUCCEEDED
@@ -146,11 +233,14 @@ async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, 
         print(f"action {action_id} is {result}: only unknown or needs-manual-review actions are resolved by hand",
               file=sys.stderr)
         return 1
+    forced = verdict == "unproven"
     trail = Audit(store, keyring, Metrics(), 30 * 86_400_000)
     trail.event(action_id, "resolved", operator=operator, outcome=outcome, reason=reason,
-                outcome_hmac=keyring.digest("outcome", blob))
+                outcome_hmac=keyring.digest("outcome", blob), evidence=verdict, forced=forced,
+                unproven=why if forced else "")
     await trail.drain(10)
-    print(f"action {action_id} resolved {outcome.upper()} by {operator}", file=out)
+    note = f" (forced: {why})" if forced else f" ({why})" if why else ""
+    print(f"action {action_id} resolved {outcome.upper()} by {operator}{note}", file=out)
     return 0
 
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -20,16 +21,19 @@ from countersign.sidecar.audit import Audit
 from countersign.sidecar.compensate import Compensator, overlay
 from countersign.sidecar.continuations import Continuations, action_entry, fact_entry, read_summary, request_key
 from countersign.sidecar.errors import (
+    CountersignError,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unavailable,
 )
 from countersign.sidecar.execute import Executor, Timing, open_action, seal_action
 from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.logs import decision
 from countersign.sidecar.observability.metrics import Metrics
+from countersign.sidecar.quota import Quota
 from countersign.sidecar.reconcile import Reconciler
 from countersign.sidecar.registry import Capability, Registry
 from countersign.sidecar.reply_guard import ReplyGuard
@@ -44,8 +48,9 @@ class Pipeline:
     def __init__(self, *, registry: Registry, store: Store, keyring: Keyring, adapters: dict[str, Adapter],
                  timing: Timing, confirm_ttl_ms: int, max_wait: float, metrics: Metrics, guard: ReplyGuard,
                  continuation_lease_ms: int, reconcile_window_ms: int = 600_000, audit_ttl_ms: int = 30 * 86_400_000,
-                 clock: Callable[[], float] = time.time) -> None:
+                 tenant_quota: int = 100_000, clock: Callable[[], float] = time.time) -> None:
         self.registry = registry
+        self.quota = Quota(store, tenant_quota, timing.replay_ms)
         self.store, self.keyring, self.adapters = store, keyring, adapters
         self.timing, self.confirm_ttl_ms, self.max_wait = timing, confirm_ttl_ms, max_wait
         self.metrics, self.clock = metrics, clock
@@ -81,11 +86,13 @@ class Pipeline:
                         actor_id=context.actor_id, subject_id=context.subject_id, locale=context.locale)
         adapter = self.adapters[tool.adapter.kind]
         label = self.metrics.tool(tool.name)
+        turn = request_key(self.keyring, context)
         if not tool.is_write:
+            await self._quota(context, ["r:" + turn])
             with self.metrics.timed("read"):
                 outcome = await adapter.execute(tool, allowed.arguments, meta, self.timing.downstream_deadline)
             self.metrics.invocations.labels(label, "read", outcome.kind.value).inc()
-            await self.store.remember(request_key(self.keyring, context), fact_entry(
+            await self.store.remember(turn, fact_entry(
                 tool.name, outcome.kind.value, read_summary(tool, outcome.body, outcome.message)),
                 self.timing.replay_ms)
             if outcome.kind is Kind.SUCCEEDED:
@@ -106,10 +113,22 @@ class Pipeline:
         if tool.intent_scope != "none":
             existing = await self.store.peek(action_id)
             if existing is not None:
+                if tool.intent_scope == "session":
+                    # found from another turn, maybe: that turn's reply may speak of it (the guard reads the
+                    # turn's actions); over the quota it is still answered, only not remembered
+                    with contextlib.suppress(ResourceExhausted):
+                        await self._quota(context, ["r:" + turn])
+                        await self.store.remember(turn, action_entry(action_id), self.timing.replay_ms)
                 return self._existing(action_id, existing, label)
-        with self.metrics.timed("prepare"):
-            prepared = await prepare.prepare(adapter, tool, allowed.arguments, meta,
-                                             self.timing.downstream_deadline)
+        tenant = await self._quota(context, ["a:" + action_id, "r:" + turn])
+        try:
+            with self.metrics.timed("prepare"):
+                prepared = await prepare.prepare(adapter, tool, allowed.arguments, meta,
+                                                 self.timing.downstream_deadline)
+        except CountersignError:
+            with contextlib.suppress(CountersignError):   # the refusal is the answer, whatever Redis does now
+                await self.quota.forget(tenant, ["a:" + action_id])    # no card: the action keeps nothing
+            raise
         record = cards.seal(
             self.keyring, action_id=action_id,
             binding=self.keyring.binding(self.keyring.active, cards.owner(context)), tool=tool,
@@ -127,9 +146,16 @@ class Pipeline:
                          policy_version=registry.policy_version, args_hmac=args_hmac)
         self.metrics.invocations.labels(label, "write", "card").inc()
         decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_hmac=args_hmac)
-        await self.store.remember(request_key(self.keyring, context), action_entry(action_id), self.timing.replay_ms)
+        await self.store.remember(turn, action_entry(action_id), self.timing.replay_ms)
         return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(
             self.keyring, cards.open_card(self.keyring, action_id, record)))
+
+    async def _quota(self, context: common_pb2.CallContext, members: list[str]) -> str:
+        """Count what this call would keep against the tenant's cap, before anything is stored (QUOTA_EXCEEDED).
+        Returns the tenant's quota id."""
+        tenant = self.keyring.derived_id("quota", context.tenant_id)
+        await self.quota.take(tenant, members)
+        return tenant
 
     def _existing(self, action_id: str, found: CardRecord | RunRecord, label: str) -> gateway_pb2.InvokeResponse:
         """The same call in the same turn: the same card, or the settled outcome."""

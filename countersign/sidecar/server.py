@@ -50,6 +50,12 @@ SERVICES = (
 )
 
 
+# Calls that only read or write Redis, never a downstream: their own lane at the gate, so a caller's slow calls
+# (Invoke, Confirm, Compensate, Reconcile wait on a downstream) never shed its status calls.
+QUICK = frozenset({"GetAction", "Reject", "OpenContinuation", "ClaimContinuation", "SettleContinuation",
+                   "ReleaseContinuation", "CheckReply"})
+
+
 def rich_status(error: CountersignError) -> grpc.Status:
     """The status with its details, kept well under the trailer limits of every client (8 KiB)."""
     status = status_pb2.Status(code=error.code.value[0], message=error.message[:1000])
@@ -82,11 +88,20 @@ def _method(name: str) -> tracing.RpcMethod:
     raise LookupError(f"no RPC named {name!r} in the contract")
 
 
+def caller_of(request: Any, context: Ctx) -> tuple[str, str]:
+    """Whom a call is for, for the gate's fair shares: tenant and actor of its CallContext, else its peer."""
+    call = getattr(request, "context", None)
+    if call is not None and call.tenant_id and call.actor_id:
+        return call.tenant_id[:256], call.actor_id[:256]
+    return "", str(context.peer())
+
+
 def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
-    """The one place each RPC is observed: admission, its span, its duration by gRPC code, refusals counted,
-    the error tree mapped to rich statuses, never a stack trace to the caller."""
+    """The one place each RPC is observed: admission (fair shares per caller), its span, its duration by gRPC
+    code, refusals counted, the error tree mapped to rich statuses, never a stack trace to the caller."""
     method = _method(name)
     attributes = method.attributes()
+    quick = name in QUICK
 
     def wrap(handler: Handler[R]) -> Handler[R]:
         @functools.wraps(handler)
@@ -97,7 +112,8 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
             code = grpc.StatusCode.OK
             try:
                 try:
-                    gate.admit()        # before any work, the span included: shedding must stay cheap
+                    # before any work, the span included: shedding must stay cheap
+                    lane = gate.admit(caller_of(request, context), quick)
                 except ResourceExhausted as shed:
                     code = shed.code
                     metrics.refusals.labels(name, metrics.reason(shed.reason)).inc()
@@ -138,7 +154,7 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
                             await context.abort_with_status(rpc_status.to_status(status))
                             raise AssertionError("unreachable") from None
                 finally:
-                    gate.release()
+                    gate.release(lane)
                 await context.abort_with_status(rich_status(error))
                 raise AssertionError("unreachable")  # abort_with_status raises
             finally:
@@ -262,13 +278,13 @@ class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):
     async def SettleContinuation(self, request: continuation_pb2.SettleContinuationRequest,
                                  context: Ctx) -> continuation_pb2.SettleContinuationResponse:
         return continuation_pb2.SettleContinuationResponse(continuation=await self.continuations.settle(
-            request.context, request.token, request.reply_text))
+            request.context, request.token, request.reply_text, request.claim_id))
 
     @rpc("ReleaseContinuation")
     async def ReleaseContinuation(self, request: continuation_pb2.ReleaseContinuationRequest,
                                   context: Ctx) -> continuation_pb2.ReleaseContinuationResponse:
         return continuation_pb2.ReleaseContinuationResponse(continuation=await self.continuations.release(
-            request.context, request.token))
+            request.context, request.token, request.claim_id))
 
 
 class ReplyGuardServicer(guard_pb2_grpc.ReplyGuardServiceServicer):

@@ -67,6 +67,9 @@ class Settings:
     max_in_flight: int = _setting(64, "calls the sidecar holds at once, running or waiting inside gRPC; beyond it "
                                   "callers get RESOURCE_EXHAUSTED with a RetryInfo at once (shed, not queued "
                                   "until every caller times out). Raise it for a slow downstream", kind="int")
+    tenant_quota: int = _setting(100_000, "records one tenant may keep in Redis: actions (card, run record, "
+                                 "continuation) and turns (read facts), each counted for --replay-ttl; beyond "
+                                 "it Invoke gets RESOURCE_EXHAUSTED QUOTA_EXCEEDED", kind="int")
     max_message_bytes: int = _setting(1 << 20, "largest gRPC message accepted", kind="int")
     telemetry: str = _setting("on", "on: traces and metrics; off: neither (to measure what they cost)")
     guard_lexicon: str = _setting("", "a folder of reply-guard lexicon files (zh.yaml, en.yaml, ...); "

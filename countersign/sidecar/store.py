@@ -78,7 +78,7 @@ class Refused:
 class ContRecord:
     """A continuation as stored; ``mac`` covers binding, snapshot and request under ``kid``."""
 
-    state: str            # pending | ready | running | settled | won (this caller claimed it)
+    state: str            # pending | ready | running | settled | won (this caller claimed it) | lost
     kid: str = ""
     snapshot: bytes = b""
     request: str = ""
@@ -137,6 +137,11 @@ def request_key(request: str) -> str:
     return f"cs:req:{{{request}}}"
 
 
+def quota_key(tenant: str) -> str:
+    """What one tenant keeps, for its quota (a keyed hash of the tenant id as its own hash tag)."""
+    return f"cs:quota:{{{tenant}}}"
+
+
 def _host_port(node: str) -> tuple[str, int]:
     host, _, port = node.rpartition(":")
     return (host or node), int(port or 6379)
@@ -188,7 +193,7 @@ class Store:
             )
             for name in ("issue", "claim", "release", "settle", "reject", "peek",
                          "cont_open", "cont_claim", "cont_settle", "cont_release",
-                         "reconcile_claim", "reconcile_defer", "audit", "resolve")
+                         "reconcile_claim", "reconcile_defer", "audit", "resolve", "quota")
         }
 
     @classmethod
@@ -380,8 +385,10 @@ class Store:
             return Refused(_s(reply[0]))
         return ContRecord(_s(reply[1]), _s(reply[2]), _b(reply[3]), _s(reply[4]), _s(reply[5]))
 
-    async def cont_claim(self, action_id: str, binding: str, lease_ms: int) -> ContRecord | Refused:
-        reply = await self._script("cont_claim", [cont_key(action_id), run_key(action_id)], [binding, lease_ms])
+    async def cont_claim(self, action_id: str, binding: str, lease_ms: int, claim_id: str) -> ContRecord | Refused:
+        """ready -> running under claim_id (a lapsed lease is claimed again); state "won" for the winner."""
+        reply = await self._script("cont_claim", [cont_key(action_id), run_key(action_id)],
+                                   [binding, lease_ms, claim_id])
         kind = _s(reply[0])
         if kind == "won":
             run = RunRecord("settled", _s(reply[5]), _b(reply[6]), _s(reply[7]), binding=_s(reply[8]),
@@ -397,20 +404,25 @@ class Store:
         return Refused(kind)
 
     async def cont_settle(self, action_id: str, binding: str, reply_text: bytes, rmac: str,
-                          verdict: bytes) -> ContRecord | Refused:
-        reply = await self._script("cont_settle", [cont_key(action_id)], [binding, reply_text, rmac, verdict])
+                          verdict: bytes, claim_id: str) -> ContRecord | Refused:
+        """running -> settled by the holder of claim_id. State settled (now), replayed (this holder settled
+        before), lost (another claim holds it), or the state nobody claimed it in."""
+        reply = await self._script("cont_settle", [cont_key(action_id)],
+                                   [binding, reply_text, rmac, verdict, claim_id])
         kind = _s(reply[0])
         if kind == "ok":
             return ContRecord("settled", reply=reply_text, rmac=rmac, verdict=verdict)
         if kind == "settled":
             return ContRecord("replayed", reply=_b(reply[1]), rmac=_s(reply[2]), verdict=_b(reply[3]))
+        if kind == "lost":
+            return ContRecord("lost", detail=_s(reply[1]))
         if kind == "not_running":
             return ContRecord(_s(reply[1]))
         return Refused(kind)
 
-    async def cont_release(self, action_id: str, binding: str) -> str:
-        """running -> ready; returns ok, the state it was in, none or forbidden."""
-        reply = await self._script("cont_release", [cont_key(action_id)], [binding])
+    async def cont_release(self, action_id: str, binding: str, claim_id: str) -> str:
+        """running -> ready by the holder of claim_id; returns ok, lost, the state it was in, none or forbidden."""
+        reply = await self._script("cont_release", [cont_key(action_id)], [binding, claim_id])
         return _s(reply[1]) if _s(reply[0]) == "state" else _s(reply[0])
 
     # -- what one user turn did: read facts and proposed actions -------------------------------
@@ -426,6 +438,19 @@ class Store:
     async def recall(self, request: str) -> list[bytes]:
         entries: list[bytes] = await self._call(self.client.lrange(request_key(request), 0, -1))
         return entries
+
+    # -- the tenant's quota (its own slot: one more round trip, and it runs on Cluster) ------------
+
+    async def quota(self, tenant: str, stored: list[str], members: list[str], cap: int,
+                    ttl_ms: int) -> tuple[bool, int, int]:
+        """Count what a tenant keeps: the stored members always, the new ones only within the cap.
+        Returns (counted, members held, ms when the oldest stops counting); not counted: they were not added."""
+        reply = await self._script("quota", [quota_key(tenant)], [cap, ttl_ms, len(stored), *stored, *members])
+        return _s(reply[0]) == "ok", int(reply[1]), int(reply[2]) if len(reply) > 2 else 0
+
+    async def quota_forget(self, tenant: str, members: list[str]) -> None:
+        """Stop counting members whose records were never stored (a prepare refused: no card)."""
+        await self._call(self.client.zrem(quota_key(tenant), *members))
 
     # -- reconciliation ------------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ class ReadFact(_message.Message):
     def __init__(self, tool_name: _Optional[str] = ..., status: _Optional[str] = ..., summary: _Optional[str] = ...) -> None: ...
 
 class Continuation(_message.Message):
-    __slots__ = ("continuation_id", "token", "action_id", "state", "snapshot", "facts", "receipt", "reply_text", "replayed")
+    __slots__ = ("continuation_id", "token", "action_id", "state", "snapshot", "facts", "receipt", "reply_text", "replayed", "claim_id")
     CONTINUATION_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     ACTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class Continuation(_message.Message):
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     REPLY_TEXT_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_ID_FIELD_NUMBER: _ClassVar[int]
     continuation_id: str
     token: str
     action_id: str
@@ -61,7 +62,8 @@ class Continuation(_message.Message):
     receipt: _common_pb2.Receipt
     reply_text: str
     replayed: bool
-    def __init__(self, continuation_id: _Optional[str] = ..., token: _Optional[str] = ..., action_id: _Optional[str] = ..., state: _Optional[_Union[ContinuationState, str]] = ..., snapshot: _Optional[_Union[ContinuationSnapshot, _Mapping]] = ..., facts: _Optional[_Iterable[_Union[ReadFact, _Mapping]]] = ..., receipt: _Optional[_Union[_common_pb2.Receipt, _Mapping]] = ..., reply_text: _Optional[str] = ..., replayed: _Optional[bool] = ...) -> None: ...
+    claim_id: str
+    def __init__(self, continuation_id: _Optional[str] = ..., token: _Optional[str] = ..., action_id: _Optional[str] = ..., state: _Optional[_Union[ContinuationState, str]] = ..., snapshot: _Optional[_Union[ContinuationSnapshot, _Mapping]] = ..., facts: _Optional[_Iterable[_Union[ReadFact, _Mapping]]] = ..., receipt: _Optional[_Union[_common_pb2.Receipt, _Mapping]] = ..., reply_text: _Optional[str] = ..., replayed: _Optional[bool] = ..., claim_id: _Optional[str] = ...) -> None: ...
 
 class OpenContinuationRequest(_message.Message):
     __slots__ = ("context", "action_id", "snapshot")
@@ -94,14 +96,16 @@ class ClaimContinuationResponse(_message.Message):
     def __init__(self, continuation: _Optional[_Union[Continuation, _Mapping]] = ...) -> None: ...
 
 class SettleContinuationRequest(_message.Message):
-    __slots__ = ("context", "token", "reply_text")
+    __slots__ = ("context", "token", "reply_text", "claim_id")
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     REPLY_TEXT_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_ID_FIELD_NUMBER: _ClassVar[int]
     context: _common_pb2.CallContext
     token: str
     reply_text: str
-    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., token: _Optional[str] = ..., reply_text: _Optional[str] = ...) -> None: ...
+    claim_id: str
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., token: _Optional[str] = ..., reply_text: _Optional[str] = ..., claim_id: _Optional[str] = ...) -> None: ...
 
 class SettleContinuationResponse(_message.Message):
     __slots__ = ("continuation",)
@@ -110,14 +114,16 @@ class SettleContinuationResponse(_message.Message):
     def __init__(self, continuation: _Optional[_Union[Continuation, _Mapping]] = ...) -> None: ...
 
 class ReleaseContinuationRequest(_message.Message):
-    __slots__ = ("context", "token", "reason")
+    __slots__ = ("context", "token", "reason", "claim_id")
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_ID_FIELD_NUMBER: _ClassVar[int]
     context: _common_pb2.CallContext
     token: str
     reason: str
-    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., token: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    claim_id: str
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., token: _Optional[str] = ..., reason: _Optional[str] = ..., claim_id: _Optional[str] = ...) -> None: ...
 
 class ReleaseContinuationResponse(_message.Message):
     __slots__ = ("continuation",)

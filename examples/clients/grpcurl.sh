@@ -139,7 +139,8 @@ echo "    ClaimContinuation → $(jget "$WORK/claim.json" continuation.state)," 
      "receipt «$(jget "$WORK/claim.json" continuation.receipt.summary)»"
 [ "$(jget "$WORK/claim.json" continuation.state)" = CONTINUATION_STATE_RUNNING ] || fail "expected RUNNING: $(cat "$WORK/claim.json")"
 REPLY="$(jstr "好的，待办「$TITLE」已经帮你创建好了。")"
-must settle "$CS/SettleContinuation" "{$CTX, \"token\": \"$CTOKEN\", \"reply_text\": $REPLY}"
+CLAIM="$(jget "$WORK/claim.json" continuation.claim_id)"   # the claim's lease: only its holder may settle
+must settle "$CS/SettleContinuation" "{$CTX, \"token\": \"$CTOKEN\", \"reply_text\": $REPLY, \"claim_id\": \"$CLAIM\"}"
 echo "    SettleContinuation → $(jget "$WORK/settle.json" continuation.state): $(jget "$WORK/settle.json" continuation.reply_text)"
 [ "$(jget "$WORK/settle.json" continuation.state)" = CONTINUATION_STATE_SETTLED ] || fail "expected SETTLED: $(cat "$WORK/settle.json")"
 

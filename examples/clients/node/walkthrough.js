@@ -174,8 +174,9 @@ async function main() {
   expect('RUNNING with the receipt', claimed.state === 'CONTINUATION_STATE_RUNNING'
     && claimed.receipt.action_id === card.action_id, claimed.state);
   const reply = `好的，待办「${title}」已经帮你创建好了。`;
-  const settled = (await call(continuations, 'SettleContinuation', { context, token: opened.token, reply_text: reply }))
-    .continuation;
+  // the claim's lease: only the generator that won the claim may settle (or release) it
+  const settled = (await call(continuations, 'SettleContinuation',
+    { context, token: opened.token, reply_text: reply, claim_id: claimed.claim_id })).continuation;
   console.log(`    SettleContinuation → ${settled.state}: ${settled.reply_text}`);
   expect('SETTLED', settled.state === 'CONTINUATION_STATE_SETTLED', settled.state);
 

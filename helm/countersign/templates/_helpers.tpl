@@ -213,6 +213,8 @@ env:
     value: {{ $v.settings.logLevel | quote }}
   - name: COUNTERSIGN_MAX_IN_FLIGHT
     value: {{ $v.settings.maxInFlight | int | toString | quote }}
+  - name: COUNTERSIGN_TENANT_QUOTA
+    value: {{ $v.settings.tenantQuota | int | toString | quote }}
   {{- if $v.tracing.endpoint }}
   - name: OTEL_EXPORTER_OTLP_ENDPOINT
     value: {{ $v.tracing.endpoint | quote }}

@@ -198,18 +198,23 @@ class Client:
                           continuation_pb2.ClaimContinuationRequest(context=context, token=token),
                           traceparent, timeout, continuation_pb2.ClaimContinuationResponse).continuation
 
-    def settle_continuation(self, context: common_pb2.CallContext, token: str, reply_text: str, *,
+    def settle_continuation(self, context: common_pb2.CallContext, token: str, reply_text: str, claim_id: str, *,
                             traceparent: str | None = None,
                             timeout: float | None = None) -> continuation_pb2.Continuation:
+        """Store the reply; ``claim_id`` is the lease ClaimContinuation gave this generator (anyone else's settle
+        is FAILED_PRECONDITION CONTINUATION_LEASE_LOST)."""
         return self._call("SettleContinuation", self.continuations.SettleContinuation,
                           continuation_pb2.SettleContinuationRequest(context=context, token=token,
-                                                                     reply_text=reply_text),
+                                                                     reply_text=reply_text, claim_id=claim_id),
                           traceparent, timeout, continuation_pb2.SettleContinuationResponse).continuation
 
-    def release_continuation(self, context: common_pb2.CallContext, token: str, *, traceparent: str | None = None,
+    def release_continuation(self, context: common_pb2.CallContext, token: str, claim_id: str, *,
+                             traceparent: str | None = None,
                              timeout: float | None = None) -> continuation_pb2.Continuation:
+        """Give a failed generation back (READY again), as the holder of ``claim_id``."""
         return self._call("ReleaseContinuation", self.continuations.ReleaseContinuation,
-                          continuation_pb2.ReleaseContinuationRequest(context=context, token=token),
+                          continuation_pb2.ReleaseContinuationRequest(context=context, token=token,
+                                                                      claim_id=claim_id),
                           traceparent, timeout, continuation_pb2.ReleaseContinuationResponse).continuation
 
     def check_reply(self, context: common_pb2.CallContext, reply_text: str, action_ids: Iterable[str] = (), *,
@@ -249,13 +254,16 @@ class Client:
             claimed = self.claim_continuation(context, opened.token, traceparent=traceparent)
             if claimed.state == continuation_pb2.CONTINUATION_STATE_SETTLED:   # written before: replayed
                 done.continuation, done.reply_text = claimed, claimed.reply_text
+            elif not claimed.claim_id:          # another generator holds the lease: its reply is the one stored
+                done.continuation = claimed
             else:
                 try:
                     text = compose(claimed)
                 except BaseException:
-                    self.release_continuation(context, claimed.token, traceparent=traceparent)
+                    self.release_continuation(context, claimed.token, claimed.claim_id, traceparent=traceparent)
                     raise
-                settled = self.settle_continuation(context, claimed.token, text, traceparent=traceparent)
+                settled = self.settle_continuation(context, claimed.token, text, claimed.claim_id,
+                                                   traceparent=traceparent)
                 done.continuation, done.reply_text = settled, settled.reply_text
         done.attempts = _since(before, self.attempts)
         return done

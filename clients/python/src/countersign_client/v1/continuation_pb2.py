@@ -25,37 +25,37 @@ _sym_db = _symbol_database.Default()
 from countersign_client.v1 import common_pb2 as countersign_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!countersign/v1/continuation.proto\x12\x0e\x63ountersign.v1\x1a\x1b\x63ountersign/v1/common.proto\"I\n\x14\x43ontinuationSnapshot\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0e\n\x06locale\x18\x02 \x01(\t\x12\x0f\n\x07lead_in\x18\x03 \x01(\t\">\n\x08ReadFact\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0f\n\x07summary\x18\x03 \x01(\t\"\xac\x02\n\x0c\x43ontinuation\x12\x17\n\x0f\x63ontinuation_id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\x11\n\taction_id\x18\x03 \x01(\t\x12\x30\n\x05state\x18\x04 \x01(\x0e\x32!.countersign.v1.ContinuationState\x12\x36\n\x08snapshot\x18\x05 \x01(\x0b\x32$.countersign.v1.ContinuationSnapshot\x12\'\n\x05\x66\x61\x63ts\x18\x06 \x03(\x0b\x32\x18.countersign.v1.ReadFact\x12(\n\x07receipt\x18\x07 \x01(\x0b\x32\x17.countersign.v1.Receipt\x12\x12\n\nreply_text\x18\x08 \x01(\t\x12\x10\n\x08replayed\x18\t \x01(\x08\"\x92\x01\n\x17OpenContinuationRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\x12\x36\n\x08snapshot\x18\x03 \x01(\x0b\x32$.countersign.v1.ContinuationSnapshot\"N\n\x18OpenContinuationResponse\x12\x32\n\x0c\x63ontinuation\x18\x01 \x01(\x0b\x32\x1c.countersign.v1.Continuation\"W\n\x18\x43laimContinuationRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\"O\n\x19\x43laimContinuationResponse\x12\x32\n\x0c\x63ontinuation\x18\x01 \x01(\x0b\x32\x1c.countersign.v1.Continuation\"l\n\x19SettleContinuationRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\x12\x12\n\nreply_text\x18\x03 \x01(\t\"P\n\x1aSettleContinuationResponse\x12\x32\n\x0c\x63ontinuation\x18\x01 \x01(\x0b\x32\x1c.countersign.v1.Continuation\"i\n\x1aReleaseContinuationRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"Q\n\x1bReleaseContinuationResponse\x12\x32\n\x0c\x63ontinuation\x18\x01 \x01(\x0b\x32\x1c.countersign.v1.Continuation*\xb5\x01\n\x11\x43ontinuationState\x12\"\n\x1e\x43ONTINUATION_STATE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43ONTINUATION_STATE_PENDING\x10\x01\x12\x1c\n\x18\x43ONTINUATION_STATE_READY\x10\x02\x12\x1e\n\x1a\x43ONTINUATION_STATE_RUNNING\x10\x03\x12\x1e\n\x1a\x43ONTINUATION_STATE_SETTLED\x10\x04\x32\xc3\x03\n\x13\x43ontinuationService\x12\x65\n\x10OpenContinuation\x12\'.countersign.v1.OpenContinuationRequest\x1a(.countersign.v1.OpenContinuationResponse\x12h\n\x11\x43laimContinuation\x12(.countersign.v1.ClaimContinuationRequest\x1a).countersign.v1.ClaimContinuationResponse\x12k\n\x12SettleContinuation\x12).countersign.v1.SettleContinuationRequest\x1a*.countersign.v1.SettleContinuationResponse\x12n\n\x13ReleaseContinuation\x12*.countersign.v1.ReleaseContinuationRequest\x1a+.countersign.v1.ReleaseContinuationResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!countersign/v1/continuation.proto\x12\x0e\x63ountersign.v1\x1a\x1b\x63ountersign/v1/common.proto\"I\n\x14\x43ontinuationSnapshot\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0e\n\x06locale\x18\x02 \x01(\t\x12\x0f\n\x07lead_in\x18\x03 \x01(\t\">\n\x08ReadFact\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0f\n\x07summary\x18\x03 \x01(\t\"\xbe\x02\n\x0c\x43ontinuation\x12\x17\n\x0f\x63ontinuation_id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\x11\n\taction_id\x18\x03 \x01(\t\x12\x30\n\x05state\x18\x04 \x01(\x0e\x32!.countersign.v1.ContinuationState\x12\x36\n\x08snapshot\x18\x05 \x01(\x0b\x32$.countersign.v1.ContinuationSnapshot\x12\'\n\x05\x66\x61\x63ts\x18\x06 \x03(\x0b\x32\x18.countersign.v1.ReadFact\x12(\n\x07receipt\x18\x07 \x01(\x0b\x32\x17.countersign.v1.Receipt\x12\x12\n\nreply_text\x18\x08 \x01(\t\x12\x10\n\x08replayed\x18\t \x01(\x08\x12\x10\n\x08\x63laim_id\x18\n \x01(\t\"\x92\x01\n\x17OpenContinuationRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\x12\x36\n\x08snapshot\x18\x03 \x01(\x0b\x32$.countersign.v1.ContinuationSnapshot\"N\n\x18OpenContinuationResponse\x12\x32\n\x0c\x63ontinuation\x18\x01 \x01(\x0b\x32\x1c.countersign.v1.Continuation\"W\n\x18\x43laimContinuationRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\"O\n\x19\x43laimContinuationResponse\x12\x32\n\x0c\x63ontinuation\x18\x01 \x01(\x0b\x32\x1c.countersign.v1.Continuation\"~\n\x19SettleContinuationRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\x12\x12\n\nreply_text\x18\x03 \x01(\t\x12\x10\n\x08\x63laim_id\x18\x04 \x01(\t\"P\n\x1aSettleContinuationResponse\x12\x32\n\x0c\x63ontinuation\x18\x01 \x01(\x0b\x32\x1c.countersign.v1.Continuation\"{\n\x1aReleaseContinuationRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08\x63laim_id\x18\x04 \x01(\t\"Q\n\x1bReleaseContinuationResponse\x12\x32\n\x0c\x63ontinuation\x18\x01 \x01(\x0b\x32\x1c.countersign.v1.Continuation*\xb5\x01\n\x11\x43ontinuationState\x12\"\n\x1e\x43ONTINUATION_STATE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43ONTINUATION_STATE_PENDING\x10\x01\x12\x1c\n\x18\x43ONTINUATION_STATE_READY\x10\x02\x12\x1e\n\x1a\x43ONTINUATION_STATE_RUNNING\x10\x03\x12\x1e\n\x1a\x43ONTINUATION_STATE_SETTLED\x10\x04\x32\xc3\x03\n\x13\x43ontinuationService\x12\x65\n\x10OpenContinuation\x12\'.countersign.v1.OpenContinuationRequest\x1a(.countersign.v1.OpenContinuationResponse\x12h\n\x11\x43laimContinuation\x12(.countersign.v1.ClaimContinuationRequest\x1a).countersign.v1.ClaimContinuationResponse\x12k\n\x12SettleContinuation\x12).countersign.v1.SettleContinuationRequest\x1a*.countersign.v1.SettleContinuationResponse\x12n\n\x13ReleaseContinuation\x12*.countersign.v1.ReleaseContinuationRequest\x1a+.countersign.v1.ReleaseContinuationResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'countersign.v1.continuation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONTINUATIONSTATE']._serialized_start=1306
-  _globals['_CONTINUATIONSTATE']._serialized_end=1487
+  _globals['_CONTINUATIONSTATE']._serialized_start=1360
+  _globals['_CONTINUATIONSTATE']._serialized_end=1541
   _globals['_CONTINUATIONSNAPSHOT']._serialized_start=82
   _globals['_CONTINUATIONSNAPSHOT']._serialized_end=155
   _globals['_READFACT']._serialized_start=157
   _globals['_READFACT']._serialized_end=219
   _globals['_CONTINUATION']._serialized_start=222
-  _globals['_CONTINUATION']._serialized_end=522
-  _globals['_OPENCONTINUATIONREQUEST']._serialized_start=525
-  _globals['_OPENCONTINUATIONREQUEST']._serialized_end=671
-  _globals['_OPENCONTINUATIONRESPONSE']._serialized_start=673
-  _globals['_OPENCONTINUATIONRESPONSE']._serialized_end=751
-  _globals['_CLAIMCONTINUATIONREQUEST']._serialized_start=753
-  _globals['_CLAIMCONTINUATIONREQUEST']._serialized_end=840
-  _globals['_CLAIMCONTINUATIONRESPONSE']._serialized_start=842
-  _globals['_CLAIMCONTINUATIONRESPONSE']._serialized_end=921
-  _globals['_SETTLECONTINUATIONREQUEST']._serialized_start=923
-  _globals['_SETTLECONTINUATIONREQUEST']._serialized_end=1031
-  _globals['_SETTLECONTINUATIONRESPONSE']._serialized_start=1033
-  _globals['_SETTLECONTINUATIONRESPONSE']._serialized_end=1113
-  _globals['_RELEASECONTINUATIONREQUEST']._serialized_start=1115
-  _globals['_RELEASECONTINUATIONREQUEST']._serialized_end=1220
-  _globals['_RELEASECONTINUATIONRESPONSE']._serialized_start=1222
-  _globals['_RELEASECONTINUATIONRESPONSE']._serialized_end=1303
-  _globals['_CONTINUATIONSERVICE']._serialized_start=1490
-  _globals['_CONTINUATIONSERVICE']._serialized_end=1941
+  _globals['_CONTINUATION']._serialized_end=540
+  _globals['_OPENCONTINUATIONREQUEST']._serialized_start=543
+  _globals['_OPENCONTINUATIONREQUEST']._serialized_end=689
+  _globals['_OPENCONTINUATIONRESPONSE']._serialized_start=691
+  _globals['_OPENCONTINUATIONRESPONSE']._serialized_end=769
+  _globals['_CLAIMCONTINUATIONREQUEST']._serialized_start=771
+  _globals['_CLAIMCONTINUATIONREQUEST']._serialized_end=858
+  _globals['_CLAIMCONTINUATIONRESPONSE']._serialized_start=860
+  _globals['_CLAIMCONTINUATIONRESPONSE']._serialized_end=939
+  _globals['_SETTLECONTINUATIONREQUEST']._serialized_start=941
+  _globals['_SETTLECONTINUATIONREQUEST']._serialized_end=1067
+  _globals['_SETTLECONTINUATIONRESPONSE']._serialized_start=1069
+  _globals['_SETTLECONTINUATIONRESPONSE']._serialized_end=1149
+  _globals['_RELEASECONTINUATIONREQUEST']._serialized_start=1151
+  _globals['_RELEASECONTINUATIONREQUEST']._serialized_end=1274
+  _globals['_RELEASECONTINUATIONRESPONSE']._serialized_start=1276
+  _globals['_RELEASECONTINUATIONRESPONSE']._serialized_end=1357
+  _globals['_CONTINUATIONSERVICE']._serialized_start=1544
+  _globals['_CONTINUATIONSERVICE']._serialized_end=1995
 # @@protoc_insertion_point(module_scope)

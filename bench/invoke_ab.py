@@ -1,0 +1,115 @@
+"""A/B of the Invoke path: the sidecar of this tree against the sidecar of another tree (e.g. main), side by side.
+
+    .venv/bin/python bench/invoke_ab.py --base /tmp/base [--rounds 6] [--seconds 3]
+
+Get the other tree without touching any checkout: `mkdir /tmp/base && git archive main | tar -x -C /tmp/base`.
+One redis-server and one example todo service serve both sidecars (each started from its own tree, stopped by PID);
+closed-loop Invoke(create_todo) with a fresh turn and title per call, at concurrency 1 and 16, the two sidecars
+interleaved round by round (the order flips each round) so a busy machine hurts both alike. Prints throughput,
+p50/p99 and the sidecar's CPU per call (from /proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
+from examples import harness  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def start(root: Path, work: Path, registry: Path, redis_url: str, keys: Path) -> tuple[subprocess.Popen[bytes], str]:
+    env = dict(os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED="1")
+    log = open(work / f"sidecar-{root.name}.log", "wb")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen([sys.executable, "-m", "countersign.sidecar.cli", "serve", "--registry", str(registry),
+                             "--listen", "127.0.0.1:0", "--metrics-listen", "", "--redis-url", redis_url,
+                             "--keys-file", str(keys), "--log-level", "warning"],
+                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=log)
+    assert proc.stdout is not None
+    return proc, json.loads(proc.stdout.readline())["grpc"]
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+async def load(address: str, concurrency: int, seconds: float) -> list[int]:
+    latencies: list[int] = []
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+        end = time.monotonic() + seconds
+
+        async def worker() -> None:
+            while time.monotonic() < end:
+                context = common_pb2.CallContext(tenant_id="bench", actor_id="a", subject_id="a", session_id="s",
+                                                 request_id=uuid.uuid4().hex, role="user", locale="en")
+                start_ns = time.perf_counter_ns()
+                await stub.Invoke(gateway_pb2.InvokeRequest(context=context, tool_name="create_todo",
+                                                            arguments_json=json.dumps({"title": uuid.uuid4().hex})))
+                latencies.append(time.perf_counter_ns() - start_ns)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies
+
+
+def pct(latencies: list[int], q: float) -> float:
+    ordered = sorted(latencies)
+    return ordered[max(0, int(q * len(ordered)) - 1)] / 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", required=True, type=Path, help="the other source tree")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per cell and round")
+    args = parser.parse_args()
+    work = harness.workdir("countersign-ab-")
+    redis, todo, registry, keys = harness.start_backends(work)
+    sidecars: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+    try:
+        for name, root in (("base", args.base.resolve()), ("this", ROOT)):
+            sidecars[name] = start(root, work, registry, redis.info["url"], keys)
+        cells: dict[tuple[str, int], tuple[list[int], list[float]]] = {
+            (name, c): ([], []) for name in sidecars for c in (1, 16)}
+        for n in range(args.rounds):
+            for c in (1, 16):
+                for name in ("base", "this") if n % 2 == 0 else ("this", "base"):
+                    proc, address = sidecars[name]
+                    asyncio.run(load(address, c, 0.3))          # warm-up
+                    before = cpu_s(proc.pid)
+                    latencies = asyncio.run(load(address, c, args.seconds))
+                    cells[(name, c)][0].extend(latencies)
+                    cells[(name, c)][1].append(cpu_s(proc.pid) - before)
+        print(f"Invoke(create_todo), {args.rounds} rounds x {args.seconds:g} s per cell; loadavg {os.getloadavg()}")
+        for c in (1, 16):
+            for name in ("base", "this"):
+                latencies, cpu = cells[(name, c)]
+                print(f"  {name:<5} c={c:<3} {len(latencies) / (args.rounds * args.seconds):7.1f}/s  "
+                      f"p50 {pct(latencies, 0.5):6.2f} ms  p99 {pct(latencies, 0.99):7.2f} ms  "
+                      f"sidecar CPU {1000 * sum(cpu) / len(latencies):.3f} ms/call")
+    finally:
+        for proc, _ in sidecars.values():
+            proc.terminate()
+            proc.wait(10)
+        todo.stop()
+        redis.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
