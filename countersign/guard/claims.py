@@ -1,0 +1,72 @@
+"""Claims: what a candidate success claim is, and the phrase rules every grammar shares.
+
+A grammar (``claims_en``, ``claims_zh``) reads one clause part and proposes candidates: where the claim is, which
+grammar rule saw it, its verb, and who the agent is (the assistant, nobody named, or someone else). Whether a
+candidate stands is for ``exclusions`` to say; ``verdict`` then asks the receipts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from countersign.guard.lexicon import Lexicon
+from countersign.guard.segment import Part, Sentence
+
+ASSISTANT = "assistant"   # "I've deleted", "已经帮你删除", "Deleted." (a report with the speaker left out)
+NOBODY = "none"           # passive or a result state: "has been deleted", "订单已取消", "is now on"
+OTHER = "other"           # the user or a third party: "you deleted", "the seller cancelled", "小王已经发了"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    rule: str                 # the grammar rule that proposed it: perfect, passive, bare_head, 已, ...
+    lexicon: Lexicon
+    sentence: Sentence
+    part: Part
+    start: int                # span in sentence.text
+    end: int
+    verb: str                 # the verb's lemma (en) or the verb as written (zh); "" for a phrase rule
+    agent: str = NOBODY
+    subject: str = ""
+    flags: frozenset[str] = field(default_factory=frozenset)  # attributive, label, generic
+    verb_span: tuple[int, int] | None = None  # the verb's own span when the claim's span is wider
+
+    @property
+    def vstart(self) -> int:
+        return self.verb_span[0] if self.verb_span else self.start
+
+    @property
+    def vend(self) -> int:
+        return self.verb_span[1] if self.verb_span else self.end
+
+    @property
+    def text(self) -> str:
+        return self.sentence.text[self.start:self.end]
+
+    @property
+    def clause(self) -> str:
+        return self.part.text.strip()
+
+
+def phrase_candidates(lex: Lexicon, sentence: Sentence, part: Part, agent: str = NOBODY) -> list[Candidate]:
+    """Candidates from the lexicon's ``claims`` phrase rules ("all set", "搞定了", "is now on", "✅")."""
+    out = []
+    for rule, rx in lex.claims.items():
+        for m in rx.finditer(part.text):
+            if m.end() > m.start():
+                out.append(Candidate(rule, lex, sentence, part, part.start + m.start(), part.start + m.end(), "",
+                                     agent))
+    return out
+
+
+def verb_class(lex: Lexicon, verb: str, text: str) -> str:
+    """The receipt verb (create, delete, ...) a claim needs; ``generic`` when the lexicon's classes do not say."""
+    for cls, words in lex.classes:
+        if verb and verb in words:
+            return cls
+    if lex.grammar == "zh":
+        for probe in (verb, text):
+            for cls, words in lex.classes:
+                if probe and any(w in probe for w in words):
+                    return cls
+    return "generic"

@@ -1,0 +1,289 @@
+"""The English grammar of completion: perfect, past and passive forms of any write verb.
+
+Every past form and past participle of every verb in the lexicon's verb table (generated from a lexical
+resource, thousands of verbs) is a write verb unless ``verbs.not_writes`` lists its lemma (find, check, fail,
+expire ...); a word the table lacks is read by regular morphology (un-/re-/de-... prefixes, -ed, -ied, doubled
+consonants). Each such form is then placed by what stands before it:
+
+    been/is/was/got + V        passive        "has been cancelled", "is now enabled", "got reversed"
+    have + V                   perfect        "I've refunded", "you have deleted" (agent: the subject)
+    I/we/you/he + V            past           "I booked", "you cancelled"
+    (nothing) + V              bare_head      "Deleted.", "Marked 'Pay rent' as done", "- cancelled the booking"
+    noun + V + (end|prep|as)   headline       "Message sent to Priya", "Invoice exported as PDF"
+    noun + V + object          past, OTHER    "The seller cancelled it"
+    the/your/all + V           (attributive: not a claim) "the deleted report", "all uploaded files"
+    now + V-s                  result_state   "your address now points to the office"
+    did + V                    past           "the email did go out"
+A part that has no subject of its own takes the previous part's ("I found it and sent it": "sent it" is mine).
+"""
+
+from __future__ import annotations
+
+import re
+
+from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate, phrase_candidates
+from countersign.guard.lexicon import Lexicon
+from countersign.guard.segment import Part, Sentence
+
+_TOKEN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*|\d+(?:[.,:]\d+)*%?|[$#@]")
+_NOT = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "hasn't": "has", "haven't": "have",
+        "hadn't": "had", "didn't": "did", "don't": "do", "doesn't": "does", "couldn't": "could",
+        "wouldn't": "would", "shouldn't": "should", "won't": "will", "can't": "can", "mustn't": "must",
+        "needn't": "need", "ain't": "is"}
+_SUFFIX = {"'ve": "have", "'re": "are", "'m": "am", "'ll": "will", "'d": "'d"}
+_IS_AFTER = frozenset({"it", "that", "what", "there", "here", "he", "she", "who", "everything", "all", "this",
+                       "nothing", "something", "one", "which", "where", "today"})
+_TAGS = {"have": "H", "has": "H", "had": "H", "is": "B", "are": "B", "was": "B", "were": "B", "am": "B",
+         "be": "B", "being": "B", "been": "N", "get": "G", "got": "G", "gets": "G", "gotten": "G", "did": "d",
+         "not": "X", "never": "X", "no": "X"}
+_OBJECT_PRONOUNS = frozenset({"it", "them", "him", "her", "me", "us", "you", "everything", "that", "this",
+                              "those", "these", "all", "both", "one"})
+_ED_NOT_VERBS = frozenset({"hundred", "sacred", "naked", "wicked", "rugged", "beloved", "kindred", "shed",
+                           "embed", "bed", "red", "wed", "bred", "fled", "sled", "led", "fed", "sped"})
+
+_REPORTING = frozenset({"whether", "if", "how", "what", "when", "where", "which", "who", "why"})
+_RELATIVE = frozenset({"that", "which", "who", "whom", "whose"})
+
+Token = tuple[str, int, int, str, str]  # word, start, end (in sentence.text), tag, lemma
+
+
+class EnglishGrammar:
+    def __init__(self, lex: Lexicon) -> None:
+        self.lex = lex
+        self.subjects = lex.word("assistant_subjects")
+        self.third = lex.word("third_person")
+        self.modals = lex.word("modals")
+        self.determiners = lex.word("determiners")
+        self.adverbs = lex.word("adverbs")
+        self.openers = lex.word("openers")
+        self.preps = lex.word("prepositions")
+        self.prefixes = tuple(sorted(lex.word("prefixes"), key=len, reverse=True))
+        self._cache: dict[str, tuple[str, str]] = {}
+
+    def candidates(self, sentence: Sentence) -> list[Candidate]:
+        out: list[Candidate] = []
+        inherited = ASSISTANT
+        for part in sentence.parts:
+            tokens = self.tokens(sentence, part)
+            found, subject_agent = self._part(sentence, part, tokens, inherited)
+            out.extend(found)
+            out.extend(phrase_candidates(self.lex, sentence, part))
+            if subject_agent:
+                inherited = subject_agent
+        return out
+
+    # -- words ------------------------------------------------------------------------------------
+
+    def tokens(self, sentence: Sentence, part: Part) -> list[Token]:
+        out: list[Token] = []
+        for m in _TOKEN.finditer(part.text):
+            word, s, e = m.group(0).lower(), part.start + m.start(), part.start + m.end()
+            if "'" in word:
+                if word in _NOT:
+                    out.append(self._tag(_NOT[word], s, e))
+                    out.append((word, s, e, "X", ""))
+                    continue
+                head, _, tail = word.partition("'")
+                tail = "'" + tail
+                if tail in _SUFFIX:
+                    out.append(self._tag(head, s, e))
+                    out.append(self._tag(_SUFFIX[tail], s, e))
+                    continue
+                if tail == "'s":
+                    out.append(self._tag(head, s, e))
+                    if head in _IS_AFTER:
+                        out.append(self._tag("is", s, e))
+                    continue
+            out.append(self._tag(word, s, e))
+        # "'d" is "had" before a participle ("I'd already deleted it"), else "would"
+        for i, t in enumerate(out):
+            if t[0] == "'d":
+                nxt = next((u for u in out[i + 1:] if u[3] != "A"), None)
+                out[i] = (t[0], t[1], t[2], "H" if nxt is not None and nxt[3] in "VR" else "M", "")
+        return out
+
+    def _tag(self, word: str, s: int, e: int) -> Token:
+        cached = self._cache.get(word)
+        if cached is None:
+            cached = self._cache[word] = self._classify(word)
+            if len(self._cache) > 20000:
+                self._cache.clear()
+        return word, s, e, cached[0], cached[1]
+
+    def _classify(self, word: str) -> tuple[str, str]:
+        if word in self.subjects:
+            return "P", ""
+        if word == "you":
+            return "U", ""
+        if word in self.third:
+            return "T", ""
+        if word in _TAGS:
+            return _TAGS[word], ""
+        if word in self.modals:
+            return "M", ""
+        if word in self.determiners:
+            return "D", ""
+        if word in self.adverbs:
+            return "A", ""
+        if word[0].isdigit():
+            return "#", ""
+        lemma = self.past_lemma(word)
+        if lemma:
+            return ("R" if lemma in self.lex.not_writes else "V"), lemma
+        return "O", ""
+
+    def past_lemma(self, word: str) -> str:
+        """The lemma of a past form or participle ("" when ``word`` is none): the table, else morphology."""
+        forms = self.lex.verb_forms
+        if word in forms:
+            return forms[word]
+        for prefix in ("", *self.prefixes):
+            if prefix and not (word.startswith(prefix) and len(word) > len(prefix) + 3):
+                continue
+            rest = word[len(prefix):].lstrip("-")
+            if rest in forms:
+                return prefix + forms[rest] if prefix else forms[rest]
+            if not rest.endswith("ed"):
+                continue
+            stem = rest[:-2]
+            for lemma in (stem, stem + "e", stem[:-1] if len(stem) > 2 and stem[-1] == stem[-2] else "",
+                          stem[:-1] + "y" if stem.endswith("i") else ""):
+                if lemma and lemma in self.lex.verb_lemmas:
+                    return prefix + lemma
+        if word.endswith("ed") and len(word) >= 6 and word not in _ED_NOT_VERBS and not word.endswith("eed"):
+            return word[:-2]  # a verb the table lacks ("texted", "venmoed"): regular morphology
+        return ""
+
+    def _present(self, word: str) -> str:
+        """The lemma of a third-person present form ("points" -> point), or ""."""
+        lemmas = self.lex.verb_lemmas
+        for lemma in (word[:-1], word[:-2], word[:-3] + "y"):
+            if word.endswith("s") and lemma in lemmas and lemma not in self.lex.not_writes:
+                return lemma
+        return ""
+
+    # -- one part ----------------------------------------------------------------------------------
+
+    def _part(self, sentence: Sentence, part: Part, tokens: list[Token],
+              inherited: str) -> tuple[list[Candidate], str]:
+        out: list[Candidate] = []
+        first = 0
+        while first < len(tokens) and (tokens[first][0] in self.openers or tokens[first][3] == "A"):
+            first += 1
+        subject_agent = self._agent(tokens[first:first + 1]) if tokens[first:first + 1] and \
+            tokens[first][3] in "PUT" else ""
+        for i, (word, _s, e, tag, lemma) in enumerate(tokens):
+            if tag == "R" and i + 1 < len(tokens) and tokens[i + 1][0] in self.lex.particle_writes.get(lemma, ()):
+                tag = "V"
+            if tag == "d":
+                nxt = next((j for j in range(i + 1, len(tokens)) if tokens[j][3] != "A"), None)
+                if nxt is not None and tokens[nxt][0] in self.lex.verb_lemmas and \
+                        tokens[nxt][0] not in self.lex.not_writes and tokens[nxt][0] not in ("go",) or \
+                        nxt is not None and tokens[nxt][0] == "go" and nxt + 1 < len(tokens) and \
+                        tokens[nxt + 1][0] in ("out", "through"):
+                    subject = self._words(tokens[first:i])
+                    agent = self._agent(tokens[first:i]) or inherited
+                    if agent == OTHER and tokens[nxt][0] == "go":
+                        agent = NOBODY  # "the email did go out": a result, whoever the subject
+                    out.append(Candidate("past", self.lex, sentence, part, tokens[i][1], tokens[nxt][2],
+                                         tokens[nxt][0], agent, subject))
+                continue
+            if word == "now" and i + 1 < len(tokens) and first < i:
+                lemma_now = self._present(tokens[i + 1][0])
+                if lemma_now:
+                    out.append(Candidate("result_state", self.lex, sentence, part, tokens[i][1], tokens[i + 1][2],
+                                         lemma_now, NOBODY, self._words(tokens[first:i])))
+                continue
+            if tag != "V":
+                continue
+            cand = self._place(sentence, part, tokens, first, i, inherited)
+            if cand is not None:
+                out.append(cand)
+                if cand.subject and cand.rule in ("past", "perfect") and not subject_agent:
+                    subject_agent = cand.agent
+        return out, subject_agent
+
+    def _place(self, sentence: Sentence, part: Part, tokens: list[Token], first: int, i: int,
+               inherited: str) -> Candidate | None:
+        lemma, end, span = tokens[i][4], tokens[i][2], (tokens[i][1], tokens[i][2])
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        after = tokens[i + 2] if i + 2 < len(tokens) else None
+        if nxt is not None and (nxt[0] in _REPORTING or nxt[0] == "that" and after is not None and
+                                after[3] in "PUTDN#"):
+            return None  # reporting, not acting: "I confirmed that the payment arrived", "checked whether"
+        j = i - 1
+        while j >= first and tokens[j][3] in "AX":
+            j -= 1
+        prev = tokens[j][3] if j >= first else ""
+        if prev in ("D", "#") or (prev == "O" and tokens[j][0].endswith("'s")):
+            return None  # attributive: "the deleted report", "14 archived emails"
+        if prev in ("N", "B", "G"):
+            k = j
+            while k - 1 >= first and tokens[k - 1][3] in "HBNMAX":
+                k -= 1
+            subject = tokens[first:k]
+            if any(t[3] == "P" for t in subject[:1]) and prev != "N":
+                return None  # "I was asked", "I'm excited": the speaker as the patient is no report
+            flags = frozenset({"generic"}) if self._generic(subject, tokens[k:i]) else frozenset()
+            if subject and subject[-1][0] in _RELATIVE:
+                flags = flags | {"attributive"}  # "2 todos that have been completed": a description
+            return Candidate("passive", self.lex, sentence, part, tokens[k][1], end, lemma, NOBODY,
+                             self._words(subject), flags, span)
+        if prev == "H":
+            k = j
+            while k - 1 >= first and tokens[k - 1][3] in "HMAX":
+                k -= 1
+            subject = tokens[first:k]
+            agent = self._agent(subject) or (inherited if not subject else OTHER)
+            flags = frozenset({"attributive"}) if subject and subject[-1][0] in _RELATIVE else frozenset()
+            return Candidate("perfect", self.lex, sentence, part, tokens[k][1], end, lemma, agent,
+                             self._words(subject), flags, span)
+        if prev in ("P", "U", "T"):
+            agent = ASSISTANT if prev == "P" else OTHER
+            return Candidate("past", self.lex, sentence, part, tokens[j][1], end, lemma, agent, tokens[j][0],
+                             verb_span=span)
+        if j < first:
+            return Candidate("bare_head", self.lex, sentence, part, tokens[i][1], end, lemma, inherited, "",
+                             self._head_flags(part, tokens, i), span)
+        if prev == "M":
+            return None  # "I will deleted" is no English; "could have" is H
+        if nxt is None or nxt[0] in self.preps or nxt[3] in ("A", "#") or nxt[0] in ("as", "successfully"):
+            return Candidate("headline", self.lex, sentence, part, tokens[first][1], end, lemma, NOBODY,
+                             self._words(tokens[first:i]), verb_span=span)
+        return Candidate("past", self.lex, sentence, part, tokens[first][1], end, lemma, OTHER,
+                         self._words(tokens[first:i]), verb_span=span)
+
+    def _agent(self, subject: list[Token]) -> str:
+        """Who acts, from a subject's words ("" for no subject)."""
+        words = [t for t in subject if t[3] != "A"]
+        if not words:
+            return ""
+        if words[0][3] == "P":
+            return ASSISTANT
+        return OTHER
+
+    def _generic(self, subject: list[Token], aux: list[Token]) -> bool:
+        """A present passive of a bare plural subject states a rule ("Cancelled orders are purged"), no act."""
+        words = [t for t in subject if t[3] != "A"]
+        if not words or words[0][3] in ("D", "P", "U", "T", "#") or words[0][0] in _OBJECT_PRONOUNS:
+            return False
+        if not words[-1][0].endswith("s") or words[-1][0].endswith("ss"):
+            return False
+        return all(t[0] in ("is", "are") or t[3] == "A" and t[0] not in ("now", "already", "just")
+                   for t in aux) and any(t[0] in ("is", "are") for t in aux)
+
+    def _head_flags(self, part: Part, tokens: list[Token], i: int) -> frozenset[str]:
+        """A bare participle that is a modifier, not a report: "Deleted notes stay in the trash", "Completed: 3"."""
+        rest = tokens[i + 1:]
+        if part.end_mark == ":" and rest and all(t[3] in ("O", "V", "R") for t in rest):
+            return frozenset({"label"})
+        for k, t in enumerate(rest):
+            if t[3] in ("B", "H", "M"):
+                return frozenset({"attributive"})
+            if k > 0 and t[0] in self.lex.verb_lemmas and rest[k - 1][0].endswith("s") and rest[k - 1][3] == "O":
+                return frozenset({"attributive"})
+        return frozenset()
+
+    @staticmethod
+    def _words(tokens: list[Token]) -> str:
+        return " ".join(t[0] for t in tokens)

@@ -1,0 +1,73 @@
+"""Exclusions: the named rules that say a candidate claim is no claim, each with the cue that decided it.
+
+Rules run in this order; the first that matches names the exclusion (lexicon.EXCLUSION_RULES):
+
+    quotation             the claim stands inside quotes ("The notification says 'Your order has shipped'")
+    negation              a negation before it in its part ("hasn't been", "没有", "Nothing was uploaded")
+    question              its part asks ("Has it been deleted?", "退款已经到账了吗？")
+    offer_plan            an offer or a plan ("I'll", "will be", "我可以", "马上")
+    condition             a condition ("If you confirm", "一旦", "如果")
+    waiting_confirmation  the write waits for the user ("pending your approval", "确认后")
+    failure               its part reports a failure ("failed", "出错", "couldn't")
+    instruction           the user is told what to do ("Tap", "请点击", "只差一步")
+    capability            what can be done ("can be", "能", "支持")
+    other_agent           the user or a third party acts ("you deleted", "the seller cancelled", "小王已经")
+    time_anchor           a fact read from data, anchored in the past ("on June 3", "yesterday", "上周"); only
+                          for a claim whose agent is not the assistant
+    success_noun          a success word as a noun or a modifier ("success rate", "已取消的订单",
+                          "Completed tasks: 12", "Deleted notes stay in the trash")
+    generic_statement     a rule, not an act ("Cancelled orders are purged after 30 days")
+
+Each rule's cues are regexes in the lexicon, in scopes: ``before`` (from the part's start to the claim's end),
+``part``, ``after`` (from the claim's end to the part's end) and ``sentence``. Some rules also read what the
+grammar found (the agent, an attributive participle): those are said below, next to their rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from countersign.guard.claims import ASSISTANT, OTHER, Candidate
+from countersign.guard.lexicon import EXCLUSION_RULES
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    rule: str
+    cue: str      # the text that decided (or what the grammar saw)
+
+
+def exclude(c: Candidate, disabled: frozenset[str] = frozenset()) -> Exclusion | None:
+    """The first rule that makes ``c`` no claim, or None. ``disabled`` switches rules off (tests show each
+    rule's own sentence fails without it)."""
+    rules = c.lexicon.exclusions
+    text, part = c.sentence.text, c.part
+    for rule in EXCLUSION_RULES:
+        if rule in disabled:
+            continue
+        if rule == "quotation" and c.sentence.quoted(c.vstart, c.vend):
+            return Exclusion(rule, "inside quotes")
+        if rule == "other_agent" and c.agent == OTHER:
+            return Exclusion(rule, c.subject or "another agent")
+        if rule == "time_anchor" and c.agent == ASSISTANT:
+            continue
+        if rule == "success_noun" and c.flags & {"attributive", "label"}:
+            return Exclusion(rule, "a participle used as a modifier or a label")
+        if rule == "generic_statement" and "generic" in c.flags:
+            return Exclusion(rule, "a present passive of a bare plural subject")
+        scopes = rules.get(rule)
+        if not scopes:
+            continue
+        for scope, rx in scopes.items():
+            if scope == "before":  # the whole part is searched, so that a lookahead sees past the claim
+                m = next((x for x in rx.finditer(text[part.start:part.end]) if x.start() < c.end - part.start),
+                         None)
+            elif scope == "part":
+                m = rx.search(text[part.start:part.end])
+            elif scope == "after":
+                m = rx.search(text[c.end:part.end])
+            else:
+                m = rx.search(text)
+            if m is not None:
+                return Exclusion(rule, m.group(0) or scope)
+    return None

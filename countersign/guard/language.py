@@ -1,0 +1,71 @@
+"""Which language a sentence is in, cheaply: its script, then stop words (no model, no download).
+
+- Kana anywhere: Japanese (it shares kanji with Chinese; kana is what only Japanese writes).
+- Another script named in ``languages.yaml`` (Hangul, Cyrillic, Arabic, ...): that language.
+- Han characters: the lexicon whose grammar is ``zh``.
+- Latin letters: the Latin lexicon (``en``) unless another language's stop words outnumber its own (two at
+  least): "La nota ha sido eliminada" is Spanish, "Deleted." is English.
+A sentence may be read by two lexicons (Chinese with an English name in it); one in a language with no lexicon
+is reported, so that the reply is not passed silently.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from countersign.guard.lexicon import Languages, Lexicon
+
+_KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff]")
+_HAN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]+(?:'[A-Za-z]+)?")
+_MIN_WORDS = 3   # a Latin sentence shorter than this is read as the default Latin lexicon's
+
+
+@dataclass(frozen=True)
+class Reading:
+    lexicons: tuple[Lexicon, ...]   # the lexicons that read the sentence
+    unsupported: str                # a language with no lexicon ("" when none)
+
+
+class Detector:
+    def __init__(self, lexicons: Mapping[str, Lexicon], languages: Languages) -> None:
+        self._han = tuple(lex for lex in lexicons.values() if lex.grammar == "zh")
+        self._latin = tuple(lex for lex in lexicons.values() if lex.grammar == "en")
+        self._others = {lang: words for lang, words in languages.stop_words.items() if lang not in lexicons}
+        self._scripts = {lang: rx for lang, rx in languages.scripts.items() if lang not in lexicons}
+        self._kana_supported = "ja" in lexicons
+
+    def read(self, sentence: str) -> Reading:
+        if not self._kana_supported and _KANA.search(sentence):
+            return Reading((), "ja")
+        for lang, script in self._scripts.items():
+            if script.search(sentence):
+                return Reading((), lang)
+        chosen: list[Lexicon] = []
+        if _HAN.search(sentence):
+            if not self._han:
+                return Reading((), "zh")
+            chosen.extend(self._han)
+        words = _LATIN_WORD.findall(sentence)
+        if words:
+            lang = self._latin_language([w.lower() for w in words])
+            if lang:
+                if chosen:  # a foreign word inside a Chinese sentence: the Chinese reading stands
+                    return Reading(tuple(chosen), "")
+                return Reading((), lang)
+            chosen.extend(self._latin)
+        return Reading(tuple(chosen), "")
+
+    def _latin_language(self, words: list[str]) -> str:
+        """The language of a Latin-script sentence that has no lexicon ("" when a lexicon reads it)."""
+        if len(words) < _MIN_WORDS or not self._others:
+            return ""
+        own = max((sum(w in lex.stop_words for w in words) for lex in self._latin), default=0)
+        best, score = "", 0
+        for lang, stop in self._others.items():
+            hits = sum(w in stop for w in words)
+            if hits > score:
+                best, score = lang, hits
+        return best if score >= 2 and score > own else ""

@@ -1,0 +1,157 @@
+"""Normalisation: the text a reader sees, before the guard reads a word (DESIGN §9, ATTACKS "Text the guard reads").
+
+``Normaliser.normalise(reply)`` undoes what hides a claim from a matcher but not from a person:
+
+1. HTML comments and struck-through text (``~~x~~``, ``<del>``/``<s>``/``<strike>``, letters under a combining
+   strike overlay) are removed: a reader does not read them, so ``has ~~not~~ been moved`` says "has been moved".
+2. NFKC (full-width letters, mathematical letters, ligatures), then format characters are removed: every
+   category Cf (zero-width space/joiner, word joiner, soft hyphen, bidi marks, BOM, tag characters), variation
+   selectors and stray combining marks (category Mn left after NFKC) and invisible fillers.
+3. HTML tags and markdown marks (emphasis, code, links, headings, quote marks at a line start) are dropped; a
+   block tag becomes a line break.
+4. Letters of other scripts that look Latin (``data/confusables.tsv``) are folded into Latin inside a word that
+   also holds a Latin letter (a Cyrillic "е" in "dеleted"); an all-Cyrillic word is left alone.
+5. Traditional Chinese characters are folded to simplified ones (``data/t2s.tsv``, from OpenCC).
+6. A line break inside a sentence is joined (a list item or a finished sentence keeps its line); a word cut by
+   a break or a hyphen at a line end is glued back when the whole is a word the lexicons know.
+
+Pure and total: ``normalise`` never raises and never looks at more than it is given.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections.abc import Callable
+from importlib import resources
+
+# struck-through text: ~~x~~ (markdown), <del>/<s>/<strike> (HTML); non-greedy, within 2,000 characters
+_STRUCK = re.compile(r"~~(?=\S)(.{1,2000}?)(?<=\S)~~|<(del|s|strike)\b[^>]*>.{0,2000}?</\2\s*>", re.S | re.I)
+_COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.S)
+# a letter followed by one or more combining strike/slash overlays (U+0335..U+0338): struck, so removed
+_OVERLAY = re.compile(r".[\u0335-\u0338]+", re.S)
+_BLOCK_TAG = re.compile(r"<\s*/?\s*(?:br|p|div|li|ul|ol|tr|h[1-6]|table|blockquote)\b[^>]*>", re.I)
+_TAG = re.compile(r"<\s*/?\s*[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?\s*>")
+_IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]{0,300})\]\([^)\n]{0,500}\)")
+_CODE = re.compile(r"`+")
+_STARS = re.compile(r"(?<!^)\*{1,3}|^\*{2,3}", re.M)      # a single "* " at a line start is a bullet: kept
+_UNDERSCORES = re.compile(r"(?<![A-Za-z0-9])_{1,3}|_{1,3}(?![A-Za-z0-9])")
+_LINE_MARKUP = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|>[ \t]?)+", re.M)
+_INVISIBLE = "\u115f\u1160\u3164\uffa0\u2800"   # Hangul fillers and the braille blank: letters that show nothing
+# a line that starts a new unit: a list marker, a check mark, a table row, a heading
+_NEW_LINE_UNIT = re.compile(r"^\s*(?:[-*+•·▪‣◦]\s|\d{1,3}[.)、]\s*|[✅✔☑✓❌✗✘⚠]|\||#)")
+_LINE_END_STOP = re.compile(r"[。！？!?.;；:：…)）」』\"”]\s*$")
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_APOSTROPHE = re.compile(r"(?<=[A-Za-z])[\u2018\u2019\u02bc\u00b4`](?=[A-Za-z])")
+
+
+def _table(name: str) -> dict[int, str]:
+    text = resources.files("countersign.guard").joinpath("data", name).read_text(encoding="utf-8")
+    out: dict[int, str] = {}
+    for line in text.splitlines():
+        src, _, dst = line.partition("\t")
+        if len(src) == 1 and dst:
+            out[ord(src)] = dst
+    return out
+
+
+@functools.cache
+def _drop_table() -> dict[int, None]:
+    """Every format character (Cf), variation selector and invisible filler, for str.translate."""
+    drop: dict[int, None] = {}
+    # every Cf, VS and filler lies below U+20000 or in plane 14 (tags, variation selectors supplement)
+    for cp in (*range(0x20000), *range(0xE0000, 0xE1000)):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        ch = chr(cp)
+        if unicodedata.category(ch) == "Cf" or 0xFE00 <= cp <= 0xFE0F or 0xE0100 <= cp <= 0xE01EF \
+                or 0x180B <= cp <= 0x180F or ch in _INVISIBLE:
+            drop[cp] = None
+    return drop
+
+
+class Normaliser:
+    """Built once (tables read at start); ``normalise`` is then pure CPU."""
+
+    def __init__(self, known_word: Callable[[str], bool] | None = None) -> None:
+        self._t2s = _table("t2s.tsv")
+        self._confusable = _table("confusables.tsv")
+        self._confusable_chars = frozenset(chr(c) for c in self._confusable)
+        # a run of letters that may be a disguised Latin word: Latin (with diacritics) and look-alikes
+        self._latinish = re.compile("[A-Za-z\u00c0-\u024f" + "".join(sorted(re.escape(ch) for ch in
+                                                                           self._confusable_chars)) + "]+")
+        self._drop = _drop_table()
+        self._known_word = known_word or (lambda _w: False)
+
+    def normalise(self, text: str) -> str:
+        text = _COMMENT.sub("", text)
+        text = unicodedata.normalize("NFKC", text)
+        text = _COMMENT.sub("", text)                 # a comment written in full-width forms
+        text = _STRUCK.sub("", text)
+        text = text.translate(self._drop)
+        if "\u0335" in text or "\u0336" in text or "\u0337" in text or "\u0338" in text:
+            text = _OVERLAY.sub("", text)
+        text = _strip_marks(text)
+        text = _BLOCK_TAG.sub("\n", text)
+        text = _TAG.sub("", text)
+        text = _IMAGE_OR_LINK.sub(r"\1", text)
+        text = _APOSTROPHE.sub("'", text)     # before code marks go: I`ve is an apostrophe, `x` is code
+        text = _CODE.sub("", text)
+        text = _STARS.sub("", text)
+        if "_" in text:
+            text = _UNDERSCORES.sub("", text)
+        text = _LINE_MARKUP.sub("", text)
+        if not text.isascii():
+            text = self._latinish.sub(self._fold_word, text)
+        text = text.translate(self._t2s)
+        text = _APOSTROPHE.sub("'", text)
+        if "\n" in text or "\r" in text:
+            text = self._join_lines(text)
+        return text
+
+    def _fold_word(self, m: re.Match[str]) -> str:
+        word = m.group(0)
+        if word.isascii():
+            return word
+        if any("a" <= c <= "z" or "A" <= c <= "Z" for c in word):
+            word = word.translate(self._confusable)   # "dеleted" with a Cyrillic е
+        if not word.isascii():                        # "déleted": a diacritic laid on an English word
+            bare = "".join(c for c in unicodedata.normalize("NFD", word) if not unicodedata.combining(c))
+            if bare.isascii() and self._known_word(bare.lower()):
+                return bare
+        return word
+
+    def _join_lines(self, text: str) -> str:
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        out = [lines[0]]
+        for line in lines[1:]:
+            prev = out[-1]
+            if not prev.strip() or not line.strip() or _LINE_END_STOP.search(prev) or _NEW_LINE_UNIT.match(line):
+                out.append(line)
+                continue
+            a, b = prev.rstrip(), line.lstrip()
+            if _CJK.match(a[-1]) and _CJK.match(b[0]):
+                out[-1] = a + b
+                continue
+            head = re.search(r"([A-Za-z]+)(-?)$", a)
+            tail = re.match(r"[A-Za-z]+", b)
+            if head and tail and (head.group(2) or b[0].islower()):
+                glued = head.group(1) + tail.group(0)
+                if head.group(2) or (self._known_word(glued.lower()) and not self._known_word(tail.group(0).lower())):
+                    out[-1] = a[: head.start()] + glued + b[tail.end():]
+                    continue
+            if b[0].islower() or not a[-1].isalnum() or a[-1].islower() and not b[0].isupper():
+                out[-1] = a + " " + b
+                continue
+            out.append(line)
+        return "\n".join(out)
+
+
+_MARKS = re.compile("[\u0300-\u036f]")
+
+
+def _strip_marks(text: str) -> str:
+    """Drop combining diacritics that NFKC left standing alone: accents laid over a Latin letter to dodge a
+    word list. A mark NFKC composed into its letter (é) is no longer a combining character and stays."""
+    return _MARKS.sub("", text)
