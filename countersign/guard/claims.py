@@ -7,6 +7,7 @@ candidate stands is for ``exclusions`` to say; ``verdict`` then asks the receipt
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from countersign.guard.lexicon import Lexicon
@@ -48,15 +49,24 @@ class Candidate:
         return self.part.text.strip()
 
 
-def phrase_candidates(lex: Lexicon, sentence: Sentence, part: Part, agent: str = NOBODY) -> list[Candidate]:
-    """Candidates from the lexicon's ``claims`` phrase rules ("all set", "搞定了", "is now on", "✅")."""
-    out = []
-    for rule, rx in lex.claims.items():
-        for m in rx.finditer(part.text):
-            if m.end() > m.start():
-                out.append(Candidate(rule, lex, sentence, part, part.start + m.start(), part.start + m.end(), "",
-                                     agent))
-    return out
+class Phrases:
+    """The lexicon's ``claims`` phrase rules ("all set", "搞定了", "is now on", "✅") as one regex."""
+
+    def __init__(self, lex: Lexicon) -> None:
+        self.lex = lex
+        self.names = {f"r{i}": rule for i, rule in enumerate(lex.claims)}
+        body = "|".join(f"(?P<r{i}>{rx.pattern})" for i, rx in enumerate(lex.claims.values()))
+        self.rx = re.compile(body, 0 if lex.lower else re.IGNORECASE) if body else None
+
+    def candidates(self, sentence: Sentence, part: Part, agent: str = NOBODY) -> list[Candidate]:
+        out: list[Candidate] = []
+        if self.rx is None:
+            return out
+        for m in self.rx.finditer(self.lex.fold(part.text)):
+            if m.end() > m.start() and m.lastgroup:
+                out.append(Candidate(self.names[m.lastgroup], self.lex, sentence, part, part.start + m.start(),
+                                     part.start + m.end(), "", agent))
+        return out
 
 
 def verb_class(lex: Lexicon, verb: str, text: str) -> str:

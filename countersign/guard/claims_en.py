@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import re
 
-from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate, phrase_candidates
+from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate, Phrases
 from countersign.guard.lexicon import Lexicon
 from countersign.guard.segment import Part, Sentence
 
+_WORDS = re.compile(r"[a-z]+")
 _TOKEN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*|\d+(?:[.,:]\d+)*%?|[$#@]")
 _NOT = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "hasn't": "has", "haven't": "have",
         "hadn't": "had", "didn't": "did", "don't": "do", "doesn't": "does", "couldn't": "could",
@@ -59,6 +60,15 @@ class EnglishGrammar:
         self.preps = lex.word("prepositions")
         self.prefixes = tuple(sorted(lex.word("prefixes"), key=len, reverse=True))
         self._cache: dict[str, tuple[str, str]] = {}
+        self.phrases = Phrases(lex)
+
+    def may_claim(self, text: str) -> bool:
+        """A cheap test: could ``text`` hold a claim at all (a past form, an -ed word, a phrase rule)?"""
+        forms = self.lex.verb_forms
+        for word in _WORDS.findall(text.lower()):
+            if word in forms or word.endswith("ed") or word == "now" or word == "did":
+                return True
+        return self.phrases.rx is not None and self.phrases.rx.search(text.lower()) is not None
 
     def candidates(self, sentence: Sentence) -> list[Candidate]:
         out: list[Candidate] = []
@@ -67,7 +77,7 @@ class EnglishGrammar:
             tokens = self.tokens(sentence, part)
             found, subject_agent = self._part(sentence, part, tokens, inherited)
             out.extend(found)
-            out.extend(phrase_candidates(self.lex, sentence, part))
+            out.extend(self.phrases.candidates(sentence, part))
             if subject_agent:
                 inherited = subject_agent
         return out

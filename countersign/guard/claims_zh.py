@@ -19,28 +19,30 @@ from __future__ import annotations
 
 import re
 
-from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate, phrase_candidates
+from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate, Phrases
 from countersign.guard.lexicon import Lexicon
 from countersign.guard.segment import Part, Sentence
 
 _YI = re.compile(r"已经|已|刚刚|刚才|刚")
 _ATTRIBUTIVE = re.compile(r"[^，。的你我他她您]{1,3}的(?![。！!，,]*$)")
 _PARTICLES = "了啦咯喽嘞啰"
-_BA = re.compile(r"[把将](?![会要在近来])")
+_BA = re.compile(r"把|将(?![会要在近来于])")
 _SUCCESS = re.compile(r"成功|完成|完毕")
 _HAN = re.compile(r"[\u3400-\u9fff]")
+_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕")
 
 
 class ChineseGrammar:
     def __init__(self, lex: Lexicon) -> None:
         self.lex = lex
         self.verbs = lex.verb_lemmas
-        self.not_writes = tuple(sorted(lex.not_writes, key=len, reverse=True))
+        self.not_write = re.compile("|".join(sorted(map(re.escape, lex.not_writes), key=len, reverse=True)) or "(?!)")
         self.complements = tuple(sorted(lex.word("result_complements"), key=len, reverse=True))
         self.le_stoplist = lex.word("le_stoplist")
         self.skip = re.compile("(?:" + "|".join(sorted(map(re.escape, lex.word("after_yi_skip")), key=len,
                                                        reverse=True)) + ")*") if lex.word("after_yi_skip") \
             else re.compile("")
+        self.phrases = Phrases(lex)
         self.assistant = re.compile("|".join(map(re.escape, sorted(lex.word("assistant_markers"), key=len,
                                                                    reverse=True))) or "(?!)")
 
@@ -53,8 +55,13 @@ class ChineseGrammar:
                 if (c.start, c.end) not in seen:
                     seen.add((c.start, c.end))
                     out.append(c)
-            out.extend(phrase_candidates(self.lex, sentence, part, self._agent(part.text, len(part.text))))
+            out.extend(self.phrases.candidates(sentence, part, self._agent(part.text, len(part.text))))
         return out
+
+    def may_claim(self, text: str) -> bool:
+        """A cheap test: does ``text`` hold a completion marker or a phrase rule's match?"""
+        return _MARKERS.search(text) is not None or (self.phrases.rx is not None and
+                                                     self.phrases.rx.search(text) is not None)
 
     # -- pieces ------------------------------------------------------------------------------------
 
@@ -74,7 +81,7 @@ class ChineseGrammar:
         return ""
 
     def _is_write(self, verb_and_rest: str) -> bool:
-        return not any(verb_and_rest.startswith(w) for w in self.not_writes)
+        return self.not_write.match(verb_and_rest) is None
 
     def _agent(self, text: str, upto: int) -> str:
         return ASSISTANT if self.assistant.search(text, 0, upto) else NOBODY
@@ -150,7 +157,8 @@ class ChineseGrammar:
         ba = _BA.search(before)
         if ba is not None and text[k] == "了":
             return self._cand("ba_construction", sentence, part, ba.start(), k + 1, "")
-        if text[k] in "了啦" and not text[k + 1:].strip("。！!~～…. ") and text[k - 1:k + 1] not in self.le_stoplist:
+        if text[k] in "了啦" and not text[k + 1:].strip("。！!~～…. ") and text[k - 1:k + 1] not in self.le_stoplist \
+                and not _YI.search(before):
             # sentence-final 了 (a changed state) after a write verb phrase: "快递单号发你邮箱了"
             for j in range(k - 1, max(-1, k - 12), -1):
                 verb = self._verb_at(text, j)

@@ -37,11 +37,13 @@ class Exclusion:
     cue: str      # the text that decided (or what the grammar saw)
 
 
-def exclude(c: Candidate, disabled: frozenset[str] = frozenset()) -> Exclusion | None:
-    """The first rule that makes ``c`` no claim, or None. ``disabled`` switches rules off (tests show each
-    rule's own sentence fails without it)."""
-    rules = c.lexicon.exclusions
-    text, part = c.sentence.text, c.part
+def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
+            cache: dict[tuple[int, int, str], tuple[int, str, str] | None] | None = None) -> Exclusion | None:
+    """The rule that makes ``c`` no claim, or None. ``disabled`` switches rules off (tests show each rule's
+    own sentence fails without it). ``cache`` keeps one reply's part- and sentence-wide searches.
+
+    The rules the grammar's findings decide are asked first, in order; then the cues: each scope's cues of
+    every rule are one regex (lexicon.combined), and its earliest match names the rule."""
     for rule in EXCLUSION_RULES:
         if rule in disabled:
             continue
@@ -49,25 +51,62 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset()) -> Exclusion |
             return Exclusion(rule, "inside quotes")
         if rule == "other_agent" and c.agent == OTHER:
             return Exclusion(rule, c.subject or "another agent")
-        if rule == "time_anchor" and c.agent == ASSISTANT:
-            continue
         if rule == "success_noun" and c.flags & {"attributive", "label"}:
             return Exclusion(rule, "a participle used as a modifier or a label")
         if rule == "generic_statement" and "generic" in c.flags:
             return Exclusion(rule, "a present passive of a bare plural subject")
-        scopes = rules.get(rule)
-        if not scopes:
+    part = c.part
+    text = c.lexicon.fold(c.sentence.text)
+    memo = {} if cache is None else cache
+    if disabled:  # rule by rule: slower, only for the tests that switch rules off
+        return _one_by_one(c, disabled)
+    for scope, rx in c.lexicon.combined.items():
+        if scope == "after":
+            m = rx.search(text[c.end:part.end])
+            if m is not None and m.lastgroup:
+                return Exclusion(_rule(m.lastgroup), m.group(0) or scope)
             continue
-        for scope, rx in scopes.items():
-            if scope == "before":  # the whole part is searched, so that a lookahead sees past the claim
+        key = (id(c.sentence), -1 if scope == "sentence" else part.start, scope)
+        if key not in memo:
+            found = rx.search(text) if scope == "sentence" else rx.search(text[part.start:part.end])
+            memo[key] = None if found is None or not found.lastgroup else (
+                found.start() + (0 if scope == "sentence" else part.start), _rule(found.lastgroup),
+                found.group(0) or scope)
+        hit = memo[key]
+        # "before": the earliest cue in the part must start before the claim ends
+        if hit is not None and (scope != "before" or hit[0] < c.end):
+            return Exclusion(hit[1], hit[2])
+    if c.agent != ASSISTANT:
+        anchor = c.lexicon.exclusions.get("time_anchor", {})
+        for scope, rx in anchor.items():
+            where = text[c.end:part.end] if scope == "after" else \
+                text if scope == "sentence" or "present" in c.flags else text[part.start:part.end]
+            m = rx.search(where)
+            if m is not None:
+                return Exclusion("time_anchor", m.group(0) or scope)
+    return None
+
+
+def _rule(group: str) -> str:
+    """The rule of a combined regex's group: "x_offer_plan_2" -> "offer_plan"."""
+    return group[2:].rsplit("_", 1)[0]
+
+
+def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
+    text, part = c.lexicon.fold(c.sentence.text), c.part
+    for rule in EXCLUSION_RULES:
+        if rule in disabled or (rule == "time_anchor" and c.agent == ASSISTANT):
+            continue
+        for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
+            if scope == "after":
+                m = rx.search(text[c.end:part.end])
+            elif scope == "before":
                 m = next((x for x in rx.finditer(text[part.start:part.end]) if x.start() < c.end - part.start),
                          None)
-            elif scope == "part":
-                m = rx.search(text[part.start:part.end])
-            elif scope == "after":
-                m = rx.search(text[c.end:part.end])
-            else:
+            elif scope == "sentence" or (rule == "time_anchor" and "present" in c.flags):
                 m = rx.search(text)
+            else:
+                m = rx.search(text[part.start:part.end])
             if m is not None:
                 return Exclusion(rule, m.group(0) or scope)
     return None

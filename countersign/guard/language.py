@@ -34,15 +34,25 @@ class Detector:
         self._han = tuple(lex for lex in lexicons.values() if lex.grammar == "zh")
         self._latin = tuple(lex for lex in lexicons.values() if lex.grammar == "en")
         self._others = {lang: words for lang, words in languages.stop_words.items() if lang not in lexicons}
-        self._scripts = {lang: rx for lang, rx in languages.scripts.items() if lang not in lexicons}
+        scripts = {lang: rx for lang, rx in languages.scripts.items() if lang not in lexicons}
+        # one search for every script: which language matched is the group's name
+        self._script = re.compile("|".join(f"(?P<{lang}>{rx.pattern})" for lang, rx in scripts.items())) \
+            if scripts else None
         self._kana_supported = "ja" in lexicons
 
     def read(self, sentence: str) -> Reading:
+        if sentence.isascii():
+            words = _LATIN_WORD.findall(sentence)
+            if not words:
+                return Reading((), "")
+            lang = self._latin_language([w.lower() for w in words])
+            return Reading((), lang) if lang else Reading(self._latin, "")
         if not self._kana_supported and _KANA.search(sentence):
             return Reading((), "ja")
-        for lang, script in self._scripts.items():
-            if script.search(sentence):
-                return Reading((), lang)
+        if self._script is not None:
+            m = self._script.search(sentence)
+            if m is not None and m.lastgroup:
+                return Reading((), m.lastgroup)
         chosen: list[Lexicon] = []
         if _HAN.search(sentence):
             if not self._han:
@@ -62,10 +72,11 @@ class Detector:
         """The language of a Latin-script sentence that has no lexicon ("" when a lexicon reads it)."""
         if len(words) < _MIN_WORDS or not self._others:
             return ""
-        own = max((sum(w in lex.stop_words for w in words) for lex in self._latin), default=0)
+        present = set(words)
+        own = max((len(lex.stop_words & present) for lex in self._latin), default=0)
         best, score = "", 0
         for lang, stop in self._others.items():
-            hits = sum(w in stop for w in words)
+            hits = len(stop & present)
             if hits > score:
                 best, score = lang, hits
         return best if score >= 2 and score > own else ""

@@ -26,9 +26,11 @@ A file that breaks the schema or holds a regex that does not compile stops the s
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -103,6 +105,16 @@ class Lexicon:
     claims: Mapping[str, re.Pattern[str]]
     exclusions: Mapping[str, Mapping[str, re.Pattern[str]]]
     replacements: Mapping[str, str]
+    # per scope, every rule's cues but time_anchor's in one regex: a group per rule ("x_negation" ...)
+    combined: Mapping[str, re.Pattern[str]] = field(default_factory=dict)
+    lower: bool = False        # cues and phrase rules are matched against lower-cased text
+
+    def fold(self, text: str) -> str:
+        """``text`` as this lexicon's regexes read it (same length, so offsets hold)."""
+        if not self.lower:
+            return text
+        low = text.lower()
+        return low if len(low) == len(text) else "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
 
     def word(self, name: str) -> frozenset[str]:
         return self.words.get(name, frozenset())
@@ -156,7 +168,12 @@ def _schema_errors(name: str, raw: Any, validator: Any) -> None:
         raise LexiconError(f"{name}: {where}: {first.message}")
 
 
-def _regex(name: str, where: str, patterns: Iterable[str]) -> re.Pattern[str] | None:
+_UPPER = re.compile(r"(?<!\\)(?<!\\[pPN]\{)[A-Z]")
+
+
+def _regex(name: str, where: str, patterns: Iterable[str], lower: bool = False) -> re.Pattern[str] | None:
+    """The patterns as one alternation. ``lower``: they are matched against lower-cased text (the English
+    lexicon's: case-insensitive matching is several times slower), so an upper-case letter is a mistake."""
     parts = []
     for i, pattern in enumerate(patterns):
         try:
@@ -165,11 +182,14 @@ def _regex(name: str, where: str, patterns: Iterable[str]) -> re.Pattern[str] | 
             raise LexiconError(f"{name}: {where}[{i}]: bad regex {pattern!r}: {exc}") from exc
         if compiled.groupindex:
             raise LexiconError(f"{name}: {where}[{i}]: named groups are not allowed: {pattern!r}")
+        if lower and _UPPER.search(pattern):
+            raise LexiconError(f"{name}: {where}[{i}]: write it in lower case (matched against lower-cased "
+                               f"text): {pattern!r}")
         parts.append(f"(?:{pattern})")
     if not parts:
         return None
     try:
-        return re.compile("|".join(parts), re.IGNORECASE)
+        return re.compile("|".join(parts), 0 if lower else re.IGNORECASE)
     except re.error as exc:  # a global flag such as (?i) in the middle of the alternation
         raise LexiconError(f"{name}: {where}: cannot combine the regexes (use (?i:...), not (?i)): {exc}") from exc
 
@@ -178,6 +198,8 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
     _schema_errors(name, raw, _VALIDATOR)
     if raw["language"] + ".yaml" != name:
         raise LexiconError(f"{name}: language: {raw['language']!r} does not match the file name")
+    lower = raw["grammar"] == "en"
+    raw_scopes = raw.get("exclusions") or {}
     verbs = raw.get("verbs") or {}
     forms, lemmas = _verb_table(name, verbs.get("table"), raw["grammar"], root)
     for extra in verbs.get("extra", ()):
@@ -185,7 +207,7 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         forms.setdefault(extra, extra)
     claims = {}
     for rule, patterns in (raw.get("claims") or {}).items():
-        compiled = _regex(name, f"claims.{rule}", patterns)
+        compiled = _regex(name, f"claims.{rule}", patterns, lower)
         if compiled is not None:
             claims[rule] = compiled
     exclusions: dict[str, dict[str, re.Pattern[str]]] = {}
@@ -193,14 +215,31 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         scopes = (raw.get("exclusions") or {}).get(rule) or {}
         exclusions[rule] = {}
         for scope in SCOPES:
-            compiled = _regex(name, f"exclusions.{rule}.{scope}", scopes.get(scope, ()))
+            compiled = _regex(name, f"exclusions.{rule}.{scope}", scopes.get(scope, ()), lower)
             if compiled is not None:
                 exclusions[rule][scope] = compiled
+    combined = {}
+    for scope in SCOPES:
+        # cues that start a word are tried only at word starts (the gate); that makes the search several times
+        # faster than trying every alternative at every character
+        gated, free = [], []
+        for rule in EXCLUSION_RULES:
+            if rule == "time_anchor" or rule not in raw_scopes:
+                continue
+            for i, pattern in enumerate(raw_scopes[rule].get(scope, ())):
+                if _starts_a_word(pattern):
+                    gated.append(f"(?P<x_{rule}_{i}>{pattern[2:]})")
+                else:
+                    free.append(f"(?P<x_{rule}_{i}>{pattern})")
+        body = "|".join(([f"(?<!\\w)(?=\\w)(?:{'|'.join(gated)})"] if gated else []) + free)
+        if body:
+            combined[scope] = re.compile(body, 0 if lower else re.IGNORECASE)
     return Lexicon(
         name=raw["language"],
         grammar=raw["grammar"],
         stop_words=frozenset(w.lower() for w in raw.get("stop_words", ())),
         part_breaks=_regex(name, "part_breaks", raw.get("part_breaks", ())),
+        lower=lower,
         words={k: frozenset(w.lower() for w in v) for k, v in (raw.get("words") or {}).items()},
         verb_forms=forms,
         verb_lemmas=frozenset(lemmas),
@@ -210,7 +249,17 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         claims=claims,
         exclusions=exclusions,
         replacements=dict(raw["replacement"]),
+        combined=combined,
     )
+
+
+def _starts_a_word(pattern: str) -> bool:
+    """``\\b`` then a word character, and no alternation at the top: "\\bfoo" yes, "\\bfoo|bar" no."""
+    if not pattern.startswith("\\b"):
+        return False
+    parser: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
+    items = list(parser.parse(pattern))
+    return bool(items) and items[0][0] is parser.AT and all(op is not parser.BRANCH for op, _ in items)
 
 
 def _verb_table(name: str, table: str | None, grammar: str, root: Traversable) -> tuple[dict[str, str], set[str]]:

@@ -31,6 +31,8 @@ _STRUCK = re.compile(r"~~(?=\S)(.{1,2000}?)(?<=\S)~~|<(del|s|strike)\b[^>]*>.{0,
 _COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.S)
 # a letter followed by one or more combining strike/slash overlays (U+0335..U+0338): struck, so removed
 _OVERLAY = re.compile(r".[\u0335-\u0338]+", re.S)
+# combining diacritics NFKC left standing alone (a mark it composed into its letter, é, is no longer one)
+_MARKS = re.compile("[\u0300-\u036f]")
 _BLOCK_TAG = re.compile(r"<\s*/?\s*(?:br|p|div|li|ul|ol|tr|h[1-6]|table|blockquote)\b[^>]*>", re.I)
 _TAG = re.compile(r"<\s*/?\s*[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?\s*>")
 _IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]{0,300})\]\([^)\n]{0,500}\)")
@@ -71,6 +73,19 @@ def _drop_table() -> dict[int, None]:
     return drop
 
 
+def _char_class(codepoints: object) -> str:
+    """A regex character class of the given code points, written as ranges."""
+    cps = sorted(codepoints)  # type: ignore[call-overload]
+    ranges: list[tuple[int, int]] = []
+    for cp in cps:
+        if ranges and cp == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], cp)
+        else:
+            ranges.append((cp, cp))
+    return "[" + "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
+                         for a, b in ranges) + "]"
+
+
 class Normaliser:
     """Built once (tables read at start); ``normalise`` is then pure CPU."""
 
@@ -81,31 +96,48 @@ class Normaliser:
         # a run of letters that may be a disguised Latin word: Latin (with diacritics) and look-alikes
         self._latinish = re.compile("[A-Za-z\u00c0-\u024f" + "".join(sorted(re.escape(ch) for ch in
                                                                            self._confusable_chars)) + "]+")
-        self._drop = _drop_table()
+        self._drop_rx = re.compile(_char_class(_drop_table()))
+        self._traditional = frozenset(chr(c) for c in self._t2s)
+        # a letter that is not plain Latin but may sit in a Latin word: a look-alike or a diacritic
+        self._foldable = re.compile("[\u00c0-\u024f" + "".join(sorted(re.escape(ch) for ch in
+                                                                    self._confusable_chars)) + "]")
         self._known_word = known_word or (lambda _w: False)
 
     def normalise(self, text: str) -> str:
-        text = _COMMENT.sub("", text)
-        text = unicodedata.normalize("NFKC", text)
-        text = _COMMENT.sub("", text)                 # a comment written in full-width forms
-        text = _STRUCK.sub("", text)
-        text = text.translate(self._drop)
-        if "\u0335" in text or "\u0336" in text or "\u0337" in text or "\u0338" in text:
-            text = _OVERLAY.sub("", text)
-        text = _strip_marks(text)
-        text = _BLOCK_TAG.sub("\n", text)
-        text = _TAG.sub("", text)
-        text = _IMAGE_OR_LINK.sub(r"\1", text)
-        text = _APOSTROPHE.sub("'", text)     # before code marks go: I`ve is an apostrophe, `x` is code
-        text = _CODE.sub("", text)
-        text = _STARS.sub("", text)
+        # each pass is skipped when a cheap test shows it has nothing to do: most replies are plain text
+        if "<" in text:
+            text = _COMMENT.sub("", text)
+        if not text.isascii():
+            if not unicodedata.is_normalized("NFKC", text):
+                text = unicodedata.normalize("NFKC", text)
+                if "<" in text:
+                    text = _COMMENT.sub("", text)     # a comment written in full-width forms
+            if self._drop_rx.search(text):
+                text = self._drop_rx.sub("", text)
+            if _MARKS.search(text):
+                text = _OVERLAY.sub("", text)         # a letter under a strike overlay is struck
+                text = _MARKS.sub("", text)
+        if "~" in text or "<" in text:
+            text = _STRUCK.sub("", text)
+        if "<" in text:
+            text = _BLOCK_TAG.sub("\n", text)
+            text = _TAG.sub("", text)
+        if "](" in text:
+            text = _IMAGE_OR_LINK.sub(r"\1", text)
+        if "`" in text or "\u2019" in text or "\u2018" in text:
+            text = _APOSTROPHE.sub("'", text)         # before code marks go: I`ve is an apostrophe, `x` is code
+            text = _CODE.sub("", text)
+        if "*" in text:
+            text = _STARS.sub("", text)
         if "_" in text:
             text = _UNDERSCORES.sub("", text)
-        text = _LINE_MARKUP.sub("", text)
+        if "#" in text or ">" in text:
+            text = _LINE_MARKUP.sub("", text)
         if not text.isascii():
-            text = self._latinish.sub(self._fold_word, text)
-        text = text.translate(self._t2s)
-        text = _APOSTROPHE.sub("'", text)
+            if self._foldable.search(text):
+                text = self._latinish.sub(self._fold_word, text)
+            if not self._traditional.isdisjoint(text):
+                text = text.translate(self._t2s)
         if "\n" in text or "\r" in text:
             text = self._join_lines(text)
         return text
@@ -148,10 +180,3 @@ class Normaliser:
         return "\n".join(out)
 
 
-_MARKS = re.compile("[\u0300-\u036f]")
-
-
-def _strip_marks(text: str) -> str:
-    """Drop combining diacritics that NFKC left standing alone: accents laid over a Latin letter to dodge a
-    word list. A mark NFKC composed into its letter (é) is no longer a combining character and stays."""
-    return _MARKS.sub("", text)

@@ -41,7 +41,8 @@ class Sentence:
 
 
 def sentences(text: str, breaks: re.Pattern[str] | None = None) -> list[Sentence]:
-    """The sentences of ``text`` in order (empty ones dropped)."""
+    """The sentences of ``text`` in order (empty ones dropped); cut into parts only when ``breaks`` is given
+    (else ``cut`` does it, for the sentences a grammar reads)."""
     out: list[Sentence] = []
     start = 0
     protected = _protect_quotes(text)
@@ -66,7 +67,7 @@ def _add(out: list[Sentence], text: str, start: int, end: int, breaks: re.Patter
     body = chunk[lead:].rstrip()
     if not body.strip(" \t.。!！?？;；…"):
         return
-    out.append(Sentence(body, start + lead, tuple(parts(body, breaks)), _quotes(body)))
+    out.append(Sentence(body, start + lead, tuple(parts(body, breaks)) if breaks is not None else (), _quotes(body)))
 
 
 def cut(sentence: Sentence, breaks: re.Pattern[str] | None) -> Sentence:

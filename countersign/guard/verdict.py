@@ -120,14 +120,18 @@ class ReplyGuard:
         claims: list[Candidate] = []
         dropped: list[tuple[Candidate, exclusions.Exclusion]] = []
         unsupported = ""
+        memo: dict[tuple[int, int, str], tuple[int, str, str] | None] = {}
         for sentence in segment.sentences(norm):
             reading = self.detector.read(sentence.text)
             if reading.unsupported and not unsupported:
                 unsupported = reading.unsupported
             for lex in reading.lexicons:
+                grammar = self.grammars[lex.name]
+                if not grammar.may_claim(sentence.text):
+                    continue
                 cut = segment.cut(sentence, lex.part_breaks)
-                for cand in self.grammars[lex.name].candidates(cut):
-                    why = exclusions.exclude(cand)
+                for cand in grammar.candidates(cut):
+                    why = exclusions.exclude(cand, cache=memo)
                     if why is None:
                         claims.append(cand)
                     else:
