@@ -26,6 +26,7 @@ from countersign.guard.lexicon import Lexicon
 from countersign.guard.segment import Part, Sentence
 
 _WORDS = re.compile(r"[a-z]+")
+_PIECES = re.compile(r"[,;:—–()]|\s-\s|\b(?=and\b|but\b|so\b|though\b|then\b)")
 _TOKEN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*|\d+(?:[.,:]\d+)*%?|[$#@]")
 _NOT = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "hasn't": "has", "haven't": "have",
         "hadn't": "had", "didn't": "did", "don't": "do", "doesn't": "does", "couldn't": "could",
@@ -68,7 +69,10 @@ class EnglishGrammar:
         for word in _WORDS.findall(text.lower()):
             if word in forms or word.endswith("ed") or word == "now" or word == "did":
                 return True
-        return self.phrases.rx is not None and self.phrases.rx.search(text.lower()) is not None
+        if self.phrases.rx is None:
+            return False
+        # phrase rules may be anchored at a part's end ("is in place."): try each rough piece
+        return any(self.phrases.rx.search(piece) for piece in _PIECES.split(text.lower()))
 
     def candidates(self, sentence: Sentence) -> list[Candidate]:
         out: list[Candidate] = []
@@ -237,6 +241,10 @@ class EnglishGrammar:
             flags = frozenset({"generic"}) if self._generic(subject, tokens[k:i]) else frozenset()
             if subject and subject[-1][0] in _RELATIVE:
                 flags = flags | {"attributive"}  # "2 todos that have been completed": a description
+            aux = [t[0] for t in tokens[k:i] if t[3] != "X"]
+            if aux and all(w in ("is", "are", "am") or w not in ("now", "already", "just", "all") and
+                           t3 == "A" for w, t3 in ((t[0], t[3]) for t in tokens[k:i] if t[3] != "X")):
+                flags = flags | {"present"}  # "is tagged 'home'": a state; a past date in the sentence reads it
             return Candidate("passive", self.lex, sentence, part, tokens[k][1], end, lemma, NOBODY,
                              self._words(subject), flags, span)
         if prev == "H":

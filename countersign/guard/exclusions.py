@@ -79,8 +79,9 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
     if c.agent != ASSISTANT:
         anchor = c.lexicon.exclusions.get("time_anchor", {})
         for scope, rx in anchor.items():
-            where = text[c.end:part.end] if scope == "after" else \
-                text if scope == "sentence" or "present" in c.flags else text[part.start:part.end]
+            # a present state ("is tagged 'home'") beside a dated fact ("was set on March 3") is read as data
+            where = text if scope == "sentence" or "present" in c.flags else \
+                text[c.end:part.end] if scope == "after" else text[part.start:part.end]
             m = rx.search(where)
             if m is not None:
                 return Exclusion("time_anchor", m.group(0) or scope)
@@ -98,7 +99,9 @@ def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
         if rule in disabled or (rule == "time_anchor" and c.agent == ASSISTANT):
             continue
         for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
-            if scope == "after":
+            if rule == "time_anchor" and "present" in c.flags:
+                m = rx.search(text)
+            elif scope == "after":
                 m = rx.search(text[c.end:part.end])
             elif scope == "before":
                 m = next((x for x in rx.finditer(text[part.start:part.end]) if x.start() < c.end - part.start),

@@ -73,6 +73,25 @@ def _drop_table() -> dict[int, None]:
     return drop
 
 
+STEPS = ("comments", "nfkc", "format", "marks", "struck", "tags", "markdown", "confusables", "traditional", "lines")
+
+
+def _markdown(text: str) -> str:
+    """Links, code marks, emphasis and line markup (headings, quotes) dropped; the words stay."""
+    if "](" in text:
+        text = _IMAGE_OR_LINK.sub(r"\1", text)
+    if "`" in text or "\u2019" in text or "\u2018" in text:
+        text = _APOSTROPHE.sub("'", text)         # before code marks go: I`ve is an apostrophe, `x` is code
+        text = _CODE.sub("", text)
+    if "*" in text:
+        text = _STARS.sub("", text)
+    if "_" in text:
+        text = _UNDERSCORES.sub("", text)
+    if "#" in text or ">" in text:
+        text = _LINE_MARKUP.sub("", text)
+    return text
+
+
 def _char_class(codepoints: object) -> str:
     """A regex character class of the given code points, written as ranges."""
     cps = sorted(codepoints)  # type: ignore[call-overload]
@@ -103,42 +122,35 @@ class Normaliser:
                                                                     self._confusable_chars)) + "]")
         self._known_word = known_word or (lambda _w: False)
 
-    def normalise(self, text: str) -> str:
+    def normalise(self, text: str, skip: frozenset[str] = frozenset()) -> str:
+        """``text`` as a reader sees it. ``skip`` names steps (STEPS) to leave out: the tests show that each
+        step's own sentence is missed without it."""
         # each pass is skipped when a cheap test shows it has nothing to do: most replies are plain text
-        if "<" in text:
+        if "<" in text and "comments" not in skip:
             text = _COMMENT.sub("", text)
         if not text.isascii():
-            if not unicodedata.is_normalized("NFKC", text):
+            if "nfkc" not in skip and not unicodedata.is_normalized("NFKC", text):
                 text = unicodedata.normalize("NFKC", text)
-                if "<" in text:
+                if "<" in text and "comments" not in skip:
                     text = _COMMENT.sub("", text)     # a comment written in full-width forms
-            if self._drop_rx.search(text):
+            if "format" not in skip and self._drop_rx.search(text):
                 text = self._drop_rx.sub("", text)
-            if _MARKS.search(text):
+            if "marks" not in skip and _MARKS.search(text):
                 text = _OVERLAY.sub("", text)         # a letter under a strike overlay is struck
                 text = _MARKS.sub("", text)
-        if "~" in text or "<" in text:
+        if ("~" in text or "<" in text) and "struck" not in skip:
             text = _STRUCK.sub("", text)
-        if "<" in text:
+        if "<" in text and "tags" not in skip:
             text = _BLOCK_TAG.sub("\n", text)
             text = _TAG.sub("", text)
-        if "](" in text:
-            text = _IMAGE_OR_LINK.sub(r"\1", text)
-        if "`" in text or "\u2019" in text or "\u2018" in text:
-            text = _APOSTROPHE.sub("'", text)         # before code marks go: I`ve is an apostrophe, `x` is code
-            text = _CODE.sub("", text)
-        if "*" in text:
-            text = _STARS.sub("", text)
-        if "_" in text:
-            text = _UNDERSCORES.sub("", text)
-        if "#" in text or ">" in text:
-            text = _LINE_MARKUP.sub("", text)
+        if "markdown" not in skip:
+            text = _markdown(text)
         if not text.isascii():
-            if self._foldable.search(text):
+            if "confusables" not in skip and self._foldable.search(text):
                 text = self._latinish.sub(self._fold_word, text)
-            if not self._traditional.isdisjoint(text):
+            if "traditional" not in skip and not self._traditional.isdisjoint(text):
                 text = text.translate(self._t2s)
-        if "\n" in text or "\r" in text:
+        if ("\n" in text or "\r" in text) and "lines" not in skip:
             text = self._join_lines(text)
         return text
 

@@ -114,9 +114,11 @@ class ReplyGuard:
             return Verdict(True, self._replacement(locale, "NO_SUCCEEDED_RECEIPT"), (), "NO_SUCCEEDED_RECEIPT",
                            f"Reply guard error ({type(exc).__name__}); replaced because no receipt succeeded.")
 
-    def read(self, reply: str) -> tuple[list[Candidate], list[tuple[Candidate, exclusions.Exclusion]], str]:
-        """The claims in ``reply``, the candidates set aside (with the rule), and an unsupported language."""
-        norm = self.normaliser.normalise(reply[:SCAN_LIMIT])
+    def read(self, reply: str, *, skip_steps: frozenset[str] = frozenset(), disabled_rules: frozenset[str] = frozenset()
+             ) -> tuple[list[Candidate], list[tuple[Candidate, exclusions.Exclusion]], str]:
+        """The claims in ``reply``, the candidates set aside (with the rule), and an unsupported language.
+        ``skip_steps`` and ``disabled_rules`` switch normalisation steps and exclusion rules off (for tests)."""
+        norm = self.normaliser.normalise(reply[:SCAN_LIMIT], skip_steps)
         claims: list[Candidate] = []
         dropped: list[tuple[Candidate, exclusions.Exclusion]] = []
         unsupported = ""
@@ -131,7 +133,7 @@ class ReplyGuard:
                     continue
                 cut = segment.cut(sentence, lex.part_breaks)
                 for cand in grammar.candidates(cut):
-                    why = exclusions.exclude(cand, cache=memo)
+                    why = exclusions.exclude(cand, disabled_rules, memo)
                     if why is None:
                         claims.append(cand)
                     else:

@@ -29,7 +29,7 @@ from countersign.sidecar.execute import Timing
 from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.pipeline import Pipeline
-from countersign.sidecar.reply_guard import ReplyGuard
+from countersign.guard import LexiconError, ReplyGuard
 from countersign.sidecar.server import (
     SERVICES,
     ContinuationServicer,
@@ -123,13 +123,17 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
                                wait_timeout_ms=int(settings.redis_wait_timeout * 1000))
     except ValueError as exc:
         raise SettingsError(f"--redis-url: {exc}") from exc
+    try:
+        guard = ReplyGuard.load(settings.guard_lexicon or None, unsupported=settings.guard_unsupported)
+    except LexiconError as exc:
+        raise SettingsError(f"--guard-lexicon: {exc}") from exc
     metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on")
     adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
     timing = Timing(lease_ms=int(settings.lease * 1000), replay_ms=int(settings.replay_ttl * 1000),
                     downstream_deadline=settings.downstream_deadline)
     pipeline = Pipeline(registry=registry, store=store, keyring=keyring, adapters=adapters, timing=timing,
                         confirm_ttl_ms=int(settings.confirm_ttl * 1000), max_wait=settings.max_wait,
-                        metrics=metrics, guard=ReplyGuard.load(settings.guard_lexicon or None),
+                        metrics=metrics, guard=guard,
                         continuation_lease_ms=int(settings.continuation_lease * 1000),
                         reconcile_window_ms=int(settings.reconcile_window * 1000),
                         audit_ttl_ms=int(settings.audit_ttl * 1000))

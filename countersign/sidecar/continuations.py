@@ -25,7 +25,7 @@ from countersign.sidecar.errors import DataLoss, FailedPrecondition, InvalidArgu
 from countersign.sidecar.execute import open_action
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.registry import Registry, Tool
-from countersign.sidecar.reply_guard import Evidence, ReplyGuard, Verdict, verbs_of
+from countersign.guard import Evidence, ReplyGuard, Verdict, verbs_of
 from countersign.sidecar.store import CardRecord, ContRecord, Refused, RunRecord, Store
 from countersign.v1 import common_pb2, continuation_pb2, guard_pb2
 
@@ -121,7 +121,7 @@ class Continuations:
         action = await self._action(action_id)
         evidence = [self._evidence(action)] if action is not None else []
         verdict = self.guard.check(reply_text, context.locale, evidence)
-        self.metrics.guard.labels("replaced" if verdict.replaced else "passed").inc()
+        self.metrics.guard.labels(_label(verdict)).inc()
         text = verdict.text.encode("utf-8", "replace")
         record = await self.store.cont_settle(action_id, binding, text, self._rmac(kid, action_id, text),
                                               _verdict_json(verdict))
@@ -134,7 +134,7 @@ class Continuations:
             raise DataLoss("RECORD_TAMPERED", "the stored reply of this continuation was changed")
         if record.state == "settled":
             self.audit.event(action_id, "continuation_settled", guard=verdict.reason,
-                             reply_sha256=sha256_hex(record.reply))
+                             reply_sha256=sha256_hex(record.reply), claims=_logged_claims(verdict))
         out = continuation_pb2.Continuation(
             continuation_id=action_id, token=self.keyring.token(action_id, kid, LABEL), action_id=action_id,
             state=continuation_pb2.CONTINUATION_STATE_SETTLED, reply_text=record.reply.decode("utf-8", "replace"),
@@ -178,15 +178,23 @@ class Continuations:
             if action is not None:
                 evidence.append(self._evidence(action))
         verdict = self.guard.check(reply_text, context.locale, evidence)
-        self.metrics.guard.labels("replaced" if verdict.replaced else "passed").inc()
+        self.metrics.guard.labels(_label(verdict)).inc()
+        claims = _logged_claims(verdict)
         for item in evidence:
             self.audit.event(item.action_id, "guard", verdict=verdict.reason, reply_sha256=sha256_hex(
-                reply_text.encode("utf-8", "replace")))
+                reply_text.encode("utf-8", "replace")), claims=claims)
+        # the decision log names the rules and hashes the clauses: it never holds the reply's text
         log.info(json.dumps({"event": "guard", "verdict": "replaced" if verdict.replaced else "passed",
-                             "reason": verdict.reason, "claims": len(verdict.matched_claims)}))
-        return guard_pb2.CheckReplyResponse(verdict=VERDICTS[verdict.replaced], reply_text=verdict.text,
-                                            matched_claims=list(verdict.matched_claims),
-                                            reason=f"{verdict.reason}: {verdict.explanation}")
+                             "reason": verdict.reason, "claims": claims,
+                             "unsupported_language": verdict.language}))
+        return guard_pb2.CheckReplyResponse(
+            verdict=VERDICTS[verdict.replaced], reply_text=verdict.text, matched_claims=list(verdict.matched_claims),
+            reason=f"{verdict.reason}: {verdict.explanation}",
+            claims=[guard_pb2.GuardClaim(clause=c.clause, rule=c.rule, verb=c.verb, verb_class=c.verb_class,
+                                         lexicon=c.lexicon) for c in verdict.claims],
+            exclusions=[guard_pb2.GuardExclusion(clause=clause, rule=rule, cue=cue)
+                        for clause, rule, cue in verdict.excluded[:16]],
+            unsupported_language=verdict.language)
 
     # -- pieces --------------------------------------------------------------------------------
 
@@ -263,6 +271,18 @@ class Continuations:
 def _verdict_json(verdict: Verdict) -> bytes:
     return canonical({"replaced": verdict.replaced, "reason": verdict.reason,
                       "claims": list(verdict.matched_claims)})
+
+
+def _label(verdict: Verdict) -> str:
+    """The metric's verdict label: flagged is a pass in a language the guard has no lexicon for."""
+    if verdict.replaced:
+        return "replaced"
+    return "flagged" if verdict.reason == "UNSUPPORTED_LANGUAGE" else "passed"
+
+
+def _logged_claims(verdict: Verdict) -> list[dict[str, str]]:
+    """What the decision log keeps of each claim: the rule that read it, and its clause hashed."""
+    return [{"rule": c.rule, "verb_class": c.verb_class, "clause_sha256": c.digest()} for c in verdict.claims]
 
 
 def _why_not_ready(detail: str) -> str:

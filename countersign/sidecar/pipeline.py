@@ -32,7 +32,7 @@ from countersign.sidecar.observability.logs import decision
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.reconcile import Reconciler
 from countersign.sidecar.registry import Capability, Registry
-from countersign.sidecar.reply_guard import ReplyGuard
+from countersign.guard import ReplyGuard
 from countersign.sidecar.store import CardRecord, Refused, RunRecord, Store
 from countersign.v1 import common_pb2, gateway_pb2
 
