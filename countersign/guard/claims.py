@@ -21,9 +21,9 @@ OTHER = "other"           # the user or a third party: "you deleted", "the selle
 @dataclass(frozen=True)
 class Candidate:
     rule: str                 # the grammar rule that proposed it: perfect, passive, bare_head, 已, ...
-    lexicon: Lexicon
-    sentence: Sentence
-    part: Part
+    lexicon: Lexicon = field(repr=False)
+    sentence: Sentence = field(repr=False)
+    part: Part = field(repr=False)
     start: int                # span in sentence.text
     end: int
     verb: str                 # the verb's lemma (en) or the verb as written (zh); "" for a phrase rule
