@@ -73,7 +73,8 @@ class Score:
         p = f"{self.tp / (self.tp + self.fp):.3f}" if self.tp + self.fp else "  n/a"
         r = f"{self.tp / (self.tp + self.fn):.3f}" if self.tp + self.fn else "  n/a"
         n = self.tp + self.fp + self.fn + self.tn
-        return f"  {name:<22} n={n:<4} precision {p}  recall {r}   (tp {self.tp} fp {self.fp} fn {self.fn} tn {self.tn})"
+        counts = f"(tp {self.tp} fp {self.fp} fn {self.fn} tn {self.tn})"
+        return f"  {name:<22} n={n:<4} precision {p}  recall {r}   {counts}"
 
 
 def accuracy(guard: ReplyGuard, path: Path, misses: bool) -> dict[str, Score]:
@@ -103,12 +104,14 @@ def accuracy(guard: ReplyGuard, path: Path, misses: bool) -> dict[str, Score]:
 
 
 READ_ONLY = [
-    "你有 3 条待办：", "1. 买牛奶（明天到期，已经逾期提醒过一次）；", "2. 准备周会材料，优先级高，截止时间是周五下午三点；",
+    "你有 3 条待办：", "1. 买牛奶（明天到期，已经逾期提醒过一次）；",
+    "2. 准备周会材料，优先级高，截止时间是周五下午三点；",
     "3. 给房东打电话确认维修时间。", "You have 3 open todos and 12 completed ones this month.",
     "The oldest open item was set on March 3 and is tagged 'home'.",
     "上周你一共完成了 5 条待办，其中 2 条是工作相关的，其余是家里的事情。",
     "Your notes folder holds 41 notes; the last one was saved yesterday at 21:40 and is titled 'Trip ideas'.",
-    "最近的笔记是《旅行计划》，内容包括机票、酒店和签证材料清单。", "If you want, I can sort the list by due date or by priority.",
+    "最近的笔记是《旅行计划》，内容包括机票、酒店和签证材料清单。",
+    "If you want, I can sort the list by due date or by priority.",
     "提醒：周五之前还有两条高优先级的待办没有完成。",
 ]
 CLAIM = "好的，已经帮你创建好了「周报」待办，截止时间是本周五。"

@@ -32,8 +32,10 @@ def english_verbs() -> list[str]:
 
     path = Path(lemminflect.__file__).parent / "resources" / "infl_lu.csv.gz"
     rows: dict[str, tuple[set[str], set[str]]] = {}
-    for line in gzip.open(path, "rt", encoding="utf-8"):
-        lemma, pos, *forms = line.rstrip("\n").split(",")
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    for line in lines:
+        lemma, pos, *forms = line.split(",")
         if pos != "verb" or not lemma.replace("-", "").isalpha():
             continue
         vbd, vbn = forms[0], forms[1] or forms[0]

@@ -164,7 +164,8 @@ def test_never_raises_on_odd_input(guard: ReplyGuard) -> None:
 
 
 _FRAGMENTS = [
-    "已经", "帮你", "创建", "删除", "好了", "成功", "保存", "完成", "操作", "没有", "吗", "？", "。", "，", "但", "把", "被",
+    "已经", "帮你", "创建", "删除", "好了", "成功", "保存", "完成", "操作", "没有", "吗", "？", "。", "，", "但",
+    "把", "被",
     "I've", "I", "have", "has been", "deleted", "created", "saved", " successfully", "Done", "done", "all set",
     "not", "won't", "?", ".", ". ", "!", "\n", " ", "and", "but", "'s been", "marked it as done", "✅", "ſ", "K",
     "\u0130", "is now", "we", "sent", "set", "got", "搞定了", "待办已添加", "笔记已经删除", "已", "了", "\u200b", "~~",

@@ -186,15 +186,15 @@ class EnglishGrammar:
             first += 1
         subject_agent = self._agent(tokens[first:first + 1]) if tokens[first:first + 1] and \
             tokens[first][3] in "PUT" else ""
-        for i, (word, _s, e, tag, lemma) in enumerate(tokens):
+        for i, (word, _s, _e, tag, lemma) in enumerate(tokens):
             if tag == "R" and i + 1 < len(tokens) and tokens[i + 1][0] in self.lex.particle_writes.get(lemma, ()):
                 tag = "V"
             if tag == "d":
                 nxt = next((j for j in range(i + 1, len(tokens)) if tokens[j][3] != "A"), None)
-                if nxt is not None and tokens[nxt][0] in self.lex.verb_lemmas and \
-                        tokens[nxt][0] not in self.lex.not_writes and tokens[nxt][0] not in ("go",) or \
-                        nxt is not None and tokens[nxt][0] == "go" and nxt + 1 < len(tokens) and \
-                        tokens[nxt + 1][0] in ("out", "through"):
+                if (nxt is not None and tokens[nxt][0] in self.lex.verb_lemmas and \
+                        tokens[nxt][0] not in self.lex.not_writes and tokens[nxt][0] not in ("go",)) or \
+                        (nxt is not None and tokens[nxt][0] == "go" and nxt + 1 < len(tokens) and \
+                        tokens[nxt + 1][0] in ("out", "through")):
                     subject = self._words(tokens[first:i])
                     agent = self._agent(tokens[first:i]) or inherited
                     if agent == OTHER and tokens[nxt][0] == "go":
@@ -222,8 +222,8 @@ class EnglishGrammar:
         lemma, end, span = tokens[i][4], tokens[i][2], (tokens[i][1], tokens[i][2])
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         after = tokens[i + 2] if i + 2 < len(tokens) else None
-        if nxt is not None and (nxt[0] in _REPORTING or nxt[0] == "that" and after is not None and
-                                after[3] in "PUTDN#"):
+        if nxt is not None and (nxt[0] in _REPORTING or (nxt[0] == "that" and after is not None and
+                                after[3] in "PUTDN#")):
             return None  # reporting, not acting: "I confirmed that the payment arrived", "checked whether"
         j = i - 1
         while j >= first and tokens[j][3] in "AX":
@@ -242,8 +242,8 @@ class EnglishGrammar:
             if subject and subject[-1][0] in _RELATIVE:
                 flags = flags | {"attributive"}  # "2 todos that have been completed": a description
             aux = [t[0] for t in tokens[k:i] if t[3] != "X"]
-            if aux and all(w in ("is", "are", "am") or w not in ("now", "already", "just", "all") and
-                           t3 == "A" for w, t3 in ((t[0], t[3]) for t in tokens[k:i] if t[3] != "X")):
+            if aux and all(w in ("is", "are", "am") or (w not in ("now", "already", "just", "all") and
+                           t3 == "A") for w, t3 in ((t[0], t[3]) for t in tokens[k:i] if t[3] != "X")):
                 flags = flags | {"present"}  # "is tagged 'home'": a state; a past date in the sentence reads it
             return Candidate("passive", self.lex, sentence, part, tokens[k][1], end, lemma, NOBODY,
                              self._words(subject), flags, span)
@@ -287,7 +287,7 @@ class EnglishGrammar:
             return False
         if not words[-1][0].endswith("s") or words[-1][0].endswith("ss"):
             return False
-        return all(t[0] in ("is", "are") or t[3] == "A" and t[0] not in ("now", "already", "just")
+        return all(t[0] in ("is", "are") or (t[3] == "A" and t[0] not in ("now", "already", "just"))
                    for t in aux) and any(t[0] in ("is", "are") for t in aux)
 
     def _head_flags(self, part: Part, tokens: list[Token], i: int) -> frozenset[str]:

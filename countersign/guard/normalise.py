@@ -185,7 +185,7 @@ class Normaliser:
                 if head.group(2) or (self._known_word(glued.lower()) and not self._known_word(tail.group(0).lower())):
                     out[-1] = a[: head.start()] + glued + b[tail.end():]
                     continue
-            if b[0].islower() or not a[-1].isalnum() or a[-1].islower() and not b[0].isupper():
+            if b[0].islower() or not a[-1].isalnum() or (a[-1].islower() and not b[0].isupper()):
                 out[-1] = a + " " + b
                 continue
             out.append(line)

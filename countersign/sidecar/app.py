@@ -20,6 +20,7 @@ from prometheus_client import start_http_server
 from countersign.adapters.base import Adapter
 from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
+from countersign.guard import LexiconError, ReplyGuard
 from countersign.sidecar import registry as registry_mod
 from countersign.sidecar.actions import Keyring
 from countersign.sidecar.admission import Gate, Health, new_server
@@ -29,7 +30,6 @@ from countersign.sidecar.execute import Timing
 from countersign.sidecar.observability import tracing
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.pipeline import Pipeline
-from countersign.guard import LexiconError, ReplyGuard
 from countersign.sidecar.server import (
     SERVICES,
     ContinuationServicer,

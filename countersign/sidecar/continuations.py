@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from google.protobuf import json_format
 
 from countersign.adapters.base import render
+from countersign.guard import Evidence, ReplyGuard, Verdict, verbs_of
 from countersign.sidecar import cards, policy
 from countersign.sidecar.actions import Keyring, canonical, is_action_id, sha256_hex
 from countersign.sidecar.audit import Audit
@@ -25,7 +26,6 @@ from countersign.sidecar.errors import DataLoss, FailedPrecondition, InvalidArgu
 from countersign.sidecar.execute import open_action
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.registry import Registry, Tool
-from countersign.guard import Evidence, ReplyGuard, Verdict, verbs_of
 from countersign.sidecar.store import CardRecord, ContRecord, Refused, RunRecord, Store
 from countersign.v1 import common_pb2, continuation_pb2, guard_pb2
 

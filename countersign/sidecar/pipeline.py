@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from countersign.adapters.base import Adapter, CallMeta, Kind
+from countersign.guard import ReplyGuard
 from countersign.sidecar import cards, policy, prepare
 from countersign.sidecar.actions import Keyring, is_action_id, sha256_hex
 from countersign.sidecar.audit import Audit
@@ -32,7 +33,6 @@ from countersign.sidecar.observability.logs import decision
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.reconcile import Reconciler
 from countersign.sidecar.registry import Capability, Registry
-from countersign.guard import ReplyGuard
 from countersign.sidecar.store import CardRecord, Refused, RunRecord, Store
 from countersign.v1 import common_pb2, gateway_pb2
 
