@@ -45,6 +45,7 @@ _ED_NOT_VERBS = frozenset({"hundred", "sacred", "naked", "wicked", "rugged", "be
 
 _REPORTING = frozenset({"whether", "if", "how", "what", "when", "where", "which", "who", "why"})
 _RELATIVE = frozenset({"that", "which", "who", "whom", "whose"})
+_WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
 
 Token = tuple[str, int, int, str, str]  # word, start, end (in sentence.text), tag, lemma
 
@@ -143,8 +144,17 @@ class EnglishGrammar:
             return "#", ""
         lemma = self.past_lemma(word)
         if lemma:
-            return ("R" if lemma in self.lex.not_writes else "V"), lemma
+            return ("R" if self._not_write(lemma) else "V"), lemma
         return "O", ""
+
+    def _not_write(self, lemma: str) -> bool:
+        """A read verb, also under a prefix: "double-checked", "rechecked", "re-read"."""
+        if lemma in self.lex.not_writes:
+            return True
+        if lemma in self.lex.verb_lemmas:
+            return False  # a verb of its own ("update", "restart"), not a prefix on a read verb
+        return any(lemma.startswith(p) and lemma[len(p):].lstrip("-") in self.lex.not_writes
+                   for p in self.prefixes if len(lemma) > len(p) + 2)
 
     def past_lemma(self, word: str) -> str:
         """The lemma of a past form or participle ("" when ``word`` is none): the table, else morphology."""
@@ -229,8 +239,17 @@ class EnglishGrammar:
         while j >= first and tokens[j][3] in "AX":
             j -= 1
         prev = tokens[j][3] if j >= first else ""
-        if prev in ("D", "#") or (prev == "O" and tokens[j][0].endswith("'s")):
+        if prev == "D" or prev == "#" and nxt is not None and nxt[3] == "O" and nxt[0] not in self.preps:
             return None  # attributive: "the deleted report", "14 archived emails"
+        if prev == "O" and tokens[j][0] in _WH:
+            return Candidate("past", self.lex, sentence, part, tokens[j][1], end, lemma, NOBODY, tokens[j][0],
+                             frozenset({"attributive"}), span)  # "what changed", "whatever was deleted"
+        if prev in ("U", "T", "O") and j - 1 >= first and tokens[j - 1][3] == "G" and \
+                (prev != "O" or tokens[j][0] in _OBJECT_PRONOUNS):
+            k = j - 1  # causative: "got you booked", "got it fixed"
+            agent = self._agent(tokens[first:k]) or inherited
+            return Candidate("causative", self.lex, sentence, part, tokens[k][1], end, lemma, agent,
+                             self._words(tokens[first:k]), verb_span=span)
         if prev in ("N", "B", "G"):
             k = j
             while k - 1 >= first and tokens[k - 1][3] in "HBNMAX":
@@ -241,6 +260,8 @@ class EnglishGrammar:
             flags = frozenset({"generic"}) if self._generic(subject, tokens[k:i]) else frozenset()
             if subject and subject[-1][0] in _RELATIVE:
                 flags = flags | {"attributive"}  # "2 todos that have been completed": a description
+            if subject and subject[0][3] == "U" and any(t[0] in ("was", "were") for t in tokens[k:i]):
+                flags = flags | {"fact"}  # "You were charged twice": an event of the user's, read from data
             aux = [t[0] for t in tokens[k:i] if t[3] != "X"]
             if aux and all(w in ("is", "are", "am") or (w not in ("now", "already", "just", "all") and
                            t3 == "A") for w, t3 in ((t[0], t[3]) for t in tokens[k:i] if t[3] != "X")):

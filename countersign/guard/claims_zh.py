@@ -157,12 +157,17 @@ class ChineseGrammar:
         ba = _BA.search(before)
         if ba is not None and text[k] == "了":
             return self._cand("ba_construction", sentence, part, ba.start(), k + 1, "")
-        if text[k] in "了啦" and not text[k + 1:].strip("。！!~～…. ") and text[k - 1:k + 1] not in self.le_stoplist \
+        if text[k] in "了啦" and not text[k + 1:].strip("。！!~～…. 哈呀哦喔噢嗷啊哟") \
+                and text[k - 1:k + 1] not in self.le_stoplist \
                 and not _YI.search(before):
             # sentence-final 了 (a changed state) after a write verb phrase: "快递单号发你邮箱了"
             for j in range(k - 1, max(-1, k - 12), -1):
                 verb = self._verb_at(text, j)
                 if verb:  # the nearest verb decides: "会议已经开始十分钟了" is no act
+                    if verb in self.complements:  # 挪到后天了: 到 completes 挪
+                        head = self._verb_before(text, j)
+                        if head and self._is_write(text[j - len(head):]):
+                            return self._cand("result_complement", sentence, part, j - len(head), k + 1, head)
                     if self._is_write(text[j:]):
                         return self._cand("perfective_le", sentence, part, j, k + 1, verb)
                     break

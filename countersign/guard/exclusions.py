@@ -77,6 +77,8 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
         if hit is not None and (scope != "before" or hit[0] < c.end):
             return Exclusion(hit[1], hit[2])
     if c.agent != ASSISTANT:
+        if "fact" in c.flags:
+            return Exclusion("time_anchor", "a past event of the user's")
         anchor = c.lexicon.exclusions.get("time_anchor", {})
         for scope, rx in anchor.items():
             # a present state ("is tagged 'home'") beside a dated fact ("was set on March 3") is read as data
@@ -98,6 +100,8 @@ def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
     for rule in EXCLUSION_RULES:
         if rule in disabled or (rule == "time_anchor" and c.agent == ASSISTANT):
             continue
+        if rule == "time_anchor" and "fact" in c.flags:
+            return Exclusion(rule, "a past event of the user's")
         for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
             if rule == "time_anchor" and "present" in c.flags:
                 m = rx.search(text)
