@@ -11,7 +11,7 @@ Writes into countersign/guard/data/:
                    with a corpus frequency of at least 50
   t2s.tsv          traditional -> simplified characters (OpenCC's TSCharacters, first candidate)
   confusables.tsv  letters of other scripts that Unicode's confusables table maps to one ASCII letter
-                   (Cyrillic, Greek, Armenian, Latin small capitals ...), for words that are otherwise Latin
+                   (Cyrillic, Greek, Armenian ...), and Latin small capitals by their Unicode names (ᴅ -> d)
 No network at run time: the sidecar reads these files only. tests/test_guard_normalise.py checks their shape.
 """
 
@@ -21,6 +21,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import unicodedata
 from pathlib import Path
 
@@ -82,6 +83,13 @@ def confusables() -> list[str]:
             if not item["n"].startswith(("CYRILLIC", "GREEK", "ARMENIAN", "LATIN", "COPTIC", "CHEROKEE")):
                 continue
             rows.setdefault(ch, letter.lower())
+    # letters Unicode names after a Latin letter that NFKC keeps apart: small capitals (ᴅ), modifier letters
+    small = re.compile(r"^LATIN (?:LETTER SMALL CAPITAL|SUBSCRIPT SMALL LETTER|SMALL LETTER DOTLESS) ([A-Z])$")
+    for cp in range(0x80, 0x2000):
+        ch = chr(cp)
+        m = small.match(unicodedata.name(ch, ""))
+        if m and not unicodedata.normalize("NFKC", ch).isascii():
+            rows.setdefault(ch, m.group(1).lower())
     return [f"{ch}\t{plain}" for ch, plain in sorted(rows.items())]
 
 

@@ -22,6 +22,7 @@ def guard() -> ReplyGuard:
 
 # one disguised claim per step: read as a claim with every step, missed with that step left out
 DISGUISED = {
+    "entities": "I&#39;ve dele&#116;ed the note.",
     "comments": "Your order has <!-- not --> been cancelled.",
     "nfkc": "Ｉ'ｖｅ ｃａｎｃｅｌｌｅｄ ｙｏｕｒ ｏｒｄｅｒ.",
     "format": "I've can\u200bcel\u2060led your or\u00adder.",
@@ -32,6 +33,7 @@ DISGUISED = {
     "confusables": "I've d\u0435leted the note.",
     "traditional": "提醒設好了。",
     "lines": "I've dele\nted the note.",
+    "spacing": "I've d e l e t e d your account.",
 }
 
 
@@ -52,6 +54,7 @@ def test_a_claim_disguised_against_one_step_is_read_only_with_that_step(guard: R
 @pytest.mark.parametrize(
     ("raw", "seen"),
     [
+        ("I&#39;ve &amp; 已&#21024;除 &nosuch;", "I've & 已删除 &nosuch;"),   # character references
         ("已\u200b取\u200d消\u2060了\u00ad", "已取消了"),                    # zero-width, ZWJ, word joiner, soft hyphen
         ("已\ufe0f保存\U000e0041", "已保存"),                               # variation selector, tag character
         ("\u202eI've sent it\u202c", "I've sent it"),                      # bidi override
@@ -66,6 +69,9 @@ def test_a_claim_disguised_against_one_step_is_read_only_with_that_step(guard: R
         ("# Heading\n> Quoted", "Heading\nQuoted"),
         ("I\u2019ve", "I've"),
         ("d\u0435leted удалено", "deleted удалено"),                        # fold only where the word is Latin
+        ("ᴅᴇʟᴇᴛᴇᴅ \u0441\u043e\u0440\u0443", "deleted \u0441\u043e\u0440\u0443"),  # small capitals fold; a
+        # word of Cyrillic look-alikes folds only when it is then an English verb form the lexicon knows
+        ("d e l e t e d 已 经 删 除 a b", "deleted 已经删除 a b"),              # letters spaced out
         ("déleted café", "deleted café"),                                  # a diacritic goes only off a known word
         ("已經幫您刪除這封郵件", "已经帮您删除这封邮件"),
         ("I've\ncancelled the\nsubscription.", "I've cancelled the subscription."),

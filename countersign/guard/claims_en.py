@@ -174,7 +174,7 @@ class EnglishGrammar:
                           stem[:-1] + "y" if stem.endswith("i") else ""):
                 if lemma and lemma in self.lex.verb_lemmas:
                     return prefix + lemma
-        if word.endswith("ed") and len(word) >= 6 and word not in _ED_NOT_VERBS and not word.endswith("eed"):
+        if word.endswith("ed") and len(word) >= 5 and word not in _ED_NOT_VERBS and not word.endswith("eed"):
             return word[:-2]  # a verb the table lacks ("texted", "venmoed"): regular morphology
         return ""
 
@@ -239,8 +239,11 @@ class EnglishGrammar:
         while j >= first and tokens[j][3] in "AX":
             j -= 1
         prev = tokens[j][3] if j >= first else ""
-        if prev == "D" or prev == "#" and nxt is not None and nxt[3] == "O" and nxt[0] not in self.preps:
+        if prev == "D" or (prev == "#" and nxt is not None and nxt[3] == "O" and nxt[0] not in self.preps):
             return None  # attributive: "the deleted report", "14 archived emails"
+        if prev == "O" and tokens[j][0] in self.preps:
+            return Candidate("headline", self.lex, sentence, part, tokens[j][1], end, lemma, NOBODY, "",
+                             frozenset({"attributive"}), span)  # a state named after a preposition: "under Closed"
         if prev == "O" and tokens[j][0] in _WH:
             return Candidate("past", self.lex, sentence, part, tokens[j][1], end, lemma, NOBODY, tokens[j][0],
                              frozenset({"attributive"}), span)  # "what changed", "whatever was deleted"

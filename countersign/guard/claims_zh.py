@@ -97,6 +97,8 @@ class ChineseGrammar:
         for m in _YI.finditer(text):
             if m.group(0) == "已" and text[m.end():m.end() + 1] == "经":
                 continue
+            if m.start() > 0 and text[m.start() - 1] in "为成" and m.group(0).startswith("已"):
+                continue  # 标记为已完成, 设为已读: a state named as the object, the act is the verb before it
             after = m.end() + (self.skip.match(text, m.end()).end() - m.end())  # type: ignore[union-attr]
             rest = text[after:]
             if not rest.strip("。！!~～ ") or rest[:1] in "，,":

@@ -51,7 +51,7 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
             return Exclusion(rule, "inside quotes")
         if rule == "other_agent" and c.agent == OTHER:
             return Exclusion(rule, c.subject or "another agent")
-        if rule == "success_noun" and c.flags & {"attributive", "label"}:
+        if rule == "success_noun" and (c.flags & {"attributive", "label"} or _counted_label(c)):
             return Exclusion(rule, "a participle used as a modifier or a label")
         if rule == "generic_statement" and "generic" in c.flags:
             return Exclusion(rule, "a present passive of a bare plural subject")
@@ -88,6 +88,14 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
             if m is not None:
                 return Exclusion("time_anchor", m.group(0) or scope)
     return None
+
+
+def _counted_label(c: Candidate) -> bool:
+    """A claim word that heads a count: "Completed: 0 of 3 steps", "已完成：0/3 步"."""
+    if c.part.end_mark != ":":
+        return False
+    rest = c.sentence.text[c.part.end:].lstrip(":： ")
+    return rest[:1].isdigit()
 
 
 def _rule(group: str) -> str:

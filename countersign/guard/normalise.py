@@ -2,6 +2,7 @@
 
 ``Normaliser.normalise(reply)`` undoes what hides a claim from a matcher but not from a person:
 
+0. HTML character references are decoded ("I&#39;ve").
 1. HTML comments and struck-through text (``~~x~~``, ``<del>``/``<s>``/``<strike>``, letters under a combining
    strike overlay) are removed: a reader does not read them, so ``has ~~not~~ been moved`` says "has been moved".
 2. NFKC (full-width letters, mathematical letters, ligatures), then format characters are removed: every
@@ -10,10 +11,12 @@
 3. HTML tags and markdown marks (emphasis, code, links, headings, quote marks at a line start) are dropped; a
    block tag becomes a line break.
 4. Letters of other scripts that look Latin (``data/confusables.tsv``) are folded into Latin inside a word that
-   also holds a Latin letter (a Cyrillic "е" in "dеleted"); an all-Cyrillic word is left alone.
+   also holds a Latin letter (a Cyrillic "е" in "dеleted"), or in a word of look-alikes only that is an
+   English word or all Latin small capitals ("ᴅᴇʟᴇᴛᴇᴅ"); a Russian word is left alone.
 5. Traditional Chinese characters are folded to simplified ones (``data/t2s.tsv``, from OpenCC).
 6. A line break inside a sentence is joined (a list item or a finished sentence keeps its line); a word cut by
    a break or a hyphen at a line end is glued back when the whole is a word the lexicons know.
+7. Letters spaced out ("d e l e t e d", "已 经 删 除") are closed up.
 
 Pure and total: ``normalise`` never raises and never looks at more than it is given.
 """
@@ -21,6 +24,7 @@ Pure and total: ``normalise`` never raises and never looks at more than it is gi
 from __future__ import annotations
 
 import functools
+import html
 import re
 import unicodedata
 from collections.abc import Callable
@@ -73,7 +77,17 @@ def _drop_table() -> dict[int, None]:
     return drop
 
 
-STEPS = ("comments", "nfkc", "format", "marks", "struck", "tags", "markdown", "confusables", "traditional", "lines")
+STEPS = ("entities", "comments", "nfkc", "format", "marks", "struck", "tags", "markdown", "confusables",
+         "traditional", "lines", "spacing")
+_ENTITY = re.compile(r"&(?:#\d{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+# letters spaced out to dodge a word list: "d e l e t e d", "已 经 删 除"
+_SPACED_LATIN = re.compile(r"(?<![A-Za-z])[A-Za-z](?: [A-Za-z]){3,}(?![A-Za-z])")
+_SPACED_CJK = re.compile(r"(?<=[\u3400-\u9fff]) (?=[\u3400-\u9fff])")
+
+
+def _spaced(text: str) -> str:
+    text = _SPACED_LATIN.sub(lambda m: m.group(0).replace(" ", ""), text)
+    return _SPACED_CJK.sub("", text) if not text.isascii() else text
 
 
 def _markdown(text: str) -> str:
@@ -126,6 +140,8 @@ class Normaliser:
         """``text`` as a reader sees it. ``skip`` names steps (STEPS) to leave out: the tests show that each
         step's own sentence is missed without it."""
         # each pass is skipped when a cheap test shows it has nothing to do: most replies are plain text
+        if "&" in text and "entities" not in skip and _ENTITY.search(text):
+            text = html.unescape(text)              # "I&#39;ve", "已&#21024;除", "can&shy;celled"
         if "<" in text and "comments" not in skip:
             text = _COMMENT.sub("", text)
         if not text.isascii():
@@ -152,6 +168,8 @@ class Normaliser:
                 text = text.translate(self._t2s)
         if ("\n" in text or "\r" in text) and "lines" not in skip:
             text = self._join_lines(text)
+        if " " in text and "spacing" not in skip:
+            text = _spaced(text)
         return text
 
     def _fold_word(self, m: re.Match[str]) -> str:
@@ -160,6 +178,10 @@ class Normaliser:
             return word
         if any("a" <= c <= "z" or "A" <= c <= "Z" for c in word):
             word = word.translate(self._confusable)   # "dеleted" with a Cyrillic е
+        elif all(ord(c) in self._confusable for c in word):
+            folded = word.translate(self._confusable)  # "ᴅᴇʟᴇᴛᴇᴅ", "ԁеlеtеd": look-alikes only
+            if self._known_word(folded.lower()) or all(unicodedata.name(c, "").startswith("LATIN") for c in word):
+                return folded
         if not word.isascii():                        # "déleted": a diacritic laid on an English word
             bare = "".join(c for c in unicodedata.normalize("NFD", word) if not unicodedata.combining(c))
             if bare.isascii() and self._known_word(bare.lower()):
