@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -197,5 +197,9 @@ class ReplyGuard:
         return lex.replacements["NO_SUCCEEDED_RECEIPT"]
 
 
-def _dedupe(claims: object) -> tuple[Claim, ...]:
-    return tuple(dict.fromkeys(claims))  # type: ignore[call-overload]
+def _dedupe(claims: Iterable[Claim]) -> tuple[Claim, ...]:
+    """One claim per clause and receipt verb: two rules that read the same claim name it once (the first)."""
+    seen: dict[tuple[str, str], Claim] = {}
+    for claim in claims:
+        seen.setdefault((claim.clause, claim.verb_class), claim)
+    return tuple(seen.values())
