@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from countersign.guard.lexicon import Lexicon
+from countersign.guard.needles import needs
 from countersign.guard.segment import Part, Sentence
 
 ASSISTANT = "assistant"   # "I've deleted", "已经帮你删除", "Deleted." (a report with the speaker left out)
@@ -50,22 +51,31 @@ class Candidate:
 
 
 class Phrases:
-    """The lexicon's ``claims`` phrase rules ("all set", "搞定了", "is now on", "✅") as one regex."""
+    """The lexicon's ``claims`` phrase rules ("all set", "搞定了", "is now on", "✅"). Each regex runs only on a
+    sentence that holds one of its needles (needles.py): a regex search costs far more than a substring test."""
 
     def __init__(self, lex: Lexicon) -> None:
         self.lex = lex
-        self.names = {f"r{i}": rule for i, rule in enumerate(lex.claims)}
-        body = "|".join(f"(?P<r{i}>{rx.pattern})" for i, rx in enumerate(lex.claims.values()))
-        self.rx = re.compile(body, 0 if lex.lower else re.IGNORECASE) if body else None
+        flags = 0 if lex.lower else re.IGNORECASE
+        self.rules = [(rule, re.compile(pattern, flags), needs(pattern, lex.lower))
+                      for rule, patterns in lex.claim_patterns.items() for pattern in patterns]
+        self.needles = sorted({n for _r, _rx, need in self.rules if need for n in need})
 
-    def candidates(self, sentence: Sentence, part: Part, agent: str = NOBODY) -> list[Candidate]:
+    def runnable(self, text: str) -> list[tuple[str, re.Pattern[str], frozenset[str] | None]]:
+        """The rules that can match somewhere in ``text`` (a whole sentence)."""
+        folded = self.lex.fold(text)
+        present = {n for n in self.needles if n in folded}
+        return [r for r in self.rules if r[2] is None or r[2] & present]
+
+    def candidates(self, sentence: Sentence, part: Part, agent: str = NOBODY,
+                   rules: list[tuple[str, re.Pattern[str], frozenset[str] | None]] | None = None) -> list[Candidate]:
         out: list[Candidate] = []
-        if self.rx is None:
-            return out
-        for m in self.rx.finditer(self.lex.fold(part.text)):
-            if m.end() > m.start() and m.lastgroup:
-                out.append(Candidate(self.names[m.lastgroup], self.lex, sentence, part, part.start + m.start(),
-                                     part.start + m.end(), "", agent))
+        text = self.lex.fold(part.text)
+        for rule, rx, _need in self.rules if rules is None else rules:
+            for m in rx.finditer(text):
+                if m.end() > m.start():
+                    out.append(Candidate(rule, self.lex, sentence, part, part.start + m.start(),
+                                         part.start + m.end(), "", agent))
         return out
 
 

@@ -26,6 +26,7 @@ from countersign.guard.lexicon import Lexicon
 from countersign.guard.segment import Part, Sentence
 
 _WORDS = re.compile(r"[a-z]+")
+_TRIGGER = re.compile(r"[a-z]ed\b|\b(?:now|did)\b")
 _PIECES = re.compile(r"[,;:—–()]|\s-\s|\b(?=and\b|but\b|so\b|though\b|then\b)")
 _TOKEN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*|\d+(?:[.,:]\d+)*%?|[$#@]")
 _NOT = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "hasn't": "has", "haven't": "have",
@@ -62,27 +63,27 @@ class EnglishGrammar:
         self.preps = lex.word("prepositions")
         self.prefixes = tuple(sorted(lex.word("prefixes"), key=len, reverse=True))
         self._cache: dict[str, tuple[str, str]] = {}
+        self._forms = frozenset(lex.verb_forms)
         self.phrases = Phrases(lex)
 
     def may_claim(self, text: str) -> bool:
         """A cheap test: could ``text`` hold a claim at all (a past form, an -ed word, a phrase rule)?"""
-        forms = self.lex.verb_forms
-        for word in _WORDS.findall(text.lower()):
-            if word in forms or word.endswith("ed") or word == "now" or word == "did":
-                return True
-        if self.phrases.rx is None:
-            return False
+        low = text.lower()
+        if _TRIGGER.search(low) or not self._forms.isdisjoint(_WORDS.findall(low)):
+            return True
+        rules = self.phrases.runnable(low)
         # phrase rules may be anchored at a part's end ("is in place."): try each rough piece
-        return any(self.phrases.rx.search(piece) for piece in _PIECES.split(text.lower()))
+        return bool(rules) and any(rx.search(piece) for piece in _PIECES.split(low) for _r, rx, _n in rules)
 
     def candidates(self, sentence: Sentence) -> list[Candidate]:
         out: list[Candidate] = []
         inherited = ASSISTANT
+        rules = self.phrases.runnable(sentence.text)
         for part in sentence.parts:
             tokens = self.tokens(sentence, part)
             found, subject_agent = self._part(sentence, part, tokens, inherited)
             out.extend(found)
-            out.extend(self.phrases.candidates(sentence, part))
+            out.extend(self.phrases.candidates(sentence, part, rules=rules))
             if subject_agent:
                 inherited = subject_agent
         return out

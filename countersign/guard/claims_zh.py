@@ -25,7 +25,7 @@ from countersign.guard.segment import Part, Sentence
 
 _YI = re.compile(r"已经|已|刚刚|刚才|刚")
 _ATTRIBUTIVE = re.compile(r"[^，。的你我他她您]{1,3}的(?![。！!，,]*$)")
-_PARTICLES = "了啦咯喽嘞啰"
+_PARTICLE = re.compile("[了啦咯喽嘞啰]")
 _BA = re.compile(r"把|将(?![会要在近来于])")
 _SUCCESS = re.compile(r"成功|完成|完毕")
 _HAN = re.compile(r"[\u3400-\u9fff]")
@@ -48,6 +48,7 @@ class ChineseGrammar:
 
     def candidates(self, sentence: Sentence) -> list[Candidate]:
         out: list[Candidate] = []
+        rules = self.phrases.runnable(sentence.text)
         for part in sentence.parts:
             found = self._part(sentence, part)
             seen: set[tuple[int, int]] = set()
@@ -55,13 +56,13 @@ class ChineseGrammar:
                 if (c.start, c.end) not in seen:
                     seen.add((c.start, c.end))
                     out.append(c)
-            out.extend(self.phrases.candidates(sentence, part, self._agent(part.text, len(part.text))))
+            if rules:
+                out.extend(self.phrases.candidates(sentence, part, self._agent(part.text, len(part.text)), rules))
         return out
 
     def may_claim(self, text: str) -> bool:
         """A cheap test: does ``text`` hold a completion marker or a phrase rule's match?"""
-        return _MARKERS.search(text) is not None or (self.phrases.rx is not None and
-                                                     self.phrases.rx.search(text) is not None)
+        return _MARKERS.search(text) is not None or any(rx.search(text) for _r, rx, _n in self.phrases.runnable(text))
 
     # -- pieces ------------------------------------------------------------------------------------
 
@@ -113,11 +114,10 @@ class ChineseGrammar:
             flags = frozenset({"attributive"}) if _ATTRIBUTIVE.match(text, m.end()) else frozenset()
             end = after + max(len(verb), 1)
             out.append(self._cand("completion_aspect", sentence, part, m.start(), end, verb, flags=flags))
-        for k, ch in enumerate(text):
-            if ch in _PARTICLES:
-                found = self._particle(sentence, part, k)
-                if found is not None:
-                    out.append(found)
+        for pm in _PARTICLE.finditer(text):
+            found = self._particle(sentence, part, pm.start())
+            if found is not None:
+                out.append(found)
         for m in _SUCCESS.finditer(text):
             verb = self._verb_before(text, m.start())
             if verb and verb not in ("操作",) and self._is_write(verb):

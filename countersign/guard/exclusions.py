@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from countersign.guard.claims import ASSISTANT, OTHER, Candidate
-from countersign.guard.lexicon import EXCLUSION_RULES
+from countersign.guard.lexicon import EXCLUSION_RULES, Cue
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,8 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
     """The rule that makes ``c`` no claim, or None. ``disabled`` switches rules off (tests show each rule's
     own sentence fails without it). ``cache`` keeps one reply's part- and sentence-wide searches.
 
-    The rules the grammar's findings decide are asked first, in order; then the cues: each scope's cues of
-    every rule are one regex (lexicon.combined), and its earliest match names the rule."""
+    The rules the grammar's findings decide are asked first, in order; then the cues: in each scope the
+    earliest cue of any rule names the rule."""
     for rule in EXCLUSION_RULES:
         if rule in disabled:
             continue
@@ -60,18 +60,16 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
     memo = {} if cache is None else cache
     if disabled:  # rule by rule: slower, only for the tests that switch rules off
         return _one_by_one(c, disabled)
-    for scope, rx in c.lexicon.combined.items():
+    for scope, cues in c.lexicon.cues.items():
         if scope == "after":
-            m = rx.search(text[c.end:part.end])
-            if m is not None and m.lastgroup:
-                return Exclusion(_rule(m.lastgroup), m.group(0) or scope)
+            hit = _earliest(cues, text[c.end:part.end], 0)
+            if hit is not None:
+                return Exclusion(hit[1], hit[2])
             continue
         key = (id(c.sentence), -1 if scope == "sentence" else part.start, scope)
         if key not in memo:
-            found = rx.search(text) if scope == "sentence" else rx.search(text[part.start:part.end])
-            memo[key] = None if found is None or not found.lastgroup else (
-                found.start() + (0 if scope == "sentence" else part.start), _rule(found.lastgroup),
-                found.group(0) or scope)
+            memo[key] = _earliest(cues, text, 0) if scope == "sentence" else \
+                _earliest(cues, text[part.start:part.end], part.start)
         hit = memo[key]
         # "before": the earliest cue in the part must start before the claim ends
         if hit is not None and (scope != "before" or hit[0] < c.end):
@@ -98,9 +96,17 @@ def _counted_label(c: Candidate) -> bool:
     return rest[:1].isdigit()
 
 
-def _rule(group: str) -> str:
-    """The rule of a combined regex's group: "x_offer_plan_2" -> "offer_plan"."""
-    return group[2:].rsplit("_", 1)[0]
+def _earliest(cues: tuple[Cue, ...], text: str, offset: int) -> tuple[int, str, str] | None:
+    """The earliest cue match in ``text``: (start + offset, rule, cue). A cue whose needles are all absent is
+    not searched (a substring test is far cheaper than a regex search)."""
+    best: tuple[int, str, str] | None = None
+    for cue in cues:
+        if cue.needs is not None and not any(n in text for n in cue.needs):
+            continue
+        m = cue.rx.search(text)
+        if m is not None and (best is None or m.start() + offset < best[0]):
+            best = (m.start() + offset, cue.rule, m.group(0) or "cue")
+    return best
 
 
 def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:

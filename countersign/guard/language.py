@@ -39,6 +39,11 @@ class Detector:
         self._script = re.compile("|".join(f"(?P<{lang}>{rx.pattern})" for lang, rx in scripts.items())) \
             if scripts else None
         self._kana_supported = "ja" in lexicons
+        self._own = frozenset().union(*(lex.stop_words for lex in self._latin))
+        self._word_langs: dict[str, list[str]] = {}
+        for lang, words in self._others.items():
+            for word in words:
+                self._word_langs.setdefault(word, []).append(lang)
 
     def read(self, sentence: str) -> Reading:
         if sentence.isascii():
@@ -59,10 +64,12 @@ class Detector:
                 return Reading((), "zh")
             chosen.extend(self._han)
         words = _LATIN_WORD.findall(sentence)
+        if chosen and len(words) < _MIN_WORDS:
+            return Reading(tuple(chosen), "")  # a name or "OK" inside a Chinese sentence: Chinese reads it
         if words:
             lang = self._latin_language([w.lower() for w in words])
             if lang:
-                if chosen:  # a foreign word inside a Chinese sentence: the Chinese reading stands
+                if chosen:  # a foreign clause inside a Chinese sentence: the Chinese reading stands
                     return Reading(tuple(chosen), "")
                 return Reading((), lang)
             chosen.extend(self._latin)
@@ -73,10 +80,12 @@ class Detector:
         if len(words) < _MIN_WORDS or not self._others:
             return ""
         present = set(words)
-        own = max((len(lex.stop_words & present) for lex in self._latin), default=0)
-        best, score = "", 0
-        for lang, stop in self._others.items():
-            hits = len(stop & present)
-            if hits > score:
-                best, score = lang, hits
-        return best if score >= 2 and score > own else ""
+        own = len(self._own & present)
+        hits: dict[str, int] = {}
+        for word in present:
+            for lang in self._word_langs.get(word, ()):
+                hits[lang] = hits.get(lang, 0) + 1
+        if not hits:
+            return ""
+        best = max(hits, key=lambda lang: hits[lang])
+        return best if hits[best] >= 2 and hits[best] > own else ""

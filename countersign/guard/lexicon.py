@@ -26,9 +26,7 @@ A file that breaks the schema or holds a regex that does not compile stops the s
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -38,6 +36,8 @@ from typing import Any
 
 import jsonschema_rs
 import yaml
+
+from countersign.guard.needles import needs
 
 EXCLUSION_RULES = ("quotation", "negation", "question", "offer_plan", "condition", "waiting_confirmation",
                    "failure", "instruction", "capability", "other_agent", "time_anchor", "success_noun",
@@ -89,6 +89,15 @@ class LexiconError(ValueError):
 
 
 @dataclass(frozen=True)
+class Cue:
+    """One exclusion cue: its rule, its regex, and the needles one of which a text must hold to match."""
+
+    rule: str
+    rx: re.Pattern[str]
+    needs: frozenset[str] | None
+
+
+@dataclass(frozen=True)
 class Lexicon:
     """One language, compiled."""
 
@@ -105,9 +114,10 @@ class Lexicon:
     claims: Mapping[str, re.Pattern[str]]
     exclusions: Mapping[str, Mapping[str, re.Pattern[str]]]
     replacements: Mapping[str, str]
-    # per scope, every rule's cues but time_anchor's in one regex: a group per rule ("x_negation" ...)
-    combined: Mapping[str, re.Pattern[str]] = field(default_factory=dict)
+    # per scope, every rule's cues but time_anchor's, each with its needles (needles.py)
+    cues: Mapping[str, tuple[Cue, ...]] = field(default_factory=dict)
     lower: bool = False        # cues and phrase rules are matched against lower-cased text
+    claim_patterns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # claims, as written
 
     def fold(self, text: str) -> str:
         """``text`` as this lexicon's regexes read it (same length, so offsets hold)."""
@@ -218,22 +228,10 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
             compiled = _regex(name, f"exclusions.{rule}.{scope}", scopes.get(scope, ()), lower)
             if compiled is not None:
                 exclusions[rule][scope] = compiled
-    combined = {}
-    for scope in SCOPES:
-        # cues that start a word are tried only at word starts (the gate); that makes the search several times
-        # faster than trying every alternative at every character
-        gated, free = [], []
-        for rule in EXCLUSION_RULES:
-            if rule == "time_anchor" or rule not in raw_scopes:
-                continue
-            for i, pattern in enumerate(raw_scopes[rule].get(scope, ())):
-                if _starts_a_word(pattern):
-                    gated.append(f"(?P<x_{rule}_{i}>{pattern[2:]})")
-                else:
-                    free.append(f"(?P<x_{rule}_{i}>{pattern})")
-        body = "|".join(([f"(?<!\\w)(?=\\w)(?:{'|'.join(gated)})"] if gated else []) + free)
-        if body:
-            combined[scope] = re.compile(body, 0 if lower else re.IGNORECASE)
+    cues = {scope: tuple(Cue(rule, re.compile(pattern, 0 if lower else re.IGNORECASE), needs(pattern, lower))
+                         for rule in EXCLUSION_RULES if rule != "time_anchor"
+                         for pattern in (raw_scopes.get(rule) or {}).get(scope, ()))
+            for scope in SCOPES}
     return Lexicon(
         name=raw["language"],
         grammar=raw["grammar"],
@@ -249,17 +247,9 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         claims=claims,
         exclusions=exclusions,
         replacements=dict(raw["replacement"]),
-        combined=combined,
+        cues={scope: found for scope, found in cues.items() if found},
+        claim_patterns={rule: tuple(patterns) for rule, patterns in (raw.get("claims") or {}).items()},
     )
-
-
-def _starts_a_word(pattern: str) -> bool:
-    """``\\b`` then a word character, and no alternation at the top: "\\bfoo" yes, "\\bfoo|bar" no."""
-    if not pattern.startswith("\\b"):
-        return False
-    parser: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
-    items = list(parser.parse(pattern))
-    return bool(items) and items[0][0] is parser.AT and all(op is not parser.BRANCH for op, _ in items)
 
 
 def _verb_table(name: str, table: str | None, grammar: str, root: Traversable) -> tuple[dict[str, str], set[str]]:

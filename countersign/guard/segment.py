@@ -19,7 +19,7 @@ _QUOTES = re.compile(r"\"[^\"\n]{1,200}\"|“[^”\n]{1,200}”|「[^」\n]{1,20
                      r"|‘[^’\n]{1,200}’")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Part:
     """A clause part: ``text`` is ``sentence.text[start:end]``; ``end_mark`` is what cut it off (",", ":", "")."""
 
@@ -29,7 +29,7 @@ class Part:
     end_mark: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sentence:
     text: str
     start: int                      # offset in the normalised reply
@@ -86,9 +86,12 @@ def parts(sentence: str, breaks: re.Pattern[str] | None = None) -> list[Part]:
     cuts: list[tuple[int, int, str]] = [(m.start(), m.end(), m.group(0).strip()[:1]) for m in
                                         _PART_BREAK.finditer(sentence)]
     if breaks is not None:
-        cuts.extend((m.start(), m.start(), m.group(0)) for m in breaks.finditer(sentence) if m.group(0))
+        words = [(m.start(), m.start(), m.group(0)) for m in breaks.finditer(sentence) if m.group(0)]
+        if words:
+            cuts = sorted(cuts + words)
     quotes = _quotes(sentence)
-    cuts = sorted(c for c in cuts if not any(qs < c[0] < qe for qs, qe in quotes))
+    if quotes:
+        cuts = [c for c in cuts if not any(qs < c[0] < qe for qs, qe in quotes)]
     out: list[Part] = []
     start = 0
     for cs, ce, mark in cuts:

@@ -1,0 +1,78 @@
+"""Needles: literal words one of which every match of a regex contains, so that a regex runs only where it can match.
+
+``needs(pattern)`` reads the parsed regex: in a sequence every item must match, so any item's needs are the
+sequence's; a branch needs one of its branches' needs; a repeat of at least one needs its body's. A run of
+two or more literal characters (or one Chinese character) is a need of its own. When no such set exists (``\\w+ed``, an optional group
+only) the answer is None and the regex runs everywhere: slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+_P: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
+_REPEATS = tuple(getattr(_P, n) for n in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(_P, n))
+
+
+def needs(pattern: str, lower: bool = True) -> frozenset[str] | None:
+    """Strings one of which every match of ``pattern`` contains (lower-cased when ``lower``), or None."""
+    try:
+        parsed = _P.parse(pattern)
+    except re.error:
+        return None
+    found = _seq(list(parsed))
+    if not found:
+        return None
+    return frozenset(s.lower() for s in found) if lower else frozenset(found)
+
+
+def _best(options: Iterable[frozenset[str] | None]) -> frozenset[str] | None:
+    """The most selective need: the set whose shortest string is longest."""
+    best: frozenset[str] | None = None
+    for option in options:
+        if option and (best is None or min(map(len, option)) > min(map(len, best))):
+            best = option
+    return best
+
+
+def _seq(items: list[Any]) -> frozenset[str] | None:
+    options: list[frozenset[str] | None] = []
+    run = ""
+    for op, av in items:
+        if op is _P.LITERAL:
+            run += chr(av)
+            continue
+        if _enough(run):
+            options.append(frozenset({run}))
+        run = ""
+        options.append(_item(op, av))
+    if _enough(run):
+        options.append(frozenset({run}))
+    return _best(options)
+
+
+def _enough(run: str) -> bool:
+    """Two letters, or one character of a script without spaces (妥): a needle worth a substring test."""
+    return len(run) >= 2 or (len(run) == 1 and not run.isascii())
+
+
+def _item(op: Any, av: Any) -> frozenset[str] | None:
+    if op is _P.SUBPATTERN:
+        return _seq(list(av[-1]))
+    if op is _P.BRANCH:
+        union: set[str] = set()
+        for branch in av[1]:
+            need = _seq(list(branch))
+            if not need:
+                return None
+            union |= need
+        return frozenset(union)
+    if op in _REPEATS and av[0] >= 1:
+        return _seq(list(av[2]))
+    if op is _P.ATOMIC_GROUP if hasattr(_P, "ATOMIC_GROUP") else False:
+        return _seq(list(av))
+    return None
