@@ -99,7 +99,7 @@ def test_a_claiming_clause_beside_a_denying_or_read_one_is_still_a_claim(guard: 
         ("我把会议纪要归拢了。", "ba_construction"),
         ("电费已缴纳成功。", "completion_aspect"),
         ("删除成功，共 3 条。", "success_complement"),
-        ("那条评论被删除了。", "passive"),
+        ("你的那条评论被删除", "passive"),
         ("搞定！", "colloquial_success"),
         ("客厅的灯现在已经是关闭状态了。", "result_state"),
     ],

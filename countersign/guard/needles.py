@@ -2,8 +2,8 @@
 
 ``needs(pattern)`` reads the parsed regex: in a sequence every item must match, so any item's needs are the
 sequence's; a branch needs one of its branches' needs; a repeat of at least one needs its body's. A run of
-two or more literal characters (or one Chinese character) is a need of its own. When no such set exists (``\\w+ed``, an optional group
-only) the answer is None and the regex runs everywhere: slower, never wrong.
+two or more literal characters (or one Chinese character) is a need of its own. When no such set exists
+(``\\w+ed``, an optional group only) the answer is None and the regex runs everywhere: slower, never wrong.
 """
 
 from __future__ import annotations
