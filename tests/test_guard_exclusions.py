@@ -7,6 +7,8 @@ Pure tests: no Redis, no gRPC.
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from countersign.guard import ReplyGuard
 from countersign.guard.lexicon import EXCLUSION_RULES
@@ -131,3 +133,21 @@ def test_an_excluded_candidate_is_explained(guard: ReplyGuard) -> None:
     assert verdict.reason == "NO_CLAIM" and not verdict.replaced
     assert verdict.excluded == (("The order was never cancelled.", "negation", "never"),)
     assert "set aside by negation" in verdict.explanation
+
+
+_WORDS = ["not", "never", "n't", "will", "if", "once", "pending", "failed", "tap", "can be", "by", "yesterday",
+          "ago", "on June 3", "status:", "rate", "always", "done", "all set", "is now", "went through", "care",
+          "sorted", "ready", "gone", "✅", "没有", "吗", "？", "会", "如果", "失败", "请", "能", "你", "小王", "昨天",
+          "成功率", "搞定", "妥了", "OK了", "已经", "状态", "了", " ", ",", ".", "?", "I", "it", "was", "been"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.lists(st.one_of(st.sampled_from(_WORDS), st.text(max_size=4)), max_size=30).map("".join))
+def test_needles_never_hide_a_match(guard: ReplyGuard, text: str) -> None:
+    for lex in guard.lexicons_by_name.values():
+        folded = lex.fold(text)
+        rules = [(c.rx, c.needs) for cues in lex.cues.values() for c in cues]
+        rules += [(rx, need) for _rule, rx, need in guard.grammars[lex.name].phrases.rules]
+        for rx, need in rules:
+            if need is not None and rx.search(folded):
+                assert any(n in folded for n in need), (rx.pattern, text)
