@@ -179,6 +179,15 @@ class EnglishGrammar:
             return word[:-2]  # a verb the table lacks ("texted", "venmoed"): regular morphology
         return ""
 
+    def _base(self, word: str) -> str:
+        """The lemma of a base form, also under a prefix ("rebook"), or ""."""
+        if word in self.lex.verb_lemmas:
+            return word
+        for prefix in self.prefixes:
+            if word.startswith(prefix) and word[len(prefix):].lstrip("-") in self.lex.verb_lemmas:
+                return word
+        return ""
+
     def _present(self, word: str) -> str:
         """The lemma of a third-person present form ("points" -> point), or ""."""
         lemmas = self.lex.verb_lemmas
@@ -200,18 +209,19 @@ class EnglishGrammar:
         for i, (word, _s, _e, tag, lemma) in enumerate(tokens):
             if tag == "R" and i + 1 < len(tokens) and tokens[i + 1][0] in self.lex.particle_writes.get(lemma, ()):
                 tag = "V"
-            if tag == "d":
+            if tag == "d":  # emphatic past: "I did rebook the hotel", "the email did go out"
                 nxt = next((j for j in range(i + 1, len(tokens)) if tokens[j][3] != "A"), None)
-                if (nxt is not None and tokens[nxt][0] in self.lex.verb_lemmas and \
-                        tokens[nxt][0] not in self.lex.not_writes and tokens[nxt][0] not in ("go",)) or \
-                        (nxt is not None and tokens[nxt][0] == "go" and nxt + 1 < len(tokens) and \
-                        tokens[nxt + 1][0] in ("out", "through")):
-                    subject = self._words(tokens[first:i])
+                if nxt is None:
+                    continue
+                verb = tokens[nxt][0]
+                goes = verb == "go" and nxt + 1 < len(tokens) and tokens[nxt + 1][0] in ("out", "through")
+                base = self._base(verb)
+                if goes or (base and verb != "go" and not self._not_write(base)):
                     agent = self._agent(tokens[first:i]) or inherited
-                    if agent == OTHER and tokens[nxt][0] == "go":
+                    if agent == OTHER and goes:
                         agent = NOBODY  # "the email did go out": a result, whoever the subject
-                    out.append(Candidate("past", self.lex, sentence, part, tokens[i][1], tokens[nxt][2],
-                                         tokens[nxt][0], agent, subject))
+                    out.append(Candidate("past", self.lex, sentence, part, tokens[i][1], tokens[nxt][2], verb,
+                                         agent, self._words(tokens[first:i])))
                 continue
             if word == "now" and i + 1 < len(tokens) and first < i:
                 lemma_now = self._present(tokens[i + 1][0])

@@ -35,7 +35,7 @@ _MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕
 class ChineseGrammar:
     def __init__(self, lex: Lexicon) -> None:
         self.lex = lex
-        self.verbs = lex.verb_lemmas
+        self.verbs = lex.verb_lemmas | lex.not_writes  # a read or state verb is a verb too: it stops a scan
         self.not_write = re.compile("|".join(sorted(map(re.escape, lex.not_writes), key=len, reverse=True)) or "(?!)")
         self.complements = tuple(sorted(lex.word("result_complements"), key=len, reverse=True))
         self.le_stoplist = lex.word("le_stoplist")
@@ -104,6 +104,12 @@ class ChineseGrammar:
             rest = text[after:]
             if not rest.strip("。！!~～ ") or rest[:1] in "，,":
                 continue  # "已经。" says nothing
+            if rest.startswith("在"):  # 已经在微信上 AA 了: a place, then the act; 已经在处理: still under way
+                le = text.find("了", after)
+                if le < 0:
+                    continue
+                out.append(self._cand("completion_aspect", sentence, part, m.start(), le + 1, rest[1:3]))
+                continue
             disposal = bool(_BA.match(rest))   # 已把…/已将…: a disposal construction always has an act
             verb = "" if disposal else self._verb_at(text, after)
             if m.group(0).startswith("刚") and not (verb or disposal):
