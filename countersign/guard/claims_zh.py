@@ -82,7 +82,13 @@ class ChineseGrammar:
         return ""
 
     def _is_write(self, verb_and_rest: str) -> bool:
-        return self.not_write.match(verb_and_rest) is None
+        """Whether the verb that starts ``verb_and_rest`` is a write: no read or state verb starts there, or only
+        a one-character one inside a longer verb of the table (升 is a state, 升级 an act)."""
+        m = self.not_write.match(verb_and_rest)
+        if m is None:
+            return True
+        two = verb_and_rest[:2]
+        return len(m.group(0)) == 1 and two in self.lex.verb_lemmas and two not in self.lex.not_writes
 
     def _agent(self, text: str, upto: int) -> str:
         return ASSISTANT if self.assistant.search(text, 0, upto) else NOBODY

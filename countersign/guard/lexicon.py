@@ -97,7 +97,7 @@ class Cue:
     needs: frozenset[str] | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Lexicon:
     """One language, compiled."""
 
@@ -125,6 +125,9 @@ class Lexicon:
             return text
         low = text.lower()
         return low if len(low) == len(text) else "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+    def __repr__(self) -> str:
+        return f"Lexicon({self.name!r})"
 
     def word(self, name: str) -> frozenset[str]:
         return self.words.get(name, frozenset())

@@ -85,7 +85,12 @@ _SPACED_LATIN = re.compile(r"(?<![A-Za-z])[A-Za-z](?: [A-Za-z]){3,}(?![A-Za-z])"
 _SPACED_CJK = re.compile(r"(?<=[\u3400-\u9fff]) (?=[\u3400-\u9fff])")
 
 
+_SPACED_APOSTROPHE = re.compile(r"(?<=[A-Za-z])\s+'(?=(?:ve|s|re|m|ll|d|t)\b)")
+
+
 def _spaced(text: str) -> str:
+    if "'" in text:
+        text = _SPACED_APOSTROPHE.sub("'", text)  # "I 've" (a thin space NFKC made a space)
     text = _SPACED_LATIN.sub(lambda m: m.group(0).replace(" ", ""), text)
     return _SPACED_CJK.sub("", text) if not text.isascii() else text
 
