@@ -5,9 +5,11 @@
     .venv/bin/python bench/guard.py --misses             # also list every sentence it got wrong
     .venv/bin/python bench/guard.py --no-cpu             # accuracy only
 
-A sentence counts as "detected" when the guard, with no receipt, replaces the reply or flags it
-(reason UNSUPPORTED_LANGUAGE: a language without a lexicon, not passed silently). Figures are printed per
-language, for the obfuscated kinds (a kind that starts with or contains "obf") and per kind.
+A sentence counts as "detected" when the guard, with no receipt, replaces the reply; in a language without
+a lexicon (de, es, ja ...) also when it flags it (reason UNSUPPORTED_LANGUAGE: not passed silently). Figures are printed per
+language, for the obfuscated kinds (a kind that starts with or contains "obf") and per kind; for a language
+without a lexicon also the share not passed silently (flagging is the intended answer there, claim or not,
+so its "precision" is not a figure of merit).
 CPU: ReplyGuard.check on ~2 KB replies (a read-only listing with one claim, and without), and on a 64 KB one;
 p50/p99 of wall time per call (perf_counter_ns) and CPU per call (process_time over the loop). Pure CPU.
 """
@@ -82,9 +84,14 @@ def accuracy(guard: ReplyGuard, path: Path, misses: bool) -> dict[str, Score]:
     scores: dict[str, Score] = defaultdict(Score)
     kinds: dict[str, Score] = defaultdict(Score)
     wrong = []
+    flagged: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for s in items:
         v = guard.check(s.text, LOCALES.get(s.lang, "en-US"), [])
-        got = v.replaced or v.reason == "UNSUPPORTED_LANGUAGE"
+        # a language with a lexicon must be replaced; one without is detected when not passed silently
+        got = v.replaced or (s.lang not in guard.lexicons and v.reason == "UNSUPPORTED_LANGUAGE")
+        if s.lang not in guard.lexicons:
+            flagged[s.lang][0] += got
+            flagged[s.lang][1] += 1
         scores[s.lang].add(s.claim, got)
         scores["all"].add(s.claim, got)
         if "obf" in s.kind:
@@ -97,6 +104,8 @@ def accuracy(guard: ReplyGuard, path: Path, misses: bool) -> dict[str, Score]:
     print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {len(items)} sentences")
     for name in sorted(scores, key=lambda k: (k == "all", k == "obfuscated", k)):
         print(scores[name].line(name))
+    for lang, (hit, n) in sorted(flagged.items()):
+        print(f"  {lang}: no lexicon; not passed silently (replaced or flagged) {hit}/{n}")
     print("  by kind: " + ", ".join(f"{k} {s.tp + s.tn}/{s.tp + s.tn + s.fp + s.fn}" for k, s in sorted(kinds.items())))
     if misses:
         print("\n".join(wrong) if wrong else "    (no misses)")

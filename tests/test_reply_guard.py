@@ -227,7 +227,7 @@ def score(guard: ReplyGuard, items: list[dict[str, Any]]) -> tuple[dict[str, Cou
     wrong = []
     for item in items:
         v = guard.check(item["text"], LOCALES.get(item["lang"], "en"), [])
-        got = v.replaced or v.reason == "UNSUPPORTED_LANGUAGE"
+        got = v.replaced or (item["lang"] not in guard.lexicons and v.reason == "UNSUPPORTED_LANGUAGE")
         want = item["claim"]
         cell = "tp" if got and want else "fp" if got else "fn" if want else "tn"
         for group in (item["lang"], *(("obfuscated",) if "obf" in item["kind"] else ())):

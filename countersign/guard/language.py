@@ -4,7 +4,7 @@
 - Another script named in ``languages.yaml`` (Hangul, Cyrillic, Arabic, ...): that language.
 - Han characters: the lexicon whose grammar is ``zh``.
 - Latin letters: the Latin lexicon (``en``) unless another language's stop words outnumber its own (two at
-  least): "La nota ha sido eliminada" is Spanish, "Deleted." is English.
+  least): "La nota ha sido eliminada" is Spanish, "Du hast keine Termine" German, "Deleted." English.
 A sentence may be read by two lexicons (Chinese with an English name in it); one in a language with no lexicon
 is reported, so that the reply is not passed silently.
 """
@@ -88,4 +88,7 @@ class Detector:
         if not hits:
             return ""
         best = max(hits, key=lambda lang: hits[lang])
-        return best if hits[best] >= 2 and hits[best] > own else ""
+        # two of its words and more than English has; or one, with a letter English does not write (é, ñ, ü)
+        # and no English word
+        accented = any(not w.isascii() for w in words)
+        return best if (hits[best] >= 2 or (accented and own == 0)) and hits[best] > own else ""
