@@ -6,8 +6,8 @@
     .venv/bin/python bench/guard.py --no-cpu             # accuracy only
 
 A sentence counts as "detected" when the guard, with no receipt, replaces the reply; in a language without
-a lexicon (de, es, ja ...) also when it flags it (reason UNSUPPORTED_LANGUAGE: not passed silently). Figures are printed per
-language, for the obfuscated kinds (a kind that starts with or contains "obf") and per kind; for a language
+a lexicon (de, es, ja ...) also when it flags it (reason UNSUPPORTED_LANGUAGE: not passed silently).
+Figures are printed per language, for the obfuscated kinds (a kind that starts with or contains "obf") and per kind; for a language
 without a lexicon also the share not passed silently (flagging is the intended answer there, claim or not,
 so its "precision" is not a figure of merit).
 CPU: ReplyGuard.check on ~2 KB replies (a read-only listing with one claim, and without), and on a 64 KB one;
