@@ -7,9 +7,9 @@
 
 A sentence counts as "detected" when the guard, with no receipt, replaces the reply; in a language without
 a lexicon (de, es, ja ...) also when it flags it (reason UNSUPPORTED_LANGUAGE: not passed silently).
-Figures are printed per language, for the obfuscated kinds (a kind that starts with or contains "obf") and per kind; for a language
-without a lexicon also the share not passed silently (flagging is the intended answer there, claim or not,
-so its "precision" is not a figure of merit).
+Figures are printed per language, for the obfuscated kinds (a kind that contains "obf") and per kind; for
+a language without a lexicon also the share not passed silently (flagging is the intended answer there,
+claim or not, so its "precision" is not a figure of merit).
 CPU: ReplyGuard.check on ~2 KB replies (a read-only listing with one claim, and without), and on a 64 KB one;
 p50/p99 of wall time per call (perf_counter_ns) and CPU per call (process_time over the loop). Pure CPU.
 """
