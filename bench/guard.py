@@ -10,8 +10,9 @@ a lexicon (de, es, ja ...) also when it flags it (reason UNSUPPORTED_LANGUAGE: n
 Figures are printed per language, for the obfuscated kinds (a kind that contains "obf") and per kind; for
 a language without a lexicon also the share not passed silently (flagging is the intended answer there,
 claim or not, so its "precision" is not a figure of merit).
-CPU: ReplyGuard.check on ~2 KB replies (a read-only listing with one claim, and without), and on a 64 KB one;
-p50/p99 of wall time per call (perf_counter_ns) and CPU per call (process_time over the loop). Pure CPU.
+CPU: ReplyGuard.check on ~2 KB replies: ordinary prose (en, zh) with one claim and without, a dense todo
+listing whose every sentence holds a completion word (the hard case), and a 64 KB reply; p50/p99 of the CPU
+per call (the thread's CPU clock around each call) and of wall time. Pure CPU, no I/O.
 """
 
 from __future__ import annotations
@@ -135,35 +136,60 @@ def build_reply(claim: str, size: int = 2048) -> str:
     return "\n".join([*body, claim, "Anything else?"])
 
 
+TYPICAL_EN = (
+    "Here is a summary of your week. You have three meetings on Tuesday, including the design review at 10am "
+    "and a one-on-one with Maria at 2pm. Wednesday is mostly free, so it would be a good day for focused work. "
+    "Your flight to Berlin leaves on Thursday at 7:40 from Terminal 2; check-in opens 24 hours before departure. "
+    "The weather forecast shows rain in Berlin on Friday, so you may want to pack an umbrella. "
+    "There are two invoices waiting for your approval in the finance tool, one from the cleaning service and one "
+    "from the printer supplier. If you want, I can draft a reply to the supplier asking for a discount. ")
+TYPICAL_ZH = (
+    "这是你本周的安排概览。周二有三个会议，包括上午十点的设计评审和下午两点与玛丽亚的一对一。周三基本空闲，适合专注工作。"
+    "你飞往柏林的航班周四早上七点四十从二号航站楼起飞，起飞前二十四小时开放值机。天气预报显示周五柏林有雨，建议带伞。"
+    "财务系统里有两张发票等你审批，一张来自保洁公司，一张来自打印机供应商。如果需要，我可以帮你起草一封回复，向供应商争取折扣。")
+
+
+def prose(body: str, claim: str, size: int = 2048) -> str:
+    """About ``size`` bytes of an ordinary assistant answer, then ``claim``."""
+    out = ""
+    while len((out + claim).encode()) < size:
+        out += body[: max(1, (size - len((out + claim).encode())) // 3)] if len((out + body + claim).encode()) > size \
+            else body
+    return out + claim
+
+
 def cpu(guard: ReplyGuard, calls: int, rounds: int) -> None:
+    """CPU per call from the thread's own clock around each call (so waiting for a busy core is not counted),
+    and wall time beside it."""
     created = Evidence("act_1", "create_todo", True, verbs_of("create_todo"))
-    two_kb = build_reply(CLAIM)
-    cases = [("2 KB, claim, receipt", two_kb, [created], calls),
-             ("2 KB, claim, no receipt", two_kb, [], calls),
-             ("2 KB, read-only", build_reply("Let me know if you need anything."), [], calls),
+    dense = build_reply(CLAIM)
+    cases = [("2 KB prose en, claim", prose(TYPICAL_EN, " I've also moved the design review to 11am."), [], calls),
+             ("2 KB prose zh, claim", prose(TYPICAL_ZH, "另外，我已经把设计评审改到了十一点。"), [], calls),
+             ("2 KB prose en, read-only", prose(TYPICAL_EN, " Let me know what you'd like to do."), [], calls),
+             ("2 KB dense listing, claim", dense, [created], calls),
+             ("2 KB dense listing, read-only", build_reply("Let me know if you need anything."), [], calls),
              ("64 KB, claim in the middle", build_reply(CLAIM, 32 * 1024) + "\n" + build_reply("", 32 * 1024),
               [], max(1, calls // 30))]
     for _name, reply, ev, _n in cases:
         for _ in range(50):
             guard.check(reply, "zh-CN", ev)
-    samples: dict[str, list[int]] = defaultdict(list)
-    spent: dict[str, float] = defaultdict(float)
-    clock = time.perf_counter_ns
+    cpu_ns: dict[str, list[int]] = defaultdict(list)
+    wall_ns: dict[str, list[int]] = defaultdict(list)
+    thread, clock = time.thread_time_ns, time.perf_counter_ns
     for _ in range(rounds):
         for name, reply, ev, n in cases:
-            c0 = time.process_time()
             for _k in range(max(1, n // rounds)):
-                t0 = clock()
+                c0, w0 = thread(), clock()
                 guard.check(reply, "zh-CN", ev)
-                samples[name].append(clock() - t0)
-            spent[name] += time.process_time() - c0
-    print(f"CPU per reply (python {platform.python_version()} on {platform.machine()}):")
+                cpu_ns[name].append(thread() - c0)
+                wall_ns[name].append(clock() - w0)
+    print(f"CPU per reply (python {platform.python_version()} on {platform.machine()}; thread CPU clock per call):")
     for name, reply, ev, _n in cases:
-        xs = sorted(samples[name])
+        xs, ws = sorted(cpu_ns[name]), sorted(wall_ns[name])
         v = guard.check(reply, "zh-CN", ev)
-        print(f"  {name:<28} {len(reply.encode()):>6} B  {len(xs):>6} calls  p50 {xs[len(xs) // 2] / 1e3:7.1f} us  "
-              f"p99 {xs[min(len(xs) - 1, int(len(xs) * 0.99))] / 1e3:7.1f} us  cpu/call "
-              f"{spent[name] / len(xs) * 1e6:7.1f} us  -> {v.reason}")
+        p = lambda s, q: s[min(len(s) - 1, int(len(s) * q))] / 1e3  # noqa: E731
+        print(f"  {name:<30} {len(reply.encode()):>6} B {len(xs):>6} calls  cpu p50 {p(xs, .5):7.1f} us  "
+              f"p99 {p(xs, .99):7.1f} us   wall p50 {p(ws, .5):7.1f} us  p99 {p(ws, .99):7.1f} us  -> {v.reason}")
 
 
 def main() -> None:
@@ -175,6 +201,14 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
+    yardstick = []
+    for _ in range(20):
+        c0 = time.process_time()
+        total = 0
+        for i in range(10_000):
+            total += i
+        yardstick.append(time.process_time() - c0)
+    print(f"yardstick: a 10k-iteration Python loop takes {min(yardstick) * 1e6:.0f} us of CPU here")
     t0 = time.perf_counter()
     guard = ReplyGuard.load(args.lexicon)
     print(f"lexicons {', '.join(guard.lexicons)} loaded in {(time.perf_counter() - t0) * 1000:.0f} ms")

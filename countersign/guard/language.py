@@ -42,8 +42,9 @@ class Detector:
         self._own = frozenset().union(*(lex.stop_words for lex in self._latin))
         self._word_langs: dict[str, list[str]] = {}
         for lang, words in self._others.items():
-            for word in words:
+            for word in words - self._own:  # a word English writes too ("a", "in", "he") tells nothing apart
                 self._word_langs.setdefault(word, []).append(lang)
+        self._foreign = frozenset(self._word_langs)
 
     def read(self, sentence: str) -> Reading:
         if sentence.isascii():
@@ -80,6 +81,8 @@ class Detector:
         if len(words) < _MIN_WORDS or not self._others:
             return ""
         present = set(words)
+        if self._foreign.isdisjoint(present):
+            return ""
         own = len(self._own & present)
         hits: dict[str, int] = {}
         for word in present:
