@@ -151,10 +151,11 @@ TYPICAL_ZH = (
 
 def prose(body: str, claim: str, size: int = 2048) -> str:
     """About ``size`` bytes of an ordinary assistant answer, then ``claim``."""
-    out = ""
+    sentences = [s.strip() + " " for s in body.replace("。", "。\n").replace(". ", ".\n").splitlines() if s.strip()]
+    out, i = "", 0
     while len((out + claim).encode()) < size:
-        out += body[: max(1, (size - len((out + claim).encode())) // 3)] if len((out + body + claim).encode()) > size \
-            else body
+        out += sentences[i % len(sentences)]
+        i += 1
     return out + claim
 
 

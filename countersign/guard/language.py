@@ -42,7 +42,7 @@ class Detector:
         self._own = frozenset().union(*(lex.stop_words for lex in self._latin))
         self._word_langs: dict[str, list[str]] = {}
         for lang, words in self._others.items():
-            for word in words - self._own:  # a word English writes too ("a", "in", "he") tells nothing apart
+            for word in words:
                 self._word_langs.setdefault(word, []).append(lang)
         self._foreign = frozenset(self._word_langs)
 
