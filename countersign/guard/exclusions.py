@@ -25,6 +25,7 @@ grammar found (the agent, an attributive participle): those are said below, next
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from countersign.guard.claims import ASSISTANT, OTHER, Candidate
@@ -88,12 +89,15 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
     return None
 
 
+_PROGRESS = re.compile(r"\d+\s*(?:/|of\b|out\s+of\b)\s*\d+", re.IGNORECASE)
+
+
 def _counted_label(c: Candidate) -> bool:
-    """A claim word that heads a count: "Completed: 0 of 3 steps", "已完成：0/3 步"."""
+    """A claim word that heads a progress count: "Completed: 0 of 3 steps", "已完成：0/3 步" (not "已付款：230 元")."""
     if c.part.end_mark != ":":
         return False
     rest = c.sentence.text[c.part.end:].lstrip(":： ")
-    return rest[:1].isdigit()
+    return _PROGRESS.match(rest) is not None
 
 
 def _earliest(cues: tuple[Cue, ...], text: str, offset: int) -> tuple[int, str, str] | None:
