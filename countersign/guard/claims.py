@@ -57,7 +57,7 @@ class Phrases:
     def __init__(self, lex: Lexicon) -> None:
         self.lex = lex
         flags = 0 if lex.lower else re.IGNORECASE
-        self.rules = [(rule, re.compile(pattern, flags), needs(pattern, lex.lower))
+        self.rules = [(rule, re.compile(pattern, flags), needs(pattern, lex.lower, lex.stop_words))
                       for rule, patterns in lex.claim_patterns.items() for pattern in patterns]
         self.needles = sorted({n for _r, _rx, need in self.rules if need for n in need})
 

@@ -26,7 +26,7 @@ from countersign.guard.lexicon import Lexicon
 from countersign.guard.segment import Part, Sentence
 
 _WORDS = re.compile(r"[a-z]+")
-_TRIGGER = re.compile(r"[a-z]ed\b|\b(?:now|did)\b")
+_ED = re.compile(r"[a-z]ed\b")
 _PIECES = re.compile(r"[,;:—–()]|\s-\s|\b(?=and\b|but\b|so\b|though\b|then\b)")
 _TOKEN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*|\d+(?:[.,:]\d+)*%?|[$#@]")
 _NOT = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "hasn't": "has", "haven't": "have",
@@ -69,7 +69,9 @@ class EnglishGrammar:
     def may_claim(self, text: str) -> bool:
         """A cheap test: could ``text`` hold a claim at all (a past form, an -ed word, a phrase rule)?"""
         low = text.lower()
-        if _TRIGGER.search(low) or not self._forms.isdisjoint(_WORDS.findall(low)):
+        words = _WORDS.findall(low)
+        if not self._forms.isdisjoint(words) or ("now" in words or "did" in words) or \
+                ("ed" in low and _ED.search(low)):
             return True
         rules = self.phrases.runnable(low)
         # phrase rules may be anchored at a part's end ("is in place."): try each rough piece

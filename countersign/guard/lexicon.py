@@ -231,7 +231,8 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
             compiled = _regex(name, f"exclusions.{rule}.{scope}", scopes.get(scope, ()), lower)
             if compiled is not None:
                 exclusions[rule][scope] = compiled
-    cues = {scope: tuple(Cue(rule, re.compile(pattern, 0 if lower else re.IGNORECASE), needs(pattern, lower))
+    common = frozenset(w.lower() for w in raw.get("stop_words", ()))
+    cues = {scope: tuple(Cue(rule, re.compile(pattern, 0 if lower else re.IGNORECASE), needs(pattern, lower, common))
                          for rule in EXCLUSION_RULES if rule != "time_anchor"
                          for pattern in (raw_scopes.get(rule) or {}).get(scope, ()))
             for scope in SCOPES}

@@ -18,28 +18,29 @@ _P: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) el
 _REPEATS = tuple(getattr(_P, n) for n in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(_P, n))
 
 
-def needs(pattern: str, lower: bool = True) -> frozenset[str] | None:
-    """Strings one of which every match of ``pattern`` contains (lower-cased when ``lower``), or None."""
+def needs(pattern: str, lower: bool = True, common: frozenset[str] = frozenset()) -> frozenset[str] | None:
+    """Strings one of which every match of ``pattern`` contains (lower-cased when ``lower``), or None.
+    Where a choice exists, sets without a ``common`` word (one found in most sentences) are preferred."""
     try:
         parsed = _P.parse(pattern)
     except re.error:
         return None
-    found = _seq(list(parsed))
+    found = _seq(list(parsed), common)
     if not found:
         return None
     return frozenset(s.lower() for s in found) if lower else frozenset(found)
 
 
-def _best(options: Iterable[frozenset[str] | None]) -> frozenset[str] | None:
-    """The most selective need: the set whose shortest string is longest."""
-    best: frozenset[str] | None = None
-    for option in options:
-        if option and (best is None or min(map(len, option)) > min(map(len, best))):
-            best = option
-    return best
+def _best(options: Iterable[frozenset[str] | None], common: frozenset[str]) -> frozenset[str] | None:
+    """The most selective need: no common word in it, then the longest shortest string, then the fewest."""
+    def score(option: frozenset[str]) -> tuple[int, int, int]:
+        return (-len(option & common), min(map(len, option)), -len(option))
+
+    candidates = [option for option in options if option]
+    return max(candidates, key=score) if candidates else None
 
 
-def _seq(items: list[Any]) -> frozenset[str] | None:
+def _seq(items: list[Any], common: frozenset[str]) -> frozenset[str] | None:
     options: list[frozenset[str] | None] = []
     run = ""
     for op, av in items:
@@ -49,10 +50,10 @@ def _seq(items: list[Any]) -> frozenset[str] | None:
         if _enough(run):
             options.append(frozenset({run}))
         run = ""
-        options.append(_item(op, av))
+        options.append(_item(op, av, common))
     if _enough(run):
         options.append(frozenset({run}))
-    return _best(options)
+    return _best(options, common)
 
 
 def _enough(run: str) -> bool:
@@ -60,19 +61,19 @@ def _enough(run: str) -> bool:
     return len(run) >= 2 or (len(run) == 1 and not run.isascii())
 
 
-def _item(op: Any, av: Any) -> frozenset[str] | None:
+def _item(op: Any, av: Any, common: frozenset[str]) -> frozenset[str] | None:
     if op is _P.SUBPATTERN:
-        return _seq(list(av[-1]))
+        return _seq(list(av[-1]), common)
     if op is _P.BRANCH:
         union: set[str] = set()
         for branch in av[1]:
-            need = _seq(list(branch))
+            need = _seq(list(branch), common)
             if not need:
                 return None
             union |= need
         return frozenset(union)
     if op in _REPEATS and av[0] >= 1:
-        return _seq(list(av[2]))
+        return _seq(list(av[2]), common)
     if op is _P.ATOMIC_GROUP if hasattr(_P, "ATOMIC_GROUP") else False:
-        return _seq(list(av))
+        return _seq(list(av), common)
     return None
