@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from countersign.guard.lexicon import Lexicon
-from countersign.guard.needles import needs
+from countersign.guard.needles import NeedleIndex, needs
 from countersign.guard.segment import Part, Sentence
 
 ASSISTANT = "assistant"   # "I've deleted", "已经帮你删除", "Deleted." (a report with the speaker left out)
@@ -59,13 +59,12 @@ class Phrases:
         flags = 0 if lex.lower else re.IGNORECASE
         self.rules = [(rule, re.compile(pattern, flags), needs(pattern, lex.lower, lex.stop_words))
                       for rule, patterns in lex.claim_patterns.items() for pattern in patterns]
-        self.needles = sorted({n for _r, _rx, need in self.rules if need for n in need})
+        self.needles = NeedleIndex(n for _r, _rx, need in self.rules if need for n in need)
 
     def runnable(self, text: str) -> list[tuple[str, re.Pattern[str], frozenset[str] | None]]:
         """The rules that can match somewhere in ``text`` (a whole sentence)."""
-        folded = self.lex.fold(text)
-        present = {n for n in self.needles if n in folded}
-        return [r for r in self.rules if r[2] is None or r[2] & present]
+        present = self.needles.present(self.lex.fold(text))
+        return [r for r in self.rules if r[2] is None or not r[2].isdisjoint(present)]
 
     def candidates(self, sentence: Sentence, part: Part, agent: str = NOBODY,
                    rules: list[tuple[str, re.Pattern[str], frozenset[str] | None]] | None = None) -> list[Candidate]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from countersign.guard.claims import ASSISTANT, OTHER, Candidate
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue
+from countersign.guard.needles import NeedleIndex
 
 
 @dataclass(frozen=True)
@@ -62,15 +63,16 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
     if disabled:  # rule by rule: slower, only for the tests that switch rules off
         return _one_by_one(c, disabled)
     for scope, cues in c.lexicon.cues.items():
+        index = c.lexicon.cue_needles[scope]
         if scope == "after":
-            hit = _earliest(cues, text[c.end:part.end], 0)
+            hit = _earliest(cues, index, text[c.end:part.end], 0)
             if hit is not None:
                 return Exclusion(hit[1], hit[2])
             continue
         key = (id(c.sentence), -1 if scope == "sentence" else part.start, scope)
         if key not in memo:
-            memo[key] = _earliest(cues, text, 0) if scope == "sentence" else \
-                _earliest(cues, text[part.start:part.end], part.start)
+            memo[key] = _earliest(cues, index, text, 0) if scope == "sentence" else \
+                _earliest(cues, index, text[part.start:part.end], part.start)
         hit = memo[key]
         # "before": the earliest cue in the part must start before the claim ends
         if hit is not None and (scope != "before" or hit[0] < c.end):
@@ -100,12 +102,13 @@ def _counted_label(c: Candidate) -> bool:
     return _PROGRESS.match(rest) is not None
 
 
-def _earliest(cues: tuple[Cue, ...], text: str, offset: int) -> tuple[int, str, str] | None:
+def _earliest(cues: tuple[Cue, ...], index: NeedleIndex, text: str, offset: int) -> tuple[int, str, str] | None:
     """The earliest cue match in ``text``: (start + offset, rule, cue). A cue whose needles are all absent is
-    not searched (a substring test is far cheaper than a regex search)."""
+    not searched (finding the needles a text holds is far cheaper than a regex search per cue)."""
+    present = index.present(text)
     best: tuple[int, str, str] | None = None
     for cue in cues:
-        if cue.needs is not None and not any(n in text for n in cue.needs):
+        if cue.needs is not None and cue.needs.isdisjoint(present):
             continue
         m = cue.rx.search(text)
         if m is not None and (best is None or m.start() + offset < best[0]):

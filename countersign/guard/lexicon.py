@@ -37,7 +37,7 @@ from typing import Any
 import jsonschema_rs
 import yaml
 
-from countersign.guard.needles import needs
+from countersign.guard.needles import NeedleIndex, needs
 
 EXCLUSION_RULES = ("quotation", "negation", "question", "offer_plan", "condition", "waiting_confirmation",
                    "failure", "instruction", "capability", "other_agent", "time_anchor", "success_noun",
@@ -114,8 +114,9 @@ class Lexicon:
     claims: Mapping[str, re.Pattern[str]]
     exclusions: Mapping[str, Mapping[str, re.Pattern[str]]]
     replacements: Mapping[str, str]
-    # per scope, every rule's cues but time_anchor's, each with its needles (needles.py)
+    # per scope, every rule's cues but time_anchor's, each with its needles (needles.py), and their index
     cues: Mapping[str, tuple[Cue, ...]] = field(default_factory=dict)
+    cue_needles: Mapping[str, NeedleIndex] = field(default_factory=dict)
     lower: bool = False        # cues and phrase rules are matched against lower-cased text
     claim_patterns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # claims, as written
 
@@ -252,6 +253,8 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         exclusions=exclusions,
         replacements=dict(raw["replacement"]),
         cues={scope: found for scope, found in cues.items() if found},
+        cue_needles={scope: NeedleIndex(n for cue in found if cue.needs for n in cue.needs)
+                     for scope, found in cues.items() if found},
         claim_patterns={rule: tuple(patterns) for rule, patterns in (raw.get("claims") or {}).items()},
     )
 
