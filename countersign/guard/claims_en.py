@@ -254,6 +254,8 @@ class EnglishGrammar:
         prev = tokens[j][3] if j >= first else ""
         if prev == "D" or (prev == "#" and nxt is not None and nxt[3] == "O" and nxt[0] not in self.preps):
             return None  # attributive: "the deleted report", "14 archived emails"
+        if tokens[j][0] in _OBJECT_PRONOUNS and j - 1 >= first and tokens[j - 1][3] in "VR" and j == i - 1:
+            return None  # an object complement: "marked it shipped" is the claim (or not) of "marked"
         if prev == "O" and tokens[j][0] in self.preps:
             return Candidate("headline", self.lex, sentence, part, tokens[j][1], end, lemma, NOBODY, "",
                              frozenset({"attributive"}), span)  # a state named after a preposition: "under Closed"

@@ -29,6 +29,7 @@ _PARTICLE = re.compile("[了啦咯喽嘞啰]")
 _BA = re.compile(r"把|将(?![会要在近来于])")
 _SUCCESS = re.compile(r"成功|完成|完毕")
 _HAN = re.compile(r"[\u3400-\u9fff]")
+_COMPLEMENT_AFTER_VERB = re.compile("[上好完掉进出](?=[\u4e00-\u9fff])")
 _MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕")
 
 
@@ -174,7 +175,12 @@ class ChineseGrammar:
         if text[k] in "了啦" and not text[k + 1:].strip("。！!~～…. 哈呀哦喔噢嗷啊哟") \
                 and text[k - 1:k + 1] not in self.le_stoplist \
                 and not _YI.search(before):
-            # sentence-final 了 (a changed state) after a write verb phrase: "快递单号发你邮箱了"
+            # sentence-final 了 (a changed state) after a write verb phrase: "快递单号发你邮箱了"; a verb with its
+            # result complement earlier in the phrase decides first: "照片都加上定位了"
+            for cm in _COMPLEMENT_AFTER_VERB.finditer(before):
+                head = self._verb_before(text, cm.start())
+                if head and self._is_write(text[cm.start() - len(head):]) and k - cm.end() <= 6:
+                    return self._cand("result_complement", sentence, part, cm.start() - len(head), k + 1, head)
             for j in range(k - 1, max(-1, k - 12), -1):
                 verb = self._verb_at(text, j)
                 if verb:  # the nearest verb decides: "会议已经开始十分钟了" is no act
