@@ -28,7 +28,7 @@ from countersign.guard.segment import Part, Sentence
 _WORDS = re.compile(r"[a-z]+")
 _ED = re.compile(r"[a-z]ed\b")
 _PIECES = re.compile(r"[,;:—–()]|\s-\s|\b(?=and\b|but\b|so\b|though\b|then\b)")
-_TOKEN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*|\d+(?:[.,:]\d+)*%?|[$#@]")
+_TOKEN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*|\d+(?:[.,:]\d+)*(?:%|(?i:am|pm|st|nd|rd|th)\b)?|[$#@]")
 _NOT = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "hasn't": "has", "haven't": "have",
         "hadn't": "had", "didn't": "did", "don't": "do", "doesn't": "does", "couldn't": "could",
         "wouldn't": "would", "shouldn't": "should", "won't": "will", "can't": "can", "mustn't": "must",
@@ -209,8 +209,9 @@ class EnglishGrammar:
         subject_agent = self._agent(tokens[first:first + 1]) if tokens[first:first + 1] and \
             tokens[first][3] in "PUT" else ""
         for i, (word, _s, _e, tag, lemma) in enumerate(tokens):
-            if tag == "R" and i + 1 < len(tokens) and tokens[i + 1][0] in self.lex.particle_writes.get(lemma, ()):
-                tag = "V"
+            particles = self.lex.particle_writes.get(lemma, ())
+            if tag == "R" and any(t[0] in particles for t in tokens[i + 1:i + 3]):
+                tag = "V"  # "checked in", "sorted you out", "left the group"
             if tag == "d":  # emphatic past: "I did rebook the hotel", "the email did go out"
                 nxt = next((j for j in range(i + 1, len(tokens)) if tokens[j][3] != "A"), None)
                 if nxt is None:
