@@ -277,7 +277,7 @@ class EnglishGrammar:
             if any(t[3] == "P" for t in subject[:1]) and prev != "N":
                 return None  # "I was asked", "I'm excited": the speaker as the patient is no report
             flags = frozenset({"generic"}) if self._generic(subject, tokens[k:i]) else frozenset()
-            if subject and subject[-1][0] in _RELATIVE:
+            if len(subject) > 1 and subject[-1][0] in _RELATIVE:
                 flags = flags | {"attributive"}  # "2 todos that have been completed": a description
             if subject and subject[0][3] == "U" and any(t[0] in ("was", "were") for t in tokens[k:i]):
                 flags = flags | {"fact"}  # "You were charged twice": an event of the user's, read from data
@@ -293,7 +293,7 @@ class EnglishGrammar:
                 k -= 1
             subject = tokens[first:k]
             agent = self._agent(subject) or (inherited if not subject else OTHER)
-            flags = frozenset({"attributive"}) if subject and subject[-1][0] in _RELATIVE else frozenset()
+            flags = frozenset({"attributive"}) if len(subject) > 1 and subject[-1][0] in _RELATIVE else frozenset()
             return Candidate("perfect", self.lex, sentence, part, tokens[k][1], end, lemma, agent,
                              self._words(subject), flags, span)
         if prev in ("P", "U", "T"):
