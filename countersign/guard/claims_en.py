@@ -74,8 +74,13 @@ class EnglishGrammar:
                 ("ed" in low and _ED.search(low)):
             return True
         rules = self.phrases.runnable(low)
-        # phrase rules may be anchored at a part's end ("is in place."): try each rough piece
-        return bool(rules) and any(rx.search(piece) for piece in _PIECES.split(low) for _r, rx, _n in rules)
+        if not rules:
+            return False
+        if any(rx.search(low) for _r, rx, _n in rules if "^" not in rx.pattern and "$" not in rx.pattern):
+            return True
+        # a rule anchored at a part's start or end ("is in place."): try each rough piece
+        anchored = [rx for _r, rx, _n in rules if "^" in rx.pattern or "$" in rx.pattern]
+        return any(rx.search(piece) for piece in _PIECES.split(low) for rx in anchored)
 
     def candidates(self, sentence: Sentence) -> list[Candidate]:
         out: list[Candidate] = []

@@ -48,10 +48,10 @@ class Detector:
 
     def read(self, sentence: str) -> Reading:
         if sentence.isascii():
-            words = _LATIN_WORD.findall(sentence)
+            words = _LATIN_WORD.findall(sentence.lower())
             if not words:
                 return Reading((), "")
-            lang = self._latin_language([w.lower() for w in words])
+            lang = self._latin_language(words, False)
             return Reading((), lang) if lang else Reading(self._latin, "")
         if not self._kana_supported and _KANA.search(sentence):
             return Reading((), "ja")
@@ -64,11 +64,11 @@ class Detector:
             if not self._han:
                 return Reading((), "zh")
             chosen.extend(self._han)
-        words = _LATIN_WORD.findall(sentence)
+        words = _LATIN_WORD.findall(sentence.lower())
         if chosen and len(words) < _MIN_WORDS:
             return Reading(tuple(chosen), "")  # a name or "OK" inside a Chinese sentence: Chinese reads it
         if words:
-            lang = self._latin_language([w.lower() for w in words])
+            lang = self._latin_language(words, any(not w.isascii() for w in words))
             if lang:
                 if chosen:  # a foreign clause inside a Chinese sentence: the Chinese reading stands
                     return Reading(tuple(chosen), "")
@@ -76,7 +76,7 @@ class Detector:
             chosen.extend(self._latin)
         return Reading(tuple(chosen), "")
 
-    def _latin_language(self, words: list[str]) -> str:
+    def _latin_language(self, words: list[str], accented: bool) -> str:
         """The language of a Latin-script sentence that has no lexicon ("" when a lexicon reads it)."""
         if len(words) < _MIN_WORDS or not self._others:
             return ""
@@ -93,5 +93,4 @@ class Detector:
         best = max(hits, key=lambda lang: hits[lang])
         # two of its words and more than English has; or one, with a letter English does not write (é, ñ, ü)
         # and no English word
-        accented = any(not w.isascii() for w in words)
         return best if (hits[best] >= 2 or (accented and own == 0)) and hits[best] > own else ""
