@@ -20,6 +20,7 @@ A part that has no subject of its own takes the previous part's ("I found it and
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate, Phrases
 from countersign.guard.lexicon import Lexicon
@@ -66,10 +67,12 @@ class EnglishGrammar:
         self._forms = frozenset(lex.verb_forms)
         self.phrases = Phrases(lex)
 
-    def may_claim(self, text: str) -> bool:
-        """A cheap test: could ``text`` hold a claim at all (a past form, an -ed word, a phrase rule)?"""
+    def may_claim(self, text: str, words: Sequence[str] = ()) -> bool:
+        """A cheap test: could ``text`` hold a claim at all (a past form, an -ed word, a phrase rule)?
+        ``words``: the sentence's lower-cased words when the caller has them already."""
         low = text.lower()
-        words = _WORDS.findall(low)
+        if not words:
+            words = _WORDS.findall(low)
         if not self._forms.isdisjoint(words) or ("now" in words or "did" in words) or \
                 ("ed" in low and _ED.search(low)):
             return True

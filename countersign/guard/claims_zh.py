@@ -18,6 +18,7 @@ the exclusions decide when it is the user or a third party (你昨天…, 小王
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate, Phrases
 from countersign.guard.lexicon import Lexicon
@@ -61,7 +62,7 @@ class ChineseGrammar:
                 out.extend(self.phrases.candidates(sentence, part, self._agent(part.text, len(part.text)), rules))
         return out
 
-    def may_claim(self, text: str) -> bool:
+    def may_claim(self, text: str, words: Sequence[str] = ()) -> bool:
         """A cheap test: does ``text`` hold a completion marker or a phrase rule's match?"""
         return _MARKERS.search(text) is not None or any(rx.search(text) for _r, rx, _n in self.phrases.runnable(text))
 

@@ -27,6 +27,7 @@ _MIN_WORDS = 3   # a Latin sentence shorter than this is read as the default Lat
 class Reading:
     lexicons: tuple[Lexicon, ...]   # the lexicons that read the sentence
     unsupported: str                # a language with no lexicon ("" when none)
+    words: tuple[str, ...] = ()     # the Latin words, lower-cased (a grammar's cheap test may reuse them)
 
 
 class Detector:
@@ -52,7 +53,7 @@ class Detector:
             if not words:
                 return Reading((), "")
             lang = self._latin_language(words, False)
-            return Reading((), lang) if lang else Reading(self._latin, "")
+            return Reading((), lang) if lang else Reading(self._latin, "", tuple(words))
         if not self._kana_supported and _KANA.search(sentence):
             return Reading((), "ja")
         if self._script is not None:

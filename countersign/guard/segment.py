@@ -15,6 +15,7 @@ from dataclasses import dataclass
 _SENTENCE_END = re.compile(r"[。！？!?；;…]+[\"”’」』)]*|\n+|(?<![.\s][a-zA-Z])\.+(?=[\s\"”’)]|$)")
 _LIST_MARKER = re.compile(r"\s*(?:[-*+•·▪‣◦]\s+|\d{1,3}[.)、]\s+|\d{1,3}、)")
 _PART_BREAK = re.compile(r"(?:(?<!\d)[,:]|[,:](?!\d)|[，、：;；|])+|\s[-–—]{1,2}\s|[—–→]+|\s->\s|\(|\)|（|）")
+_QUOTE_OPENERS = "\"“「『《‘"
 _QUOTES = re.compile(r"\"[^\"\n]{1,200}\"|“[^”\n]{1,200}”|「[^」\n]{1,200}」|『[^』\n]{1,200}』|《[^》\n]{1,200}》"
                      r"|‘[^’\n]{1,200}’")
 
@@ -45,29 +46,30 @@ def sentences(text: str, breaks: re.Pattern[str] | None = None) -> list[Sentence
     (else ``cut`` does it, for the sentences a grammar reads)."""
     out: list[Sentence] = []
     start = 0
-    protected = _protect_quotes(text)
+    quoted = any(q in text for q in _QUOTE_OPENERS)
+    protected = _protect_quotes(text) if quoted else text
     for m in _SENTENCE_END.finditer(protected):
-        _add(out, text, start, m.end(), breaks)
+        _add(out, text, start, m.end(), breaks, quoted)
         start = m.end()
-    _add(out, text, start, len(text), breaks)
+    _add(out, text, start, len(text), breaks, quoted)
     return out
 
 
 def _protect_quotes(text: str) -> str:
     """``text`` with sentence ends inside short quotes blanked (same length), so a quote stays in one sentence."""
-    if not any(q in text for q in "\"“「『《‘"):
-        return text
     return _QUOTES.sub(lambda m: re.sub(r"[。！？!?；;.…\n]", "_", m.group(0)), text)
 
 
-def _add(out: list[Sentence], text: str, start: int, end: int, breaks: re.Pattern[str] | None) -> None:
+def _add(out: list[Sentence], text: str, start: int, end: int, breaks: re.Pattern[str] | None,
+         quoted: bool) -> None:
     chunk = text[start:end]
     marker = _LIST_MARKER.match(chunk)
     lead = marker.end() if marker else len(chunk) - len(chunk.lstrip())
     body = chunk[lead:].rstrip()
     if not body.strip(" \t.。!！?？;；…"):
         return
-    out.append(Sentence(body, start + lead, tuple(parts(body, breaks)) if breaks is not None else (), _quotes(body)))
+    out.append(Sentence(body, start + lead, tuple(parts(body, breaks)) if breaks is not None else (),
+                        _quotes(body) if quoted else ()))
 
 
 def cut(sentence: Sentence, breaks: re.Pattern[str] | None) -> Sentence:

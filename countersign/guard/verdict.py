@@ -129,7 +129,7 @@ class ReplyGuard:
                 unsupported = reading.unsupported
             for lex in reading.lexicons:
                 grammar = self.grammars[lex.name]
-                if not grammar.may_claim(sentence.text):
+                if not grammar.may_claim(sentence.text, reading.words):
                     continue
                 cut = segment.cut(sentence, lex.part_breaks)
                 for cand in grammar.candidates(cut):
