@@ -1,31 +1,54 @@
 # syntax=docker/dockerfile:1
-# The Countersign sidecar image. Build: docker build -t countersign:0.1.0 .
-# Without a Docker engine, scripts/check_image.sh repeats the Python part (wheel → clean venv → serve → health).
+# The Countersign sidecar image. Build with BuildKit (docs/deploy.md "The image"):
+#   docker buildx build -t registry.example.com/countersign:0.1.0 \
+#     --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" \
+#     --build-arg SOURCE_DATE_EPOCH="$(git log -1 --format=%ct)" --build-arg CREATED="$(git log -1 --format=%cI)" .
+# Reproducible inputs: the base image is pinned by digest (how to refresh it: docs/deploy.md), every Python
+# dependency comes from requirements.lock with its sha256 (uv pip compile --generate-hashes: `make lock`), the
+# build backend from requirements-build.lock, wheels only (no compiler runs).
+# Without a Docker engine, scripts/check_image.sh (make image-check) repeats the Python part and writes the SBOM.
 
-# ---- builder: the project's wheel and every dependency's wheel; nothing of this stage ships ----
-FROM python:3.11-slim AS builder
+# python:3.11.17-slim-bookworm, multi-architecture index digest.
+ARG PYTHON_IMAGE=python:3.11.17-slim-bookworm@sha256:0a310eeecf4e1f5a0743f9a6520c90c88d089c903ca5fd283f501e3a805f5f89
+
+# ---- builder: the venv with the locked dependencies and the project's wheel; nothing else of it ships ----
+FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
+COPY requirements.lock requirements-build.lock ./
+# The venv has no pip; the base image's pip installs into it, each file checked against the lock's hashes.
+RUN python -m venv --without-pip /opt/venv \
+ && python -m pip install --require-hashes --no-deps --only-binary=:all: -r requirements-build.lock \
+ && python -m pip --python /opt/venv/bin/python install --require-hashes --no-deps --only-binary=:all: \
+      -r requirements.lock
 # Only what the wheel needs: the package (generated stubs in countersign/v1 and the Lua scripts in
 # countersign/lua are package data), its metadata and the README it names as long description.
 COPY pyproject.toml README.md ./
 COPY countersign ./countersign
-RUN pip wheel --no-deps --wheel-dir /wheels . \
- && pip wheel --wheel-dir /wheels /wheels/countersign-*.whl
+RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
+ && python -m pip --python /opt/venv/bin/python install --no-deps --no-index /wheels/countersign-*.whl \
+ && python -m pip --python /opt/venv/bin/python check
 
-# ---- runtime: python:3.11-slim + a venv without pip, non-root, no build tools ----
-FROM python:3.11-slim
+# ---- runtime: the base + the venv, non-root, no pip in the venv, no build tools ----
+FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=1970-01-01T00:00:00Z
+LABEL org.opencontainers.image.title="countersign" \
+      org.opencontainers.image.description="gRPC sidecar: an AI agent changes the world only with a countersigned, at-most-once, receipted action" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="docker.io/library/python:3.11.17-slim-bookworm" \
+      org.opencontainers.image.base.digest="sha256:0a310eeecf4e1f5a0743f9a6520c90c88d089c903ca5fd283f501e3a805f5f89"
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
-# The venv is made without pip; the base image's pip installs into it and the wheels come from the
-# builder through a bind mount, so neither pip's cache nor the wheels end up in a layer.
-RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    python -m venv --without-pip /opt/venv \
- && python -m pip --python /opt/venv/bin/python install --no-index --find-links /wheels /wheels/countersign-*.whl \
- && groupadd --system --gid 10001 countersign \
+COPY --from=builder /opt/venv /opt/venv
+RUN groupadd --system --gid 10001 countersign \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin countersign \
  && mkdir -p /etc/countersign /run/countersign \
  && chown 10001:10001 /run/countersign

@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint proto proto-check bench deps redis clean image-check
+.PHONY: demo test lint proto proto-check bench deps redis test-tools clean image-check lock
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -14,22 +14,30 @@ $(STAMP): pyproject.toml
 
 deps: $(STAMP) redis
 
-# System tools (redis-server; promtool from prometheus; spin): installed through apt-get when we are root,
-# else a clear message naming the package.
-SYSTEM_TOOLS := redis-server:redis-server promtool:prometheus spin:spin node:nodejs npm:npm
-redis:
-	@for pair in $(SYSTEM_TOOLS); do tool=$${pair%%:*}; pkg=$${pair##*:}; \
+# System tools, installed through apt-get when we are root, else a clear message naming the package.
+# `make demo` needs only redis-server; `make test` also needs promtool (prometheus), spin, node/npm (the Node and
+# TypeScript clients) and protoc with the Go plugins (buf generate of the Go and Java stubs).
+DEMO_TOOLS := redis-server:redis-server
+TEST_TOOLS := $(DEMO_TOOLS) promtool:prometheus spin:spin node:nodejs npm:npm protoc:protobuf-compiler \
+              protoc-gen-go:protoc-gen-go protoc-gen-go-grpc:protoc-gen-go-grpc
+define install_tools
+	@for pair in $(1); do tool=$${pair%%:*}; pkg=$${pair##*:}; \
 	  command -v $$tool >/dev/null 2>&1 && continue; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkg >/dev/null || exit 1; \
 	  else echo "$$tool is missing: install the Debian/Ubuntu package '$$pkg'"; exit 1; fi; done
+endef
+redis:
+	$(call install_tools,$(DEMO_TOOLS))
+test-tools:
+	$(call install_tools,$(TEST_TOOLS))
 
 ## the walkthrough: the sidecar with its embedded Redis, the example todo service, a scripted agent
-demo: deps
+demo: $(STAMP) redis
 	$(BIN)/countersign demo
 
 ## everything CI runs: stubs match the proto, lint, types, the test suite
-test: deps proto-check lint
+test: deps test-tools proto-check lint
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -38,23 +46,32 @@ lint: $(STAMP)
 	@if git rev-parse --verify -q refs/heads/main >/dev/null; then \
 	  cd proto && ../$(BIN)/buf breaking --against '../.git#branch=main,subdir=proto' && echo "buf breaking: OK"; \
 	else echo "buf breaking: no local main branch to compare against"; fi
-	$(BIN)/ruff check countersign examples tests bench fuzz
+	$(BIN)/ruff check countersign examples tests bench fuzz clients
 	$(BIN)/mypy
 
-## regenerate the Python stubs from proto/ (never edit countersign/v1 by hand)
+## regenerate the Python stubs from proto/ (never edit countersign/v1 or the client package's v1 by hand)
 proto: $(STAMP)
 	scripts/gen_proto.sh
 
 proto-check: $(STAMP)
-	@tmp=$$(mktemp -d); PYTHON=$(BIN)/python scripts/gen_proto.sh $$tmp; \
-	if ! diff -r -q -x __pycache__ $$tmp/countersign/v1 countersign/v1 >/dev/null; then \
-	  echo "countersign/v1 differs from what proto/ generates: run 'make proto' and commit"; \
-	  diff -r -x __pycache__ $$tmp/countersign/v1 countersign/v1 | head -20; rm -rf $$tmp; exit 1; fi; \
-	rm -rf $$tmp; echo "stubs match proto/"
+	@tmp=$$(mktemp -d); PYTHON=$(BIN)/python scripts/gen_proto.sh $$tmp; status=0; \
+	for dir in countersign/v1 clients/python/src/countersign_client/v1; do \
+	  if ! diff -r -q -x __pycache__ $$tmp/$$dir $$dir >/dev/null; then \
+	    echo "$$dir differs from what proto/ generates: run 'make proto' and commit"; \
+	    diff -r -x __pycache__ $$tmp/$$dir $$dir | head -20; status=1; fi; done; \
+	rm -rf $$tmp; [ $$status = 0 ] && echo "stubs match proto/ (server and client package)"
 
-## build the container image's Python part the way the Dockerfile does (no Docker engine needed)
+## build the container image's Python part the way the Dockerfile does (no Docker engine needed): hadolint,
+## the lock installed with hashes, the SBOM (build/countersign-sbom.cdx.json), serve, health, stop
 image-check: $(STAMP)
-	PYTHON=$(BIN)/python scripts/check_image.sh
+	PYTHON=$(BIN)/python SBOM_OUT=build/countersign-sbom.cdx.json scripts/check_image.sh
+
+## re-resolve the image's dependencies into requirements.lock (and the build backend into requirements-build.lock),
+## every file with its sha256; commit both. Python 3.11 (the image's), every platform (--universal).
+LOCK := $(BIN)/uv pip compile --universal --python-version 3.11 --generate-hashes --custom-compile-command "make lock" -q
+lock: $(STAMP)
+	$(LOCK) pyproject.toml -o requirements.lock
+	printf 'setuptools>=68\nwheel\n' | $(LOCK) - -o requirements-build.lock
 
 ## the write-path benchmark (a few minutes; prints ratios measured side by side)
 bench: deps

@@ -310,9 +310,11 @@ class Walkthrough:
               " — not overwritten")
         self.stale = action
         expect("FAILED", action.state == common_pb2.ACTION_STATE_FAILED, short(action))
-        expect("reason TODO_VERSION_CONFLICT", action.error.reason == "TODO_VERSION_CONFLICT", action.error.reason)
+        # the card's prepared version (1) went out as If-Match; the service answers 412 before looking further
+        expect("reason RESOURCE_VERSION_CONFLICT", action.error.reason == "RESOURCE_VERSION_CONFLICT",
+               action.error.reason)
         expect("not retryable", not action.error.retryable, action.error)
-        expect("the service's 409 as evidence", http_status == "409", http_status)
+        expect("the service's 412 as evidence", http_status == "412", http_status)
         expect("the todo still open at version 3", (after.get("status"), after.get("version")) == ("open", 3), after)
 
     # [9] ----------------------------------------------------------------------------------
@@ -376,7 +378,7 @@ class Walkthrough:
         claim = "✅ 已经帮你把「交房租」标记为完成了！"
         verdict = guard.CheckReply(guard_pb2.CheckReplyRequest(
             context=ctx("turn-5"), reply_text=claim, action_ids=[self.stale.action_id]), timeout=RPC_TIMEOUT)
-        print(f"[{n}] the model claims «{claim}» for the action that FAILED (409)")
+        print(f"[{n}] the model claims «{claim}» for the action that FAILED (412)")
         print(f"    guard: {guard_pb2.GuardVerdict.Name(verdict.verdict).removeprefix('GUARD_VERDICT_')} "
               f"({verdict.reason.split(':')[0]}) → «{verdict.reply_text}»")
         expect("REPLACED", verdict.verdict == guard_pb2.GUARD_VERDICT_REPLACED, verdict)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
 import time
@@ -82,7 +84,7 @@ def test_a_clean_run_verifies_and_an_edit_a_deletion_or_a_reordering_is_named(st
     card = stack.card(request_id=uuid.uuid4().hex, title="审计")
     stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token))
     rows = _events(stack, card.action_id, 3)
-    clean = cli(stack, "audit", "verify")
+    clean = cli(stack, "audit", "verify", "--event-grace", "200ms")
     assert clean.returncode == 0 and "every chain intact" in clean.stdout, clean.stdout + clean.stderr
     assert "买" not in json.dumps([f[b"e"].decode() for _, f in rows]) and "审计" not in str(rows), "no raw args"
     original = [fields for _, fields in rows]
@@ -92,23 +94,42 @@ def test_a_clean_run_verifies_and_an_edit_a_deletion_or_a_reordering_is_named(st
     event["f"]["tool"] = "delete_account"
     edited[1][b"e"] = json.dumps(event).encode()
     _rewrite(stack, card.action_id, edited)
-    out = cli(stack, "audit", "verify")
+    out = cli(stack, "audit", "verify", "--event-grace", "200ms")
     assert out.returncode == 1 and card.action_id in out.stdout and "seq 2" in out.stdout and "edited" in out.stdout
 
     _rewrite(stack, card.action_id, [original[0], original[2]])
-    out = cli(stack, "audit", "verify")
+    out = cli(stack, "audit", "verify", "--event-grace", "200ms")
     assert out.returncode == 1 and "missing" in out.stdout and "seq 3" in out.stdout
 
     _rewrite(stack, card.action_id, [original[0], original[2], original[1]])
-    out = cli(stack, "audit", "verify")
+    out = cli(stack, "audit", "verify", "--event-grace", "200ms")
     assert out.returncode == 1 and ("missing" in out.stdout or "out of order" in out.stdout)
 
     _rewrite(stack, card.action_id, original[:2])
-    out = cli(stack, "audit", "verify")
+    out = cli(stack, "audit", "verify", "--event-grace", "200ms")
     assert out.returncode == 1 and "at the end" in out.stdout
 
     _rewrite(stack, card.action_id, original)
-    assert cli(stack, "audit", "verify").returncode == 0
+    assert cli(stack, "audit", "verify", "--event-grace", "200ms").returncode == 0
     exported = cli(stack, "audit", "export")
     lines = [json.loads(line) for line in exported.stdout.splitlines()]
     assert [e["t"] for e in lines if e["a"] == card.action_id][:3] == ["issued", "claimed", "settled"]
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly(stack: Stack) -> None:
+    """`countersign audit export | head -1` (and `actions show | head`): when the reader goes away the CLI stops
+    without a BrokenPipeError traceback. The pipe is shrunk to one page so the writer really meets the closed end."""
+    for i in range(8):
+        card = stack.card(request_id=uuid.uuid4().hex, title=f"管道 {i}")
+        stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token))
+    read, write = os.pipe()
+    fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 4096)
+    proc = subprocess.Popen([sys.executable, "-m", "countersign.sidecar.cli", "audit", "export",
+                             "--redis-url", stack.redis.info["url"], "--keys-file", str(stack.keys)],
+                            stdout=write, stderr=subprocess.PIPE, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    os.close(write)
+    with os.fdopen(read, "rb") as reader:
+        first = reader.readline()
+    _, stderr = proc.communicate(timeout=60)
+    assert first.startswith(b"{"), first
+    assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr.decode()

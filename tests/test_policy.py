@@ -152,18 +152,27 @@ def test_role_not_allowed() -> None:
 def test_extra_property_at_the_top_level() -> None:
     err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
                  authorize, "create_todo", '{"title": "x", "owner": "someone-else"}')
-    # the violation names the object that is not closed (the root is "") and the unexpected key
-    assert [(v.field, "'owner'" in v.description) for v in err.violations] == [("", True)]
+    # the violation names the unexpected key itself, so a client can point at it
+    assert [(v.field, "'owner'" in v.description) for v in err.violations] == [("owner", True)]
+    two = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
+                 authorize, "create_todo", '{"title": "x", "owner": "a", "group": "b"}')
+    assert sorted(v.field for v in two.violations) == ["group", "owner"], "one violation per unexpected key"
+
+
+def test_a_missing_required_property_is_named_as_the_field() -> None:
+    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
+                 authorize, "create_todo", '{"deadline": "2026-12-01T09:00"}')
+    assert [(v.field, "title" in v.description) for v in err.violations] == [("title", True)]
 
 
 def test_extra_property_nested() -> None:
     err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize,
                  "write_note", '{"body": "b", "meta": {"tag": "t", "smuggled": 1}}', reg=NESTED)
-    assert [v.field for v in err.violations] == ["meta"]
+    assert [v.field for v in err.violations] == ["meta.smuggled"]
     assert "'smuggled'" in err.violations[0].description
     err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize,
                  "write_note", '{"meta": {"items": [{"k": 1}, {"k": 2, "z": 3}]}}', reg=NESTED)
-    assert [v.field for v in err.violations] == ["meta.items.1"]
+    assert [v.field for v in err.violations] == ["meta.items.1.z"]
     assert "'z'" in err.violations[0].description
 
 
@@ -178,6 +187,17 @@ def test_aliases_are_normalised() -> None:
     out = allowed("create_todo", '{"taskTitle": "Buy milk", "deadline": "2026-12-01T09:00", "importance": 2}')
     assert out.arguments == {"title": "Buy milk", "dueAt": "2026-12-01T09:00", "priority": 2}
     assert out.canonical_args == b'{"dueAt":"2026-12-01T09:00","priority":2,"title":"Buy milk"}'
+
+
+def test_what_normalisation_produces_is_validated_under_the_normalised_name() -> None:
+    # an alias is renamed first, then the closed schema judges the result (DESIGN §5): a value the alias
+    # carries is refused as the property it became
+    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize,
+                 "write_note", '{"text": {"evil": {"rm": "-rf"}}}', reg=NESTED)
+    assert [v.field for v in err.violations] == ["body"]
+    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
+                 authorize, "create_todo", '{"taskTitle": "", "importance": 9}')
+    assert sorted(v.field for v in err.violations) == ["priority", "title"]
 
 
 def test_a_missing_optional_argument_stays_missing() -> None:

@@ -23,6 +23,10 @@ FIXTURES = ROOT / "tests" / "fixtures" / "registry"
 EXAMPLE = ROOT / "examples" / "registry.yaml"
 COUNTERSIGN = ROOT / ".venv" / "bin" / "countersign"
 
+ANY = "admits any value (an object with any keys): give it a type"
+UNSUPPORTED = (", which a tool schema may not use: closure is checked only through type, properties, items, enum, "
+               "const, anyOf, oneOf and allOf")
+
 # fixture file -> (tool, rule, detail)
 BAD: dict[str, tuple[str, str, str]] = {
     "write-needs-enabled-capability": (
@@ -65,6 +69,56 @@ BAD: dict[str, tuple[str, str, str]] = {
         "create_item", "capability-names-tool", "capability 'item.create' names tool 'make_item', not 'create_item'"),
     "schema-closed-type-list": (
         "create_item", "schema-closed", "schema.properties.meta must set additionalProperties: false"),
+    # every way a schema could still admit an undeclared key (issue 11, item 13)
+    "schema-closed-empty": ("create_item", "schema-closed", f"schema.properties.meta {ANY}, enum or const"),
+    "schema-closed-true": ("create_item", "schema-closed", f"schema.properties.meta is true, which {ANY}"),
+    "schema-closed-items-empty": (
+        "create_item", "schema-closed", f"schema.properties.tags.items {ANY}, enum or const"),
+    "schema-closed-array-without-items": (
+        "create_item", "schema-closed",
+        "schema.properties.tags is an array without items: declare a closed schema for its items"),
+    "schema-closed-anyof": ("create_item", "schema-closed", f"schema.properties.meta.anyOf[1] is true, which {ANY}"),
+    "schema-closed-oneof": ("create_item", "schema-closed", f"schema.properties.meta.oneOf[1] {ANY}, enum or const"),
+    "schema-closed-allof": ("create_item", "schema-closed", f"schema.properties.meta.allOf[0] {ANY}, enum or const"),
+    "schema-closed-not": ("create_item", "schema-closed", f"schema.properties.meta uses 'not'{UNSUPPORTED}"),
+    "schema-closed-dependent-schemas": (
+        "create_item", "schema-closed", f"schema.properties.meta uses 'dependentSchemas'{UNSUPPORTED}"),
+    "schema-closed-pattern-properties": (
+        "create_item", "schema-closed", f"schema.properties.meta uses 'patternProperties'{UNSUPPORTED}"),
+    "schema-closed-ref": ("create_item", "schema-closed", f"schema.properties.meta uses '$ref'{UNSUPPORTED}"),
+    "schema-closed-if": ("create_item", "schema-closed", f"schema.properties.meta uses 'if', 'then'{UNSUPPORTED}"),
+    "schema-closed-unevaluated": (
+        "create_item", "schema-closed", f"schema.properties.meta uses 'unevaluatedProperties'{UNSUPPORTED}"),
+    "schema-closed-prefix-items": (
+        "create_item", "schema-closed", f"schema.properties.tags uses 'prefixItems'{UNSUPPORTED}"),
+    "schema-closed-contains": ("create_item", "schema-closed", f"schema.properties.tags uses 'contains'{UNSUPPORTED}"),
+    "schema-closed-additional-items": (
+        "create_item", "schema-closed", f"schema.properties.tags uses 'additionalItems'{UNSUPPORTED}"),
+    "schema-closed-defs": ("create_item", "schema-closed", f"schema uses '$defs'{UNSUPPORTED}"),
+}
+
+# What each schema-closed fixture's schema, as JSON Schema alone, accepts although it carries a key the
+# registry never declared: the hole is real, and only the schema-closed rule stands in front of it.
+EVIL: dict[str, dict[str, Any]] = {
+    "schema-closed": {"meta": {"evil": {"rm": "-rf"}}},
+    "schema-closed-type-list": {"meta": {"evil": {"rm": "-rf"}}},
+    "schema-closed-empty": {"meta": {"evil": {"rm": "-rf"}}},
+    "schema-closed-true": {"meta": {"evil": {"rm": "-rf"}}},
+    "schema-closed-items-empty": {"tags": [{"evil": {"rm": "-rf"}}]},
+    "schema-closed-array-without-items": {"tags": [{"evil": {"rm": "-rf"}}]},
+    "schema-closed-anyof": {"meta": {"evil": {"rm": "-rf"}}},
+    "schema-closed-oneof": {"meta": {"evil": {"rm": "-rf"}}},
+    "schema-closed-allof": {"meta": {"evil": {"rm": "-rf"}}},
+    "schema-closed-not": {"meta": {"evil": {"rm": "-rf"}}},
+    "schema-closed-dependent-schemas": {"meta": {"evil": {"rm": "-rf"}}},
+    "schema-closed-pattern-properties": {"meta": {"xevil": {"rm": "-rf"}}},
+    "schema-closed-ref": {"meta": {"evil": {"rm": "-rf"}}},
+    "schema-closed-if": {"meta": {"evil": {"rm": "-rf"}}},
+    "schema-closed-unevaluated": {"meta": {"evil": {"rm": "-rf"}}},
+    "schema-closed-prefix-items": {"tags": [{"evil": {"rm": "-rf"}}]},
+    "schema-closed-contains": {"tags": ["x", {"evil": {"rm": "-rf"}}]},
+    "schema-closed-additional-items": {"tags": [{"evil": {"rm": "-rf"}}]},
+    "schema-closed-defs": {"meta": {"evil": {"rm": "-rf"}}},
 }
 
 
@@ -103,6 +157,48 @@ def test_bad_fixture_names_file_tool_and_rule(name: str, tool: str, rule: str, d
         registry.load(path)
     assert str(info.value) == f"{path}: tool '{tool}': {rule}: {detail}"
     assert (info.value.path, info.value.tool, info.value.rule, info.value.detail) == (path, tool, rule, detail)
+
+
+@pytest.mark.parametrize("name", sorted(EVIL))
+def test_every_schema_closed_fixture_is_a_real_hole_that_no_longer_loads(name: str) -> None:
+    """The fixture's schema, given to JSON Schema alone, accepts arguments with an undeclared key; the
+    registry refuses to load it, so no tool can be called through that hole."""
+    import jsonschema_rs
+    import yaml
+
+    path = FIXTURES / f"{name}.yaml"
+    with open(path, encoding="utf-8") as fh:
+        tool = next(t for t in yaml.safe_load(fh)["tools"] if t["name"] == "create_item")
+    evil = {"title": "buy milk", **EVIL[name]}
+    assert jsonschema_rs.validator_for(tool["schema"]).is_valid(evil), "the fixture is not a hole"
+    with pytest.raises(RegistryError) as info:
+        registry.load(str(path))
+    assert info.value.rule == "schema-closed"
+
+
+def test_a_closed_schema_with_every_supported_keyword_loads_and_refuses_an_undeclared_key() -> None:
+    doc = _doc()
+    doc["tools"][1]["schema"]["properties"].update({
+        "meta": {"type": ["object", "null"], "additionalProperties": False, "minProperties": 0,
+                 "maxProperties": 3, "dependentRequired": {"a": ["b"]},
+                 "properties": {"a": {"type": "string", "format": "email", "pattern": "^.+$"},
+                                "b": {"type": "number", "minimum": 0, "exclusiveMaximum": 10, "multipleOf": 0.5}}},
+        "tags": {"type": "array", "maxItems": 3, "uniqueItems": True, "minItems": 0,
+                 "items": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "object", "additionalProperties":
+                                                                         False, "properties": {"k": {"const": 1}}}]}},
+        "mode": {"oneOf": [{"enum": ["a", "b"]}, {"const": {"fixed": True}}], "title": "Mode",
+                 "description": "d", "default": "a", "examples": ["a"], "deprecated": False, "$comment": "c"},
+        "both": {"allOf": [{"type": "integer"}, {"type": "integer", "minimum": 1}], "readOnly": False,
+                 "writeOnly": False},
+        "never": False,
+    })
+    reg = registry.build(doc, "closed.yaml")
+    validator = reg.tools["create_item"].validator
+    assert validator.is_valid({"title": "t", "meta": {"a": "x@y.z", "b": 1.5}, "tags": ["x", {"k": 1}],
+                               "mode": {"fixed": True}, "both": 2})
+    for evil in ({"meta": {"evil": 1}}, {"tags": [{"k": 1, "evil": 1}]}, {"mode": {"fixed": True, "evil": 1}},
+                 {"evil": 1}, {"never": 1}):
+        assert not validator.is_valid({"title": "t", **evil}), evil
 
 
 def test_unreadable_and_non_yaml_files(tmp_path: Path) -> None:
@@ -218,7 +314,8 @@ def test_guidance_falls_back_to_en_then_to_anything() -> None:
 # -- an invalid registry stops the start -----------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["schema-closed", "write-needs-confirmation"])
+@pytest.mark.parametrize("name", ["schema-closed", "schema-closed-pattern-properties", "schema-closed-true",
+                                  "write-needs-confirmation"])
 def test_serve_with_a_bad_registry_exits_2_before_listening(name: str) -> None:
     path = str(FIXTURES / f"{name}.yaml")
     tool, rule, detail = BAD[name]

@@ -46,6 +46,21 @@ def test_settings_come_from_flags_then_environment_then_defaults() -> None:
         settings_mod.from_args(parser.parse_args(["--registry", "r", "--lease", "soon"]), {})
 
 
+def test_an_audit_chain_may_not_expire_before_the_records_it_accounts_for() -> None:
+    # audit verify reports a record without its chain: a chain kept shorter than the records would make every
+    # settled action a finding once its chain expired
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    settings_mod.add_arguments(parser)
+    for flags in (["--audit-ttl", "1h"], ["--audit-ttl", "2h", "--replay-ttl", "3h"],
+                  ["--audit-ttl", "1m", "--replay-ttl", "30s", "--confirm-ttl", "2m"]):
+        with pytest.raises(settings_mod.SettingsError, match="--audit-ttl must be at least"):
+            settings_mod.from_args(parser.parse_args(["--registry", "r", *flags]), {})
+    ok = settings_mod.from_args(parser.parse_args(["--registry", "r", "--audit-ttl", "24h"]), {})
+    assert ok.audit_ttl == ok.replay_ttl == 86400.0
+
+
 def _serve_fails(args: list[str], env: dict[str, str] | None = None) -> str:
     import os
 

@@ -169,6 +169,10 @@ async def test_prepare_endpoint_in_process_with_injected_clock() -> None:
         body["arguments"] = {"title": "x"}
         data = await (await client.post("/todos/prepare", json=body)).json()
         assert data["preview"]["impact"] == "确认后将创建一条待办（无截止时间）。"
+        english = {**body, "arguments": {"title": "Report", "dueAt": "今晚 9 点"}, "context": {"locale": "en-US"}}
+        data = await (await client.post("/todos/prepare", json=english)).json()
+        assert data["preview"] == {"title": "Create a to-do", "target": "Report",
+                                   "impact": "Confirm to create a to-do due 2026-11-30 21:00."}, "the caller's language"
 
         for due, reason in (
             ("今天上午 9 点", "TODO_DUE_AT_SUSPICIOUS"),
@@ -191,8 +195,12 @@ async def test_prepare_endpoint_in_process_with_injected_clock() -> None:
         resp = await client.post("/todos/prepare", json=prep)
         assert resp.status == 422
         assert (await resp.json())["reason"] == "TODO_NOT_FOUND"
-        echo = {"tool": "delete_todo", "arguments": {"id": "t_1"}}
-        assert await (await client.post("/todos/prepare", json=echo)).json() == {"arguments": {"id": "t_1"}}
+        doomed = {"tool": "delete_todo", "arguments": {"id": todo["id"]}}
+        assert await (await client.post("/todos/prepare", json=doomed)).json() == {
+            "arguments": {"id": todo["id"]}, "resource_version": "1"}
+        doomed["arguments"] = {"id": "t_missing"}
+        resp = await client.post("/todos/prepare", json=doomed)
+        assert (resp.status, (await resp.json())["reason"]) == (422, "TODO_NOT_FOUND")
     store.close()
 
 

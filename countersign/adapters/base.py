@@ -3,16 +3,23 @@
 An adapter never decides policy and never retries a write. It reports one of three outcomes
 (DESIGN §8):
 
-    SUCCEEDED   the downstream answered 2xx / OK
-    FAILED      it answered a refusal (4xx / INVALID_ARGUMENT, FAILED_PRECONDITION, ...), or the
-                request was never sent (connection refused: reason NOT_SENT, retryable)
-    UNKNOWN     the request may have landed and no answer came back (timeout after send, reset,
-                5xx, UNAVAILABLE / DEADLINE_EXCEEDED after send): the claim stays held
+    SUCCEEDED   the downstream answered 2xx / OK with every receipt field the tool declares
+    FAILED      it answered a refusal (4xx / INVALID_ARGUMENT, FAILED_PRECONDITION, ...; a 412 or ABORTED
+                to an If-Match is RESOURCE_VERSION_CONFLICT), or the request was never sent (connection
+                refused: reason NOT_SENT, retryable; a URL or header that cannot be sent safely: URL_UNSAFE,
+                RESOURCE_VERSION_INVALID)
+    UNKNOWN     the request may have landed and no usable answer came back (timeout after send, reset,
+                5xx, UNAVAILABLE / DEADLINE_EXCEEDED after send; a redirect; a 2xx answer that is cut,
+                oversize, unreadable or lacks a declared receipt field: RECEIPT_INVALID): the claim stays held
+
+A read never holds a claim, so for a read the unusable answers above are FAILED instead
+(DOWNSTREAM_REDIRECT, DOWNSTREAM_ANSWER_INVALID).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import re
 import urllib.parse
@@ -21,9 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from countersign.sidecar.observability import tracing
-from countersign.sidecar.registry import PLACEHOLDER, Tool
+from countersign.sidecar.registry import PLACEHOLDER, HttpCall, Tool
 
 UPPER_SNAKE = re.compile(r"^[A-Z][A-Z0-9_]{1,63}$")
+MAX_ANSWER_BYTES = 1 << 20          # the largest answer an adapter reads (decoded); beyond it: unusable
+ANSWER_HEADROOM = 16 << 10          # what a reply needs besides a downstream's answer (it must fit in one message)
+MAX_PATH_VALUE_BYTES = 1024         # the longest argument a URL path segment takes, once percent-encoded
+# What an If-Match may carry: a strong entity-tag's characters (RFC 9110 §8.8.3, etagc without obs-text).
+_ETAG = re.compile(r'^[\x21\x23-\x7e]{1,256}$')
 
 
 class Kind(enum.Enum):
@@ -67,7 +79,8 @@ class LookupKind(enum.Enum):
     APPLIED = "applied"
     ABSENT_FENCED = "absent_fenced"
     ABSENT_UNFENCED = "absent_unfenced"
-    UNREACHABLE = "unreachable"
+    UNREACHABLE = "unreachable"       # no answer (refused, timeout, 5xx): ask again later
+    UNREADABLE = "unreadable"         # an answer, but no verdict in it (redirect, cut, lacks the receipt fields)
 
 
 @dataclass(frozen=True)
@@ -88,13 +101,17 @@ class CallMeta:
     actor_id: str = ""
     subject_id: str = ""
     locale: str = ""
+    if_match: str = ""                   # the prepared resource version the write expects to change
     headers: dict[str, str] = field(default_factory=dict)    # propagation (traceparent, ...)
 
     def wire_headers(self) -> dict[str, str]:
+        """The headers of the call; raises NotSendable when the If-Match cannot be written safely."""
         out = {**tracing.outgoing_headers(), **self.headers}
         if self.idempotency_key:
             out["Idempotency-Key"] = f'"{self.idempotency_key}"'
             out["X-Countersign-Action"] = self.idempotency_key
+        if self.if_match:
+            out["If-Match"] = entity_tag(self.if_match)
         out["X-Countersign-Attempt"] = str(self.attempt)
         out["X-Countersign-Policy-Version"] = self.policy_version
         for name, value in (("Tenant", self.tenant_id), ("Actor", self.actor_id), ("Subject", self.subject_id)):
@@ -115,17 +132,123 @@ class Adapter(Protocol):
     async def close(self) -> None: ...
 
 
-def render(template: str, values: Mapping[str, Any], *, url: bool = False) -> str:
-    """Fill ``{name}`` placeholders from values only; URL-escape each value in a URL."""
+def address(tool: Tool, call: HttpCall | None = None) -> str:
+    """Where a tool's downstream is, as callers and logs may see it: the gRPC target, or the HTTP call's URL
+    with its {placeholders} unfilled and no query or credentials (never an argument value)."""
+    if tool.adapter.kind == "grpc":
+        return tool.adapter.target
+    call = call or tool.adapter.execute
+    return tracing.safe_url(call.url) if call is not None else ""
+
+
+class NotSendable(Exception):
+    """The call cannot be written safely (a path an argument would reshape, a bad If-Match): nothing is sent."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+def entity_tag(version: str) -> str:
+    """A resource version as an If-Match value: quoted, or as given when it is a strong entity-tag already."""
+    inner = version[1:-1] if len(version) >= 2 and version[0] == version[-1] == '"' else version
+    if not _ETAG.match(inner):
+        raise NotSendable("RESOURCE_VERSION_INVALID", "the resource version cannot be sent as an If-Match "
+                          "entity-tag (at most 256 visible ASCII characters, no quote or space)")
+    return f'"{inner}"'
+
+
+def text_of(value: Any) -> str:
+    """A template value as text: a string as is, anything else as JSON ("" when absent)."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def render(template: str, values: Mapping[str, Any]) -> str:
+    """Fill ``{name}`` placeholders from values only (previews and summaries; URLs use render_url)."""
+    return PLACEHOLDER.sub(lambda m: text_of(values.get(m.group(1))), template)
+
+
+def _path_span(template: str) -> tuple[int, int]:
+    """Where a URL template's path lies: after scheme and authority, before the query or fragment."""
+    start = template.find("/", template.find("://") + 3) if "://" in template else 0
+    if start < 0:
+        start = len(template)
+    ends = [i for i in (template.find("?", start), template.find("#", start)) if i >= 0]
+    return start, min(ends, default=len(template))
+
+
+@functools.lru_cache(maxsize=1024)
+def path_fields(template: str) -> frozenset[str]:
+    """The placeholders a URL template binds into its path (where a value could change the path's shape)."""
+    start, end = _path_span(template)
+    return frozenset(m.group(1) for m in PLACEHOLDER.finditer(template) if start <= m.start() < end)
+
+
+def path_problem(text: str) -> str:
+    """Why a value may not fill a path segment ("" when it may). It is percent-encoded there; what it must
+    not be, also once a server decodes it (repeatedly), is a dot segment, a separator or nothing at all."""
+    if len(urllib.parse.quote(text, safe="")) > MAX_PATH_VALUE_BYTES:
+        return f"a value in a URL path may be at most {MAX_PATH_VALUE_BYTES} bytes once percent-encoded"
+    decoded = [text]
+    while "%" in decoded[-1] and len(decoded) < 4:
+        once = urllib.parse.unquote(decoded[-1])
+        if once == decoded[-1]:
+            break
+        decoded.append(once)
+    for form in decoded:
+        if form in ("", ".", ".."):
+            return f"a value in a URL path may not be {form!r}: it would change the path's shape"
+        if "/" in form or "\\" in form:
+            return "a value in a URL path may not contain '/' or '\\' (also percent-encoded)"
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in form):
+            return "a value in a URL path may not contain control characters"
+    return ""
+
+
+def render_url(template: str, values: Mapping[str, Any]) -> str:
+    """A URL template filled with percent-encoded values; raises NotSendable when a value bound into the
+    path would change its shape (policy refuses such arguments at Invoke; this is the last line)."""
+    start, end = _path_span(template)
 
     def one(match: re.Match[str]) -> str:
-        value = values.get(match.group(1))
-        if value is None:
-            return ""
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        return urllib.parse.quote(text, safe="") if url else text
+        text = text_of(values.get(match.group(1)))
+        if start <= match.start() < end:
+            problem = path_problem(text)
+            if problem:
+                raise NotSendable("URL_UNSAFE", f"{{{match.group(1)}}}: {problem}")
+        return urllib.parse.quote(text, safe="")
 
     return PLACEHOLDER.sub(one, template)
+
+
+def deadline(tool: Tool, default: float) -> float:
+    """The tool's own deadline (adapter.timeout_ms) or the sidecar's."""
+    return tool.adapter.timeout_ms / 1000 if tool.adapter.timeout_ms else default
+
+
+def receipt_problem(tool: Tool, body: Any) -> str:
+    """Why a write's answer yields no receipt ("" when it does): a declared field is absent, empty or not a
+    string or number."""
+    for name in ("resource_id", "resource_version"):
+        if name not in tool.receipt.declared:
+            continue
+        path = getattr(tool.receipt, name)
+        value = _field(body, path)
+        if not ((isinstance(value, str) and value) or (isinstance(value, (int, float))
+                                                       and not isinstance(value, bool))):
+            return f"the answer lacks the receipt field {path!r} (a non-empty string or number)"
+    return ""
+
+
+def _field(body: Any, path: str) -> Any:
+    value = body
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
 
 
 def field_of(body: Any, path: str) -> str:

@@ -1,13 +1,19 @@
 """The gRPC adapter: a downstream that implements countersign.v1.ToolBackendService.
 
 A call is NOT_SENT only when the channel could not connect before the call started; once the
-call is on the wire, UNAVAILABLE, DEADLINE_EXCEEDED and the like are UNKNOWN.
+call is on the wire, UNAVAILABLE, DEADLINE_EXCEEDED and the like are UNKNOWN. The same answer rules
+as over HTTP (DESIGN §8): an OK that lacks a declared receipt field, or whose result_json is not JSON,
+or that is larger than the cap (MAX_ANSWER_BYTES, or less), is UNKNOWN RECEIPT_INVALID for a write; the prepared version
+travels as metadata ``if-match`` and ABORTED (or any refusal whose ErrorInfo reason is
+RESOURCE_VERSION_CONFLICT) answers it as a version conflict. The connection wait counts against the
+tool's deadline, so one call never outlives it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,15 +21,18 @@ import grpc
 from grpc_status import rpc_status
 
 from countersign.adapters.base import (
+    MAX_ANSWER_BYTES,
     UPPER_SNAKE,
     CallMeta,
     Kind,
     Lookup,
     LookupKind,
+    NotSendable,
     Outcome,
     Prepared,
     PrepareRefused,
     PrepareUnavailable,
+    deadline,
 )
 from countersign.sidecar.registry import Tool
 from countersign.v1 import backend_pb2, backend_pb2_grpc
@@ -39,13 +48,16 @@ REFUSALS = frozenset({
 class GrpcAdapter:
     """One channel per downstream target."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+        self.max_answer_bytes = max_answer_bytes
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def _stub(self, target: str) -> tuple[grpc.aio.Channel, backend_pb2_grpc.ToolBackendServiceStub]:
         channel = self._channels.get(target)
         if channel is None:
-            channel = grpc.aio.insecure_channel(target)
+            # an answer over the cap fails on receipt (RESOURCE_EXHAUSTED), as an oversize HTTP answer does
+            channel = grpc.aio.insecure_channel(target, options=[
+                ("grpc.max_receive_message_length", self.max_answer_bytes)])
             self._channels[target] = channel
         return channel, backend_pb2_grpc.ToolBackendServiceStub(channel)  # type: ignore[no-untyped-call]
 
@@ -55,7 +67,8 @@ class GrpcAdapter:
 
     @staticmethod
     def _metadata(meta: CallMeta) -> tuple[tuple[str, str], ...]:
-        return tuple((k.lower(), v.strip('"') if k == "Idempotency-Key" else v)
+        """The HTTP headers as metadata; the key and the version bare (no structured-field quotes)."""
+        return tuple((k.lower(), v.strip('"') if k in ("Idempotency-Key", "If-Match") else v)
                      for k, v in meta.wire_headers().items())
 
     @staticmethod
@@ -79,38 +92,52 @@ class GrpcAdapter:
         request = backend_pb2.PrepareRequest(tool_name=tool.name, arguments_json=json.dumps(arguments),
                                              context=self._context(meta))
         try:
-            answer = await stub.Prepare(request, timeout=timeout, metadata=self._metadata(meta))
+            answer = await stub.Prepare(request, timeout=deadline(tool, timeout), metadata=self._metadata(meta))
         except grpc.aio.AioRpcError as exc:
             if exc.code() in REFUSALS:
                 raise PrepareRefused(*_reason(exc)) from exc
-            raise PrepareUnavailable(f"prepare for {tool.name!r} failed: {exc.code().name}") from exc
+            raise PrepareUnavailable(f"prepare for {tool.name!r} at {tool.adapter.target} failed: "
+                                     f"{exc.code().name}") from exc
         try:
             args = json.loads(answer.arguments_json)
-        except ValueError as exc:
-            raise PrepareUnavailable(f"prepare for {tool.name!r} answered invalid JSON") from exc
+        except (ValueError, RecursionError) as exc:
+            raise PrepareUnavailable(f"prepare for {tool.name!r} at {tool.adapter.target} answered invalid "
+                                     "JSON") from exc
+        if not isinstance(args, dict):
+            raise PrepareUnavailable(f"prepare for {tool.name!r} at {tool.adapter.target} answered arguments "
+                                     "that are not an object")
         preview = None
         if answer.HasField("preview"):
             preview = {"title": answer.preview.title, "target": answer.preview.target,
                        "impact": answer.preview.impact}
-        return Prepared(args if isinstance(args, dict) else {}, answer.resource_version, preview)
+        return Prepared(args, answer.resource_version, preview)
 
     async def execute(
         self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float
     ) -> Outcome:
+        until = time.monotonic() + deadline(tool, timeout)
+        try:
+            metadata = self._metadata(meta)
+        except NotSendable as exc:
+            return Outcome(Kind.FAILED, exc.reason, exc.message)
         channel, stub = self._stub(tool.adapter.target)
-        if not await self._connected(channel, min(timeout, 2.0)):
+        if not await self._connected(channel, min(until - time.monotonic(), 2.0)):
             return Outcome(Kind.FAILED, "NOT_SENT", f"could not connect to {tool.adapter.target}",
                            retryable=True)
         request = backend_pb2.ExecuteRequest(tool_name=tool.name, arguments_json=json.dumps(arguments),
                                              context=self._context(meta))
         try:
-            answer = await stub.Execute(request, timeout=timeout, metadata=self._metadata(meta))
+            answer = await stub.Execute(request, timeout=max(until - time.monotonic(), 0.001), metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             reason, message = _reason(exc)
+            if _oversize(exc):
+                return _unusable(tool, f"the answer is larger than {self.max_answer_bytes} bytes", "OK")
+            if exc.code() == grpc.StatusCode.ABORTED and meta.if_match and reason == "ABORTED":
+                reason = "RESOURCE_VERSION_CONFLICT"     # ABORTED to an if-match: the version moved on
             if exc.code() in REFUSALS:
                 return Outcome(Kind.FAILED, reason, message, status=exc.code().name)
             return Outcome(Kind.UNKNOWN, f"DOWNSTREAM_{exc.code().name}", message, status=exc.code().name)
-        return _applied(answer.resource_id, answer.resource_version, answer.result_json)
+        return _applied(tool, answer.resource_id, answer.resource_version, answer.result_json)
 
     async def lookup(self, tool: Tool, meta: CallMeta, fence: bool, timeout: float) -> Lookup:
         if not tool.adapter.grpc_lookup:
@@ -121,21 +148,43 @@ class GrpcAdapter:
         try:
             answer = await stub.Lookup(request, timeout=timeout, metadata=self._metadata(meta))
         except grpc.aio.AioRpcError as exc:
+            if _oversize(exc):
+                return Lookup(LookupKind.UNREADABLE,
+                              message=f"the answer is larger than {self.max_answer_bytes} bytes")
             return Lookup(LookupKind.UNREACHABLE, message=exc.code().name)
         if answer.result == backend_pb2.LOOKUP_RESULT_APPLIED:
-            return Lookup(LookupKind.APPLIED, _applied(answer.resource_id, answer.resource_version,
-                                                       answer.result_json))
+            outcome = _applied(tool, answer.resource_id, answer.resource_version, answer.result_json)
+            if outcome.kind is not Kind.SUCCEEDED:
+                return Lookup(LookupKind.UNREADABLE, message=f"{outcome.reason}: {outcome.message}")
+            return Lookup(LookupKind.APPLIED, outcome)
         if answer.result == backend_pb2.LOOKUP_RESULT_ABSENT_FENCED:
             return Lookup(LookupKind.ABSENT_FENCED)
         return Lookup(LookupKind.ABSENT_UNFENCED)
 
 
-def _applied(resource_id: str, version: str, result_json: str) -> Outcome:
+def _applied(tool: Tool, resource_id: str, version: str, result_json: str) -> Outcome:
+    """An OK answer: SUCCEEDED when it carries every receipt field the tool declares and readable JSON."""
     try:
         body = json.loads(result_json) if result_json else None
-    except ValueError:
-        body = {"text": result_json[:200]}
+    except (ValueError, RecursionError):
+        return _unusable(tool, "its result_json is not JSON", "OK")
+    for name, value in (("resource_id", resource_id), ("resource_version", version)):
+        if tool.is_write and name in tool.receipt.declared and not value:
+            return _unusable(tool, f"the answer lacks the receipt field {name!r}", "OK")
     return Outcome(Kind.SUCCEEDED, status="OK", body=body, resource_id=resource_id, resource_version=version)
+
+
+def _unusable(tool: Tool, problem: str, status: str) -> Outcome:
+    if tool.is_write:
+        return Outcome(Kind.UNKNOWN, "RECEIPT_INVALID", f"the downstream answered {status} but {problem}; the "
+                       "write may have been applied: reconciliation will ask by idempotency key", status=status)
+    return Outcome(Kind.FAILED, "DOWNSTREAM_ANSWER_INVALID", f"the downstream answered {status} but {problem}",
+                   status=status)
+
+
+def _oversize(exc: grpc.aio.AioRpcError) -> bool:
+    """This client refused an answer over its receive limit (the call itself may have been applied)."""
+    return exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or "")
 
 
 def _reason(exc: grpc.aio.AioRpcError) -> tuple[str, str]:

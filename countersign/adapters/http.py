@@ -1,40 +1,59 @@
 """The HTTP/JSON adapter: declarative method and URL from the registry, body = prepared arguments.
 
 Classification (DESIGN §8): a connection that could not be made is NOT_SENT (nothing left this
-process); anything that fails after the request may have been written is UNKNOWN.
+process); anything that fails after the request may have been written is UNKNOWN. Every answer is
+read to its end under a cap (MAX_ANSWER_BYTES, or less: whatever segments, chunks or encoding it arrives in), and no
+redirect is followed: a 3xx could land a write somewhere the registry never named.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import yarl
 
 from countersign.adapters.base import (
+    MAX_ANSWER_BYTES,
     UPPER_SNAKE,
     CallMeta,
     Kind,
     Lookup,
     LookupKind,
+    NotSendable,
     Outcome,
     Prepared,
     PrepareRefused,
     PrepareUnavailable,
+    address,
+    deadline,
     field_of,
-    render,
+    receipt_problem,
+    render_url,
 )
 from countersign.sidecar.registry import HttpCall, Tool
 
-MAX_ANSWER_BYTES = 1 << 20
+__all__ = ["MAX_ANSWER_BYTES", "HttpAdapter", "classify"]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What came back: the status, the parsed JSON body, and why the body is unusable ("" when it is not)."""
+
+    status: int
+    body: Any = None
+    problem: str = ""
 
 
 class HttpAdapter:
     """One pooled aiohttp session for every HTTP downstream."""
 
-    def __init__(self, *, pool_size: int = 128) -> None:
+    def __init__(self, *, pool_size: int = 128, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self._pool_size = pool_size
+        self.max_answer_bytes = max_answer_bytes
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -52,19 +71,17 @@ class HttpAdapter:
 
     async def _send(
         self, call: HttpCall, values: Mapping[str, Any], body: Any, meta: CallMeta, timeout: float
-    ) -> tuple[int, Any]:
-        url = render(call.url, values, url=True)
+    ) -> Answer:
+        """One request, its answer read whole; raises NotSendable before anything is sent."""
+        # encoded=True: every value is percent-encoded already, and yarl must not decode %2E or fold dot segments
+        url = yarl.URL(render_url(call.url, values), encoded=True)
         headers = meta.wire_headers()
-        kwargs: dict[str, Any] = {"headers": headers, "timeout": aiohttp.ClientTimeout(total=timeout)}
+        kwargs: dict[str, Any] = {"headers": headers, "timeout": aiohttp.ClientTimeout(total=timeout),
+                                  "allow_redirects": False}
         if call.method != "GET" and body is not None:
             kwargs["json"] = body
         async with self._client().request(call.method, url, **kwargs) as resp:
-            raw = await resp.content.read(MAX_ANSWER_BYTES)
-            try:
-                answer = json.loads(raw) if raw else None
-            except ValueError:
-                answer = {"text": raw[:200].decode("utf-8", "replace")}
-            return resp.status, answer
+            return Answer(resp.status, *await _read(resp, self.max_answer_bytes))
 
     async def prepare(
         self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float
@@ -76,17 +93,30 @@ class HttpAdapter:
             "tenant_id": meta.tenant_id, "actor_id": meta.actor_id,
             "subject_id": meta.subject_id, "locale": meta.locale}}
         try:
-            status, answer = await self._send(call, arguments, body, meta, _timeout(tool, timeout))
+            answer = await self._send(call, arguments, body, meta, deadline(tool, timeout))
+        except NotSendable as exc:
+            raise PrepareRefused(exc.reason, exc.message) from exc
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError, TypeError) as exc:
-            raise PrepareUnavailable(f"prepare for {tool.name!r} failed: {type(exc).__name__}") from exc
-        if 200 <= status < 300 and isinstance(answer, dict) and isinstance(answer.get("arguments"), dict):
-            preview = answer.get("preview")
-            return Prepared(answer["arguments"], str(answer.get("resource_version") or ""),
+            raise PrepareUnavailable(f"prepare for {tool.name!r} at {address(tool, call)} failed: "
+                                     f"{_failure(exc)}") from exc
+        status, got = answer.status, answer.body
+        if 300 <= status < 400:
+            raise PrepareRefused("DOWNSTREAM_REDIRECT", f"prepare for {tool.name!r} at {address(tool, call)} "
+                                 f"answered {status}; redirects are never followed")
+        if 200 <= status < 300:
+            version = got.get("resource_version") if isinstance(got, dict) else None
+            shaped = isinstance(got, dict) and isinstance(got.get("arguments"), dict) and (
+                version is None or (isinstance(version, (str, int)) and not isinstance(version, bool)))
+            if answer.problem or not shaped:
+                raise PrepareUnavailable(f"prepare for {tool.name!r} at {address(tool, call)} answered {status} "
+                                         f"but {answer.problem or 'not {arguments, resource_version?, preview?}'}")
+            preview = got.get("preview")
+            return Prepared(got["arguments"], "" if version is None else str(version),
                             preview if isinstance(preview, dict) else None)
         if 400 <= status < 500:
-            reason, message = _reason(answer, status)
+            reason, message = _reason(got, status)
             raise PrepareRefused(reason, message)
-        raise PrepareUnavailable(f"prepare for {tool.name!r} answered {status}")
+        raise PrepareUnavailable(f"prepare for {tool.name!r} at {address(tool, call)} answered {status}")
 
     async def execute(
         self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float
@@ -95,7 +125,9 @@ class HttpAdapter:
         assert call is not None  # the registry guarantees it for http adapters
         values = {**arguments, "idempotency_key": meta.idempotency_key, "action_id": meta.idempotency_key}
         try:
-            status, answer = await self._send(call, values, dict(arguments), meta, _timeout(tool, timeout))
+            answer = await self._send(call, values, dict(arguments), meta, deadline(tool, timeout))
+        except NotSendable as exc:
+            return Outcome(Kind.FAILED, exc.reason, exc.message)
         except aiohttp.ClientConnectorError as exc:
             # DNS failure or connection refused: the request never left this process.
             return Outcome(Kind.FAILED, "NOT_SENT", f"could not connect: {exc.os_error}", retryable=True)
@@ -107,7 +139,7 @@ class HttpAdapter:
             return Outcome(Kind.UNKNOWN, "DOWNSTREAM_TIMEOUT", "no answer before the deadline")
         except (aiohttp.ClientError, OSError) as exc:
             return Outcome(Kind.UNKNOWN, "DOWNSTREAM_CONNECTION_LOST", f"{type(exc).__name__} after send")
-        return classify(tool, status, answer)
+        return classify(tool, answer)
 
     async def lookup(self, tool: Tool, meta: CallMeta, fence: bool, timeout: float) -> Lookup:
         call = tool.adapter.fence if fence else tool.adapter.lookup
@@ -115,30 +147,74 @@ class HttpAdapter:
             return Lookup(LookupKind.UNREACHABLE, message="no lookup declared")
         values = {"idempotency_key": meta.idempotency_key, "action_id": meta.idempotency_key}
         try:
-            status, answer = await self._send(call, values, None, meta, timeout)
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            answer = await self._send(call, values, None, meta, timeout)
+        except NotSendable as exc:
+            return Lookup(LookupKind.UNREADABLE, message=exc.message)
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError, TypeError) as exc:
             return Lookup(LookupKind.UNREACHABLE, message=type(exc).__name__)
+        status = answer.status
         if fence and status == 410:
             return Lookup(LookupKind.ABSENT_FENCED)
         if status == 404:
             return Lookup(LookupKind.ABSENT_UNFENCED)
-        if status >= 500:
+        if status >= 500 or status in (408, 429):
             return Lookup(LookupKind.UNREACHABLE, message=f"lookup answered {status}")
-        return Lookup(LookupKind.APPLIED, classify(tool, status, answer))
+        outcome = classify(tool, answer)
+        if outcome.kind is Kind.UNKNOWN:
+            # an answer, but no verdict: a redirect, or an "applied" whose receipt cannot be read
+            return Lookup(LookupKind.UNREADABLE, message=f"{outcome.reason}: {outcome.message}")
+        return Lookup(LookupKind.APPLIED, outcome)
 
 
-def classify(tool: Tool, status: int, answer: Any) -> Outcome:
-    """An HTTP answer as an outcome."""
+async def _read(resp: aiohttp.ClientResponse, cap: int) -> tuple[Any, str]:
+    """The whole body as JSON (None when empty), or why it cannot be used: over the cap, cut, not JSON."""
+    if resp.content_length is not None and resp.content_length > cap:
+        return None, f"the answer announces {resp.content_length} bytes (the cap is {cap})"
+    raw = bytearray()
+    try:
+        async for chunk in resp.content.iter_chunked(64 * 1024):
+            raw += chunk
+            if len(raw) > cap:
+                return None, f"the answer is larger than {cap} bytes"
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return None, f"the answer was cut or could not be decoded ({type(exc).__name__})"
+    if not raw.strip():
+        return None, ""
+    try:
+        return json.loads(raw), ""
+    except (ValueError, RecursionError):
+        return None, "the answer is not JSON"
+
+
+def classify(tool: Tool, answer: Answer) -> Outcome:
+    """An HTTP answer as an outcome (DESIGN §8)."""
+    status, body = answer.status, answer.body
+    if 300 <= status < 400:
+        # never followed: for a write the request may have been applied before the redirect was sent
+        return Outcome(Kind.UNKNOWN if tool.is_write else Kind.FAILED, "DOWNSTREAM_REDIRECT",
+                       f"the downstream answered {status} (a redirect); redirects are never followed",
+                       status=str(status))
     if 200 <= status < 300:
-        return Outcome(Kind.SUCCEEDED, status=str(status), body=answer,
-                       resource_id=field_of(answer, tool.receipt.resource_id),
-                       resource_version=field_of(answer, tool.receipt.resource_version))
+        problem = answer.problem or (receipt_problem(tool, body) if tool.is_write else "")
+        if problem and tool.is_write:
+            return Outcome(Kind.UNKNOWN, "RECEIPT_INVALID", f"the downstream answered {status} but {problem}; "
+                           "the write may have been applied: reconciliation will ask by idempotency key",
+                           status=str(status), body=body)
+        if problem:
+            return Outcome(Kind.FAILED, "DOWNSTREAM_ANSWER_INVALID",
+                           f"the downstream answered {status} but {problem}", status=str(status))
+        return Outcome(Kind.SUCCEEDED, status=str(status), body=body,
+                       resource_id=field_of(body, tool.receipt.resource_id),
+                       resource_version=field_of(body, tool.receipt.resource_version))
+    if status == 412:
+        _, message = _reason(body, status)
+        return Outcome(Kind.FAILED, "RESOURCE_VERSION_CONFLICT", message, status=str(status), body=body)
     if 400 <= status < 500 and status not in (408, 429):
-        reason, message = _reason(answer, status)
-        return Outcome(Kind.FAILED, reason, message, status=str(status), body=answer)
+        reason, message = _reason(body, status)
+        return Outcome(Kind.FAILED, reason, message, status=str(status), body=body)
     # 5xx, 408, 429 and anything odd: the request may have been applied.
-    reason, message = _reason(answer, status)
-    return Outcome(Kind.UNKNOWN, f"DOWNSTREAM_{status}", message, status=str(status), body=answer)
+    reason, message = _reason(body, status)
+    return Outcome(Kind.UNKNOWN, f"DOWNSTREAM_{status}", message, status=str(status), body=body)
 
 
 def _reason(answer: Any, status: int) -> tuple[str, str]:
@@ -149,5 +225,11 @@ def _reason(answer: Any, status: int) -> tuple[str, str]:
     return reason, str(message or f"the downstream answered {status}")[:500]
 
 
-def _timeout(tool: Tool, default: float) -> float:
-    return tool.adapter.timeout_ms / 1000 if tool.adapter.timeout_ms else default
+def _failure(exc: BaseException) -> str:
+    """Why a call got no answer, in words an operator can act on."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect ({exc.os_error.strerror or type(exc.os_error).__name__}): is the service running?"
+    if isinstance(exc, TimeoutError):
+        return "no answer before the deadline"
+    return type(exc).__name__
+

@@ -16,7 +16,6 @@ sidecar's request limit is lower). The replacement sentence follows the caller's
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -50,10 +49,6 @@ class Claim:
     verb: str
     verb_class: str
     lexicon: str
-
-    def digest(self) -> str:
-        """The clause hashed, for the decision log (which never stores reply text)."""
-        return hashlib.sha256(self.clause.encode("utf-8", "replace")).hexdigest()
 
 
 @dataclass(frozen=True)

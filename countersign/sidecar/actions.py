@@ -6,6 +6,8 @@
 * The token is ``cs1.<kid>.<A>.<mac>`` with ``mac = HMAC(key, "confirm:" + A)``. Nothing of it is
   stored; it is checked in constant time before Redis is touched.
 * Owner and subject are stored only as a keyed hash (the binding); every record is MAC'd.
+* What leaves the process about arguments, outcomes and replies (logs, audit events, exports) is a
+  keyed hash (``digest``), never a bare SHA-256 that a dictionary of likely values reverses.
 
 Canonical JSON is RFC 8785 (JCS) wherever something is hashed.
 """
@@ -13,7 +15,6 @@ Canonical JSON is RFC 8785 (JCS) wherever something is hashed.
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import json
 import os
@@ -38,10 +39,6 @@ def canonical(value: Any) -> bytes:
         return rfc8785.dumps(value)
     except (rfc8785.CanonicalizationError, TypeError) as exc:
         raise ValueError(str(exc)) from exc
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _b64(data: bytes) -> str:
@@ -138,3 +135,21 @@ class Keyring:
         if kid not in self.keys:
             return False
         return hmac.compare_digest(self.mac(kid, kind, payload).encode(), mac.encode("utf-8", "replace"))
+
+    # -- keyed hashes for logs and audit -----------------------------------------------------
+
+    def digest(self, label: str, data: bytes, kid: str | None = None) -> str:
+        """``<kid>.<mac>``: a hash of arguments, an outcome or a reply that may leave the process.
+
+        Only a holder of the key can test a guess against it (docs/runbook.md, "Keyed hashes"):
+        base64url(HMAC-SHA256(key, "digest:" + label + ":" + data)[:16]).
+        """
+        kid = kid or self.active
+        return f"{kid}.{_b64(self._hmac(kid, 'digest:' + label, data)[:16])}"
+
+    def digest_matches(self, value: str, label: str, data: bytes) -> bool:
+        """Whether ``value`` is the digest of data under the key it names."""
+        kid = value.split(".", 1)[0]
+        if kid not in self.keys:
+            return False
+        return hmac.compare_digest(self.digest(label, data, kid).encode(), value.encode("utf-8", "replace"))

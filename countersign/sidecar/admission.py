@@ -75,6 +75,13 @@ class Gate:
                 self._shed(self.held - self._left)
         self.in_flight += 1
 
+    @property
+    def holding(self) -> int:
+        """The calls held as admit() last counted them (the countersign_in_flight gauge reads this)."""
+        if self.open_calls is None:
+            return self.in_flight
+        return max(self.in_flight, self.held - self._left)
+
     def release(self) -> None:
         self.in_flight -= 1
         self._left += 1

@@ -7,7 +7,6 @@ import gc
 import json
 import logging
 import signal
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,9 +14,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
-from countersign.adapters.base import Adapter
+from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
 from countersign.guard import LexiconError, ReplyGuard
@@ -27,9 +25,10 @@ from countersign.sidecar.admission import Gate, Health, new_server
 from countersign.sidecar.embedded_redis import EmbeddedRedis
 from countersign.sidecar.errors import SettingsError
 from countersign.sidecar.execute import Timing
-from countersign.sidecar.observability import tracing
+from countersign.sidecar.observability import logs, tracing
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.pipeline import Pipeline
+from countersign.sidecar.probes import Probes, serve_probes
 from countersign.sidecar.server import (
     SERVICES,
     ContinuationServicer,
@@ -37,7 +36,7 @@ from countersign.sidecar.server import (
     ReplyGuardServicer,
     register,
 )
-from countersign.sidecar.settings import Settings
+from countersign.sidecar.settings import LEASE_MARGIN, Settings
 from countersign.sidecar.store import Store
 from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
 
@@ -61,6 +60,7 @@ class Sidecar:
     adapters: dict[str, Adapter]
     address: str
     metrics_address: str = ""
+    probes: Probes | None = None
     embedded: EmbeddedRedis | None = None
     closers: list[Any] = field(default_factory=list)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -68,6 +68,8 @@ class Sidecar:
 
     async def stop(self, grace: float | None = None) -> None:
         """Health NOT_SERVING first, then let in-flight calls finish, then release everything."""
+        if self.probes is not None:
+            self.probes.state = "draining"
         await self.health.enter_graceful_shutdown()
         self.stopping.set()
         await self.server.stop(self.settings.grace if grace is None else grace)
@@ -89,9 +91,9 @@ class Sidecar:
 def load_keys(settings: Settings) -> Keyring:
     if settings.keys_file:
         return Keyring.from_file(settings.keys_file)
-    log.warning(json.dumps({"event": "generated_key", "message":
-        "COUNTERSIGN_KEYS_FILE is not set: a random key was generated. Tokens will not survive a "
-        "restart and will not work across replicas. Do not run like this in production."}))
+    log.warning("COUNTERSIGN_KEYS_FILE is not set: a random key was generated. Tokens will not survive a "
+                "restart and will not work across replicas. Do not run like this in production.",
+                extra={"event": "generated_key"})
     return Keyring.generate()
 
 
@@ -101,6 +103,7 @@ async def start(settings: Settings) -> Sidecar:
         tracing.setup()
     keyring = load_keys(settings)
     registry = registry_mod.load(settings.registry)
+    registry_mod.check_deadlines(registry, settings.lease, settings.downstream_deadline, LEASE_MARGIN)
     embedded = None
     url = settings.redis_url
     if not url:
@@ -127,8 +130,12 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
         guard = ReplyGuard.load(settings.guard_lexicon or None, unsupported=settings.guard_unsupported)
     except LexiconError as exc:
         raise SettingsError(f"--guard-lexicon: {exc}") from exc
-    metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on")
-    adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
+    metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on",
+                      reads=frozenset(name for name, tool in registry.tools.items() if not tool.is_write))
+    # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)
+    cap = max(min(MAX_ANSWER_BYTES, settings.max_message_bytes - ANSWER_HEADROOM), 1024)
+    adapters: dict[str, Adapter] = {"http": HttpAdapter(max_answer_bytes=cap),
+                                    "grpc": GrpcAdapter(max_answer_bytes=cap)}
     timing = Timing(lease_ms=int(settings.lease * 1000), replay_ms=int(settings.replay_ttl * 1000),
                     downstream_deadline=settings.downstream_deadline)
     pipeline = Pipeline(registry=registry, store=store, keyring=keyring, adapters=adapters, timing=timing,
@@ -143,6 +150,8 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
                ("grpc.so_reuseport", 0)]
     server, open_calls = new_server(options)
     gate = Gate(settings.max_in_flight, open_calls)
+    metrics.watch_admission(lambda: gate.holding, settings.max_in_flight)
+    store.observe = metrics.redis_observer()
     register(gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server, GatewayServicer(pipeline, gate), server)
     register(continuation_pb2_grpc.add_ContinuationServiceServicer_to_server, ContinuationServicer(pipeline, gate),
              server)
@@ -164,7 +173,9 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
     sidecar = Sidecar(settings, server, health, pipeline, store, adapters, address, embedded=embedded)
     if settings.metrics_listen:
         host, port = split_addr(settings.metrics_listen)
-        httpd, _thread = start_http_server(port, addr=host, registry=metrics.registry)
+        sidecar.probes = Probes(asyncio.get_running_loop(), store.ping, policy_version=registry.policy_version,
+                                redis_wait=settings.redis_connect_timeout + settings.redis_timeout)
+        httpd = serve_probes(host, port, sidecar.probes.app(metrics.registry))
         sidecar.metrics_address = f"{host}:{httpd.server_address[1]}"
         sidecar.closers.append(httpd.shutdown)
     await server.start()
@@ -172,6 +183,8 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
         pipeline.reconciler.run_forever(settings.reconcile_interval, sidecar.stopping)))
     for name in ("", *SERVICES):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    if sidecar.probes is not None:
+        sidecar.probes.state = "serving"
     return sidecar
 
 
@@ -200,6 +213,6 @@ async def serve(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info(json.dumps({"event": "stopping", "grace_seconds": settings.grace}))
+    log.info("stopping", extra={"event": "stopping", "grace_seconds": settings.grace})
     await sidecar.stop()
-    print(json.dumps({"event": "stopped"}), file=sys.stderr, flush=True)
+    logs.always("stopped")

@@ -13,7 +13,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from countersign.sidecar.actions import Keyring, canonical, sha256_hex
+from countersign.sidecar.actions import Keyring, canonical
 from countersign.sidecar.errors import DataLoss, PermissionDenied
 from countersign.sidecar.registry import RISKS, Tool
 from countersign.sidecar.store import CardRecord, RunRecord
@@ -65,11 +65,10 @@ def seal(
     arguments: dict[str, Any], resource_version: str, preview: common_pb2.Preview,
     now_ms: int, ttl_ms: int, extra: dict[str, Any] | None = None,
 ) -> CardRecord:
-    args_json = canonical(arguments).decode()
     body = {
         "v": VERSION, "action_id": action_id, "kid": keyring.active, "b": binding, "tool": tool.name,
         "capability": tool.capability, "risk": tool.risk, "confirmation": tool.confirmation,
-        "policy_version": policy_version, "args": arguments, "args_sha256": sha256_hex(args_json.encode()),
+        "policy_version": policy_version, "args": arguments,
         "resource_version": resource_version,
         "preview": json_format.MessageToDict(preview, preserving_proto_field_name=True),
         "issued_at_ms": now_ms, "expires_at_ms": now_ms + ttl_ms, **(extra or {}),

@@ -1,11 +1,10 @@
-"""`countersign serve | demo`: argument parsing and wiring only."""
+"""`countersign serve | demo | actions | audit | registry check | keys generate`: argument parsing and wiring only."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -14,21 +13,10 @@ from countersign.sidecar import settings as settings_mod
 from countersign.sidecar.errors import CountersignError, RegistryError, SettingsError
 
 
-class _JsonLog(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        msg = record.getMessage()
-        if msg.startswith("{"):
-            return msg
-        out = {"level": record.levelname.lower(), "logger": record.name, "message": msg}
-        if record.exc_info:
-            out["error"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
 def _logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonLog())
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    from countersign.sidecar.observability import logs
+
+    logs.configure(level)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,16 +41,37 @@ def main(argv: list[str] | None = None) -> int:
     resolving.add_argument("--resource-id", default="", help="the downstream's resource id, when succeeded")
     audit = sub.add_parser("audit", help="verify or export the tamper-evident audit chains")
     audit_sub = audit.add_subparsers(dest="verb", required=True)
-    audit_sub.add_parser("verify", help="walk every chain; report the first broken, missing or reordered event")
+    verifying = audit_sub.add_parser("verify", help="walk every chain and cross-check every action record against "
+                                     "it; report what is broken, missing or reordered")
     exporting = audit_sub.add_parser("export", help="write the events as JSON lines")
     exporting.add_argument("--out", default="-", help="a file, or - for standard output")
-    for p in (listing, showing, resolving, audit_sub.choices["verify"], exporting):
+    for p in (showing, verifying):
+        p.add_argument("--event-grace", default="5s", metavar="DURATION",
+                       help="audit writes are asynchronous: what looks wrong is looked at again after this long, "
+                            "and reported only if it still is [default 5s]")
+    for p in (listing, showing, resolving, verifying, exporting):
         p.add_argument("--redis-url", default=os.environ.get("COUNTERSIGN_REDIS_URL", ""),
                        help="the sidecars' Redis [env COUNTERSIGN_REDIS_URL]")
         p.add_argument("--keys-file", default=os.environ.get("COUNTERSIGN_KEYS_FILE", ""),
                        help="the sidecars' HMAC keys [env COUNTERSIGN_KEYS_FILE]")
         if p is not exporting:
             p.add_argument("--json", action="store_true", help="machine-readable output")
+    registry = sub.add_parser("registry", help="check registry files (for CI, before a deploy)")
+    registry_sub = registry.add_subparsers(dest="verb", required=True)
+    checking = registry_sub.add_parser("check", help="the rules a sidecar applies at start; exit 1 naming the first "
+                                       "broken rule", description=(
+        "Check each FILE with the rules the sidecar applies at start. A FILE is a registry, or Kubernetes manifests "
+        "(helm template ... | countersign registry check -) whose ConfigMaps with registry.yaml are checked. Exit 0: "
+        "all pass; 1: a rule fails (<file>: tool '<name>': <rule>: <detail>); 2: a FILE holds no registry."))
+    checking.add_argument("files", nargs="+", metavar="FILE", help="a registry or manifests file; - for stdin")
+    keys = sub.add_parser("keys", help="make the HMAC keys file the sidecars and the operator CLI share")
+    keys_sub = keys.add_subparsers(dest="verb", required=True)
+    generating = keys_sub.add_parser("generate", help='a new keys file {"active": kid, "keys": {kid: hex}}')
+    generating.add_argument("--kid", default="", help="the key id (default k<UTC timestamp>)")
+    generating.add_argument("--from", dest="previous", default="", metavar="FILE",
+                            help="keep this file's keys and make the new one active (a rotation)")
+    generating.add_argument("--out", default="-", help="a new file (written 0600, never overwritten), or - for "
+                            "standard output")
     demo = sub.add_parser("demo", help="the walkthrough: embedded Redis, the example service, a scripted agent")
     demo.add_argument("--verbose", action="store_true", help="also show the sidecar's and service's logs")
     args = parser.parse_args(argv)
@@ -84,7 +93,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.command in ("actions", "audit"):
-        return asyncio.run(_operate(args))
+        try:
+            return asyncio.run(_operate(args))
+        except BrokenPipeError:   # `countersign actions show A | head`: the reader has what it wanted
+            # Python's own recipe: point stdout at /dev/null so the flush at exit does not fail a second time
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141   # 128 + SIGPIPE, what a shell tool stopped by a closed pipe reports
+
+    if args.command == "registry":
+        from countersign.sidecar import registry_check
+
+        return registry_check.check(args.files)
+
+    if args.command == "keys":
+        return _keys(args)
 
     root = Path.cwd()
     if not (root / "examples" / "walkthrough.py").exists():
@@ -97,6 +119,23 @@ def main(argv: list[str] | None = None) -> int:
     return walkthrough.main(verbose=args.verbose)
 
 
+def _keys(args: argparse.Namespace) -> int:
+    from countersign.sidecar import keyfile
+
+    try:
+        doc = keyfile.generate(args.kid, args.previous)
+        if args.out == "-":
+            print(json.dumps(doc, indent=2))
+        else:
+            keyfile.write(doc, args.out)
+            print(f"wrote {args.out}: active key {doc['active']!r}; share it with every sidecar (a Secret) and "
+                  "the operator CLI (--keys-file)", file=sys.stderr)
+    except SettingsError as exc:
+        print(f"countersign: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 async def _operate(args: argparse.Namespace) -> int:
     from countersign.sidecar import operator
     from countersign.sidecar.actions import Keyring
@@ -107,6 +146,7 @@ async def _operate(args: argparse.Namespace) -> int:
               "required", file=sys.stderr)
         return 2
     try:
+        grace = settings_mod.duration(args.event_grace) if hasattr(args, "event_grace") else 0.0
         keyring = Keyring.from_file(args.keys_file)
         store = Store.from_url(args.redis_url, socket_timeout=5, connect_timeout=2, retries=1)
     except (SettingsError, ValueError) as exc:
@@ -114,7 +154,7 @@ async def _operate(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.command == "audit" and args.verb == "verify":
-            return await operator.verify(store, keyring)
+            return await operator.verify(store, keyring, grace=grace)
         if args.command == "audit":
             if args.out == "-":
                 return await operator.export(store, sys.stdout)
@@ -123,7 +163,7 @@ async def _operate(args: argparse.Namespace) -> int:
         if args.verb == "list":
             return await operator.list_actions(store, keyring, args.state, args.json)
         if args.verb == "show":
-            return await operator.show(store, keyring, args.action_id, args.json)
+            return await operator.show(store, keyring, args.action_id, args.json, grace=grace)
         return await operator.resolve(store, keyring, args.action_id, args.outcome, args.reason, args.operator,
                                       args.resource_id)
     except CountersignError as exc:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from countersign.adapters.base import render
+from countersign.adapters.base import deadline, render
 from countersign.sidecar import cards, policy, states
 from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
@@ -90,8 +90,14 @@ class Compensator:
             raise FailedPrecondition("NO_COMPENSATION", f"{original.tool_name!r} declares no compensation in the "
                                      "registry")
         args = self._arguments(tool.compensation.args, found, original)
-        allowed = policy.authorize(registry, context, tool.compensation.tool, args, policy.Phase.COMPENSATE,
-                                   claimed=True)
+        try:
+            allowed = policy.authorize(registry, context, tool.compensation.tool, args, policy.Phase.COMPENSATE,
+                                       claimed=True)
+        except InvalidArgument as exc:
+            # the inverse's arguments come from the receipt (a downstream's answer), not from this caller:
+            # e.g. a resource id ".." that would send DELETE /todos/.. — nothing is issued, nothing sent
+            raise FailedPrecondition("NOT_COMPENSABLE", f"the inverse {tool.compensation.tool!r} cannot run on "
+                                     f"this receipt: {exc.message}") from exc
         if isinstance(allowed, Capability):
             raise FailedPrecondition("POLICY_CHANGED", f"the inverse {tool.compensation.tool!r} is "
                                      f"{allowed.status} now")
@@ -104,7 +110,11 @@ class Compensator:
                             resource_version=original.receipt.resource_version, preview=preview,
                             now_ms=int(self.clock() * 1000), ttl_ms=self.timing.lease_ms,
                             extra={"compensates": action_id})
-        await self.store.issue(comp_id, record, self.timing.lease_ms)
+        if await self.store.issue(comp_id, record, self.timing.lease_ms) is None:
+            # the inverse is an action like any other: its chain starts with its card (audit.verify expects it)
+            self.audit.event(comp_id, "issued", tool=inverse.name, capability=inverse.capability,
+                             policy_version=registry.policy_version, compensates=action_id,
+                             args_hmac=self.keyring.digest("args", allowed.canonical_args))
         claim_id = os.urandom(12).hex()
         claimed = await self.store.claim(comp_id, binding, registry.denied_tools(context.role), claim_id,
                                          self.timing.lease_ms, self.timing.replay_ms)
@@ -122,7 +132,8 @@ class Compensator:
                      inverse=comp_id)
         else:
             # a second Compensate waits (bounded) for the first to finish, then returns its outcome
-            settled = await self.store.wait_settled(comp_id, claimed, self.timing.downstream_deadline + 1)
+            settled = await self.store.wait_settled(comp_id, claimed,
+                                                    deadline(inverse, self.timing.downstream_deadline) + 1)
             result = open_action(self.keyring, comp_id, settled, replayed=True)
         out = overlay(original, result)
         out.replayed = not isinstance(claimed, CardRecord)

@@ -20,7 +20,7 @@ from google.protobuf import json_format
 from countersign.adapters.base import render
 from countersign.guard import Evidence, ReplyGuard, Verdict, verbs_of
 from countersign.sidecar import cards, policy
-from countersign.sidecar.actions import Keyring, canonical, is_action_id, sha256_hex
+from countersign.sidecar.actions import Keyring, canonical, is_action_id
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from countersign.sidecar.execute import open_action
@@ -134,7 +134,8 @@ class Continuations:
             raise DataLoss("RECORD_TAMPERED", "the stored reply of this continuation was changed")
         if record.state == "settled":
             self.audit.event(action_id, "continuation_settled", guard=verdict.reason,
-                             reply_sha256=sha256_hex(record.reply), claims=_logged_claims(verdict))
+                             reply_hmac=self.keyring.digest("reply", record.reply),
+                             claims=self._logged_claims(verdict))
         out = continuation_pb2.Continuation(
             continuation_id=action_id, token=self.keyring.token(action_id, kid, LABEL), action_id=action_id,
             state=continuation_pb2.CONTINUATION_STATE_SETTLED, reply_text=record.reply.decode("utf-8", "replace"),
@@ -179,11 +180,11 @@ class Continuations:
                 evidence.append(self._evidence(action))
         verdict = self.guard.check(reply_text, context.locale, evidence)
         self.metrics.guard.labels(_label(verdict)).inc()
-        claims = _logged_claims(verdict)
+        claims = self._logged_claims(verdict)
         for item in evidence:
-            self.audit.event(item.action_id, "guard", verdict=verdict.reason, reply_sha256=sha256_hex(
-                reply_text.encode("utf-8", "replace")), claims=claims)
-        # the decision log names the rules and hashes the clauses: it never holds the reply's text
+            self.audit.event(item.action_id, "guard", verdict=verdict.reason, reply_hmac=self.keyring.digest(
+                "reply", reply_text.encode("utf-8", "replace")), claims=claims)
+        # the decision log names the rules and keys a hash of each clause: it never holds the reply's text
         log.info(json.dumps({"event": "guard", "verdict": "replaced" if verdict.replaced else "passed",
                              "reason": verdict.reason, "claims": claims,
                              "unsupported_language": verdict.language}))
@@ -195,6 +196,12 @@ class Continuations:
             exclusions=[guard_pb2.GuardExclusion(clause=clause, rule=rule, cue=cue)
                         for clause, rule, cue in verdict.excluded[:16]],
             unsupported_language=verdict.language)
+
+    def _logged_claims(self, verdict: Verdict) -> list[dict[str, str]]:
+        """What the decision log keeps of each claim: the rule that read it, and its clause as a keyed hash."""
+        return [{"rule": c.rule, "verb_class": c.verb_class,
+                 "clause_hmac": self.keyring.digest("claim", c.clause.encode("utf-8", "replace"))}
+                for c in verdict.claims]
 
     # -- pieces --------------------------------------------------------------------------------
 
@@ -280,9 +287,7 @@ def _label(verdict: Verdict) -> str:
     return "flagged" if verdict.reason == "UNSUPPORTED_LANGUAGE" else "passed"
 
 
-def _logged_claims(verdict: Verdict) -> list[dict[str, str]]:
-    """What the decision log keeps of each claim: the rule that read it, and its clause hashed."""
-    return [{"rule": c.rule, "verb_class": c.verb_class, "clause_sha256": c.digest()} for c in verdict.claims]
+
 
 
 def _why_not_ready(detail: str) -> str:
@@ -300,4 +305,3 @@ def _refused(why: str) -> Exception:
     if why == "forbidden":
         return PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "this belongs to another owner or session")
     return NotFound("CONTINUATION_NOT_FOUND", "no continuation (or action) by that id: never opened, or expired")
-

@@ -9,7 +9,10 @@
      │                                   SUBJECT_NOT_ALLOWED, SESSION_MODE_FORBIDS,
      │                                   CONFIRMATION_BINDING_MISMATCH
      ├── FailedPrecondition             FAILED_PRECONDITION: TOOL_CONFIRMATION_REQUIRED, POLICY_CHANGED,
-     │                                   a prepare refusal's own reason (e.g. TODO_DUE_AT_SUSPICIOUS)
+     │                                   PREPARED_ARGS_INVALID, PREPARED_VERSION_INVALID, NOT_COMPENSABLE,
+     │                                   a prepare's or a read's refusal: the downstream's own reason (e.g.
+     │                                   TODO_DUE_AT_SUSPICIOUS; counted as OTHER in metrics), or
+     │                                   DOWNSTREAM_REDIRECT, DOWNSTREAM_ANSWER_INVALID, URL_UNSAFE
      ├── DataLoss                       DATA_LOSS: CONFIRMATION_TAMPERED, RECORD_TAMPERED
      ├── Unavailable                    UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE,
      │                                   REPLICAS_NOT_ACKNOWLEDGED

@@ -8,6 +8,7 @@ recorded whatever happens to the RPC that started it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, Outcome, render
 from countersign.sidecar import policy, states
-from countersign.sidecar.actions import Keyring, canonical, sha256_hex
+from countersign.sidecar.actions import Keyring, canonical
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.cards import Card, open_card
 from countersign.sidecar.errors import CountersignError, DataLoss, FailedPrecondition, Unavailable
@@ -29,6 +30,7 @@ from countersign.sidecar.store import CardRecord, RunRecord, Store
 from countersign.v1 import common_pb2
 
 log = logging.getLogger("countersign.execute")
+EVIDENCE_BYTES = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -85,13 +87,24 @@ def to_action(action_id: str, tool: Tool, card: Card, outcome: Outcome, now_ms: 
         receipt.summary = render(tool.receipt.summary, values)
     else:
         receipt.summary = outcome.message
-    evidence = {"status": outcome.status, "body": outcome.body}
-    try:
-        receipt.evidence_json = canonical(evidence).decode()
-    except ValueError:
-        receipt.evidence_json = json.dumps(evidence, sort_keys=True, default=str)
+    receipt.evidence_json = _evidence(outcome)
     receipt.settled_at.FromMilliseconds(now_ms)
     return action
+
+
+def _evidence(outcome: Outcome) -> str:
+    """The downstream's answer as the receipt keeps it: whole up to EVIDENCE_BYTES, else its hash and size
+    (an answer may be up to a MiB; every replay and the run record carry the receipt)."""
+    evidence: dict[str, Any] = {"status": outcome.status, "body": outcome.body}
+    try:
+        text = canonical(evidence).decode()
+    except ValueError:
+        text = json.dumps(evidence, sort_keys=True, default=str)
+    if len(text) <= EVIDENCE_BYTES:
+        return text
+    whole = text.encode()
+    return json.dumps({"status": outcome.status, "evidence_sha256": hashlib.sha256(whole).hexdigest(),
+                       "evidence_bytes": len(whole)}, sort_keys=True)
 
 
 def refused_action(action_id: str, tool: str, reason: str, message: str, now_ms: int) -> common_pb2.Action:
@@ -142,15 +155,20 @@ class Executor:
             await self._settle(action_id, card.kid, claim_id,
                                refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms()))
             raise tool
+        # the prepared version travels as If-Match: a resource changed since the card was shown is not written
         meta = CallMeta(idempotency_key=action_id, attempt=1, policy_version=card.policy_version,
                         tenant_id=context.tenant_id, actor_id=context.actor_id,
-                        subject_id=context.subject_id, locale=context.locale)
-        with self.metrics.timed("execute", span=False), tracing.client_span(tool.name, tool.adapter.kind) as span:
+                        subject_id=context.subject_id, locale=context.locale, if_match=card.resource_version)
+        call = tool.adapter.execute
+        with self.metrics.timed("execute", span=False), tracing.client_span(
+                tool.name, tool.adapter.kind, call.method if call else "Execute",
+                call.url if call else tool.adapter.target) as span:
             start = time.perf_counter()
             outcome = await self.adapters[tool.adapter.kind].execute(
                 tool, card.arguments, meta, self.timing.downstream_deadline)
             elapsed = time.perf_counter() - start
             span.set_attribute("countersign.outcome", outcome.kind.value)
+            tracing.end_client_span(span, tool.adapter.kind, outcome.status, outcome.reason)
         label = self.metrics.tool(tool.name)
         self.metrics.downstream.labels(label, tool.adapter.kind).observe(elapsed)
         self.metrics.executions.labels(label, outcome.kind.value).inc()
@@ -191,7 +209,8 @@ class Executor:
         state = state or ("unknown" if action.state == common_pb2.ACTION_STATE_UNKNOWN else "settled")
         self.audit.event(action_id, "settled", state=states.name(action.state),
                          reason=action.error.reason, resource_id=action.receipt.resource_id,
-                         outcome_sha256=sha256_hex(out), by=(claim_id[:1] == "r" and "reconciler") or "executor")
+                         outcome_hmac=self.keyring.digest("outcome", out),
+                         by=(claim_id[:1] == "r" and "reconciler") or "executor")
         receipt = "SUCCEEDED" if action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED else ""
         args = (action_id, claim_id, state, out, omac, action.error.reason, receipt, self.timing.replay_ms)
         if state == "unknown":   # only what may need reconciling is indexed; a settled Confirm costs nothing

@@ -31,6 +31,9 @@ def _action(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> commo
     if not out:
         return None
     kid = record.get("kid", b"").decode()
+    if kid not in keyring.keys:
+        return common_pb2.Action(action_id=action_id, error=common_pb2.ActionError(
+            reason="KEY_NOT_IN_KEYS_FILE", message=audit_mod.unknown_key(kid)))
     if not keyring.verify(kid, "outcome:" + action_id, out, record.get("omac", b"").decode()):
         return common_pb2.Action(action_id=action_id, error=common_pb2.ActionError(
             reason="RECORD_TAMPERED", message="the stored outcome does not verify"))
@@ -77,18 +80,25 @@ async def list_actions(store: Store, keyring: Keyring, state: str, as_json: bool
     return 0
 
 
-async def show(store: Store, keyring: Keyring, action_id: str, as_json: bool, out: TextIO = sys.stdout) -> int:
+async def show(store: Store, keyring: Keyring, action_id: str, as_json: bool, out: TextIO = sys.stdout,
+               grace: float = 5.0) -> int:
     if not is_action_id(action_id):
         print(f"not an action id: {action_id!r}", file=sys.stderr)
         return 2
-    record = await store.record(action_id)
-    entries = await store.events(action_id)
-    problem = audit_mod.check_chain(keyring, action_id, entries, await store.audit_head(action_id))
-    history = [json.loads(raw) for _, raw in entries]
+    evidence, problem = await audit_mod.check_one(store, keyring, action_id, grace)
+    record = evidence.run
+    history = [json.loads(raw) for _, raw in evidence.events]
     action = _action(keyring, action_id, record)
-    doc = {**(_row(keyring, action_id, record) if record else {"action_id": action_id, "state": "NOT_FOUND"}),
-           "action": json_format.MessageToDict(action, preserving_proto_field_name=True) if action else None,
-           "history": history, "audit": str(problem) if problem else "verified"}
+    if record:
+        row = _row(keyring, action_id, record)
+    elif evidence.card:
+        row = {"action_id": action_id, "state": "READY", "tool": evidence.card.get("tool", b"").decode()}
+    else:
+        row = {"action_id": action_id, "state": "NOT_FOUND"}
+    # "verified" only when the chain is intact AND every record has the event it is owed
+    verdict = str(problem) if problem else "verified" if history else "no audit chain"
+    doc = {**row, "action": json_format.MessageToDict(action, preserving_proto_field_name=True) if action else None,
+           "history": history, "audit": verdict}
     if as_json:
         print(json.dumps(doc, ensure_ascii=False, indent=2), file=out)
         return 0
@@ -113,6 +123,10 @@ async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, 
         print(f"no record of action {action_id}", file=sys.stderr)
         return 1
     kid = record.get("kid", b"").decode() or keyring.active
+    if kid not in keyring.keys:
+        print(f"action {action_id}: {audit_mod.unknown_key(kid)}; resolve it with the keys file of the sidecars "
+              "that wrote it", file=sys.stderr)
+        return 1
     tool = record.get("tool", b"").decode()
     action = common_pb2.Action(action_id=action_id, tool_name=tool)
     receipt = action.receipt
@@ -133,20 +147,33 @@ async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, 
               file=sys.stderr)
         return 1
     trail = Audit(store, keyring, Metrics(), 30 * 86_400_000)
-    trail.event(action_id, "resolved", operator=operator, outcome=outcome, reason=reason)
+    trail.event(action_id, "resolved", operator=operator, outcome=outcome, reason=reason,
+                outcome_hmac=keyring.digest("outcome", blob))
     await trail.drain(10)
     print(f"action {action_id} resolved {outcome.upper()} by {operator}", file=out)
     return 0
 
 
-async def verify(store: Store, keyring: Keyring, out: TextIO = sys.stdout) -> int:
-    actions, events, problems = await audit_mod.verify(store, keyring)
+async def verify(store: Store, keyring: Keyring, out: TextIO = sys.stdout, grace: float = 5.0) -> int:
+    def waiting(count: int) -> None:
+        print(f"{count} action(s) look wrong; looking at them again in {grace:g}s (audit events are written "
+              "asynchronously and may still be on their way)", file=sys.stderr, flush=True)
+
+    report = await audit_mod.verify(store, keyring, grace, waiting=waiting)
+    problems = report.problems
     if problems:
-        print(f"audit chain BROKEN: {len(problems)} of {actions} action(s); first: {problems[0]}", file=out)
+        what = "UNVERIFIABLE (keys missing)" if all("is not in the keys file" in p.what for p in problems) \
+            else "BROKEN"
+        print(f"audit chain {what}: {len(problems)} of {report.actions} action(s); first: {problems[0]}", file=out)
         for problem in problems[1:20]:
             print(f"  also: {problem}", file=out)
+        if len(problems) > 20:
+            print(f"  and {len(problems) - 20} more", file=out)
         return 1
-    print(f"audit verified: {actions} action(s), {events} event(s), every chain intact", file=out)
+    again = (f"; {report.looked_again} action(s) looked at again after {grace:g}s (their events were still on "
+             "their way)") if report.looked_again else ""
+    print(f"audit verified: {report.actions} action(s), {report.events} event(s), every chain intact and every "
+          f"record has its events{again}", file=out)
     return 0
 
 

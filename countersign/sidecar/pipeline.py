@@ -13,10 +13,10 @@ import os
 import time
 from collections.abc import Callable
 
-from countersign.adapters.base import Adapter, CallMeta, Kind
+from countersign.adapters.base import Adapter, CallMeta, Kind, address
 from countersign.guard import ReplyGuard
 from countersign.sidecar import cards, policy, prepare
-from countersign.sidecar.actions import Keyring, is_action_id, sha256_hex
+from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.compensate import Compensator, overlay
 from countersign.sidecar.continuations import Continuations, action_entry, fact_entry, read_summary, request_key
@@ -93,7 +93,10 @@ class Pipeline:
                     tool_name=tool.name, result_json=json.dumps(outcome.body, ensure_ascii=False)))
             if outcome.kind is Kind.FAILED and outcome.reason != "NOT_SENT":
                 raise FailedPrecondition(outcome.reason, outcome.message)
-            raise Unavailable("DOWNSTREAM_UNAVAILABLE", f"the read {tool.name!r} got no answer: {outcome.reason}")
+            where = address(tool)
+            raise Unavailable("DOWNSTREAM_UNAVAILABLE", f"the read {tool.name!r} at {where} got no answer: "
+                              f"{outcome.reason} ({outcome.message})", metadata={"tool": tool.name,
+                                                                                 "downstream": where})
 
         scope = {"request": context.request_id, "session": context.session_id}.get(
             tool.intent_scope) or os.urandom(16).hex()
@@ -118,11 +121,13 @@ class Pipeline:
             found = await self.store.issue(action_id, record, self.confirm_ttl_ms)
         if found is not None:
             return self._existing(action_id, found, label)
-        self.metrics.invocations.labels(label, "write", "card").inc()
-        decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_sha256=sha256_hex(allowed.canonical_args))
-        await self.store.remember(request_key(self.keyring, context), action_entry(action_id), self.timing.replay_ms)
+        # the event before any other await: a card whose Invoke fails or is cancelled now still has it
+        args_hmac = self.keyring.digest("args", allowed.canonical_args)
         self.audit.event(action_id, "issued", tool=tool.name, capability=tool.capability,
-                         policy_version=registry.policy_version, args_sha256=sha256_hex(allowed.canonical_args))
+                         policy_version=registry.policy_version, args_hmac=args_hmac)
+        self.metrics.invocations.labels(label, "write", "card").inc()
+        decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_hmac=args_hmac)
+        await self.store.remember(request_key(self.keyring, context), action_entry(action_id), self.timing.replay_ms)
         return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(
             self.keyring, cards.open_card(self.keyring, action_id, record)))
 
@@ -178,7 +183,7 @@ class Pipeline:
         out, omac = seal_action(self.keyring, kid, action)
         result = await self.store.reject(action_id, binding, out, omac, self.timing.replay_ms)
         if result is None:
-            self.audit.event(action_id, "rejected", tool=tool)
+            self.audit.event(action_id, "rejected", tool=tool, outcome_hmac=self.keyring.digest("outcome", out))
             return action
         if isinstance(result, Refused):
             raise _refusal(result)

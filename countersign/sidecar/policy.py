@@ -6,7 +6,8 @@ Order of checks, each with its status and reason:
    (a planned/forbidden capability is not an error: ``resolve`` returns its Refusal)
 2. actor/subject boundary              PERMISSION_DENIED  SUBJECT_NOT_ALLOWED / ADMIN_READONLY
 3. role allowed                        PERMISSION_DENIED  ROLE_NOT_ALLOWED
-4. aliases, then the closed schema     INVALID_ARGUMENT   ARGS_INVALID (+ field violations)
+4. aliases, then the closed schema     INVALID_ARGUMENT   ARGS_INVALID (+ field violations);
+   and no value bound into a URL path may change its shape (empty, ".", "..", "/", "\\")
 5. write executed without a claim      FAILED_PRECONDITION TOOL_CONFIRMATION_REQUIRED
 6. the session's mode                  PERMISSION_DENIED  SESSION_MODE_FORBIDS
 """
@@ -19,6 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import jsonschema_rs
+
+from countersign.adapters.base import path_fields, path_problem, text_of
 from countersign.sidecar.actions import canonical
 from countersign.sidecar.errors import (
     FailedPrecondition,
@@ -27,7 +31,7 @@ from countersign.sidecar.errors import (
     NotFound,
     PermissionDenied,
 )
-from countersign.sidecar.registry import Capability, Registry, Tool
+from countersign.sidecar.registry import ACTION_FIELDS, Capability, Registry, Tool
 from countersign.v1 import common_pb2
 
 MAX_ARGUMENTS_BYTES = 64 * 1024
@@ -157,13 +161,38 @@ def _normalise(tool: Tool, arguments: Mapping[str, Any] | str | None) -> tuple[d
 
 
 def validate(tool: Tool, arguments: Mapping[str, Any]) -> list[FieldViolation]:
-    """Closed-schema validation; one violation per problem, named by its JSON path."""
-    if tool.validator.is_valid(arguments):
-        return []
-    return [
-        FieldViolation(".".join(str(p) for p in err.instance_path), err.message[:300])
-        for err in tool.validator.iter_errors(arguments)
-    ]
+    """Closed-schema validation, then the URL paths; one violation per problem, named by its JSON path."""
+    problems = [] if tool.validator.is_valid(arguments) else _schema_violations(tool, arguments)
+    for name in sorted(_path_arguments(tool)):
+        problem = path_problem(text_of(arguments.get(name)))
+        if problem:
+            problems.append(FieldViolation(cut(name), problem))
+    return problems
+
+
+def _schema_violations(tool: Tool, arguments: Mapping[str, Any]) -> list[FieldViolation]:
+    violations = []
+    for err in tool.validator.iter_errors(arguments):
+        path = [str(p) for p in err.instance_path]
+        kind = err.kind
+        # name the property itself, not the object holding it: the one that is missing, or each unexpected one
+        if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
+            violations.append(FieldViolation(".".join([*path, str(kind.property)]), err.message[:300]))
+        elif isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
+            violations += [FieldViolation(".".join([*path, str(name)]),
+                                          f"additional properties are not allowed ({str(name)[:64]!r} was unexpected)")
+                           for name in kind.unexpected]
+        else:
+            violations.append(FieldViolation(".".join(path), err.message[:300]))
+    return violations
+
+
+def _path_arguments(tool: Tool) -> frozenset[str]:
+    """The arguments a tool's URL templates bind into a path segment (so no card ever holds a value there
+    that would send ``DELETE /todos/..``; the adapter refuses to send one too)."""
+    calls = (tool.adapter.execute, tool.adapter.prepare, tool.adapter.lookup, tool.adapter.fence)
+    names = frozenset().union(*(path_fields(c.url) for c in calls if c is not None))
+    return names - ACTION_FIELDS
 
 
 def decode_arguments(text: str | None) -> dict[str, Any]:

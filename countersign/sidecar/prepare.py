@@ -1,8 +1,9 @@
 """Prepare and preview: the concrete arguments the user will countersign, and how they read.
 
-The downstream may turn "今晚 9 点" into a timestamp, add the resource version it will check,
-or refuse (its reason is passed on as FAILED_PRECONDITION and no card is issued). What it
-returns must still satisfy the tool's closed schema: a card only ever holds valid arguments.
+The downstream may turn "今晚 9 点" into a timestamp, add the resource version it will check
+(sent back as If-Match at execute), or refuse (its reason is passed on as FAILED_PRECONDITION and
+no card is issued). What it returns must still satisfy the tool's closed schema and keep every URL
+path's shape: a card only ever holds valid arguments.
 """
 
 from __future__ import annotations
@@ -10,7 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from countersign.adapters.base import Adapter, CallMeta, Prepared, PrepareRefused, PrepareUnavailable, render
+from countersign.adapters.base import (
+    Adapter,
+    CallMeta,
+    NotSendable,
+    Prepared,
+    PrepareRefused,
+    PrepareUnavailable,
+    address,
+    entity_tag,
+    render,
+)
 from countersign.sidecar import policy
 from countersign.sidecar.errors import FailedPrecondition, Unavailable
 from countersign.sidecar.registry import Tool
@@ -25,7 +36,15 @@ async def prepare(
     except PrepareRefused as exc:
         raise FailedPrecondition(exc.reason, exc.message) from exc
     except PrepareUnavailable as exc:
-        raise Unavailable("DOWNSTREAM_UNAVAILABLE", str(exc)) from exc
+        raise Unavailable("DOWNSTREAM_UNAVAILABLE", str(exc), metadata={
+            "tool": tool.name, "downstream": address(tool, tool.adapter.prepare)}) from exc
+    if prepared.resource_version:
+        try:   # it is sent back as If-Match at execute: a card must not hold one that cannot be
+            entity_tag(prepared.resource_version)
+        except NotSendable as exc:
+            raise FailedPrecondition("PREPARED_VERSION_INVALID", f"the downstream prepared a resource version "
+                                     f"for {tool.name!r} that {exc.message.removeprefix('the resource version ')}") \
+                from exc
     problems = policy.validate(tool, prepared.arguments)
     if problems:
         raise FailedPrecondition(

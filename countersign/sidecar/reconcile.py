@@ -5,6 +5,8 @@
     plain lookup          applied        -> as above
                           absent         -> still UNKNOWN: proves nothing (the request may be on its way);
                                             asked again with backoff, NEEDS_MANUAL_REVIEW after the window
+    either                unreadable     -> (a redirect, an "applied" without the receipt fields) the same:
+                                            never a verdict; RECEIPT_INVALID review after the window
     no lookup declared                   -> NEEDS_MANUAL_REVIEW
 
 The work of one action is claimed like a card (lua/reconcile_claim.lua), fenced by a claim id, so
@@ -90,9 +92,8 @@ class Reconciler:
         fence = tool.adapter.can_fence
         found = await self.adapters[tool.adapter.kind].lookup(tool, meta, fence, self.lookup_deadline)
         label = self.metrics.tool(tool.name)
-        if found.kind is LookupKind.APPLIED and found.outcome is not None:
-            outcome = found.outcome if found.outcome.kind is not Kind.UNKNOWN else Outcome(
-                Kind.FAILED, found.outcome.reason, found.outcome.message, status=found.outcome.status)
+        if found.kind is LookupKind.APPLIED and found.outcome is not None and found.outcome.kind is not Kind.UNKNOWN:
+            outcome = found.outcome
             action = to_action(action_id, tool, card, outcome, now_ms)
             result = "succeeded" if outcome.kind is Kind.SUCCEEDED else "failed"
         elif found.kind is LookupKind.ABSENT_FENCED:
@@ -104,6 +105,11 @@ class Reconciler:
             return await self._review(action_id, card.kid, tool.name, claim_id, "NOT_RESOLVED_IN_WINDOW",
                                       f"the downstream has no record of the key after {self.window_ms // 1000} s; "
                                       "without a fence that proves nothing")
+        elif found.kind is LookupKind.UNREADABLE and now_ms - work.unknown_since_ms >= self.window_ms:
+            # the downstream answers, but with nothing a verdict can be built on (a redirect, no receipt)
+            return await self._review(action_id, card.kid, tool.name, claim_id, "RECEIPT_INVALID",
+                                      f"the lookup still gives no usable answer after {self.window_ms // 1000} s "
+                                      f"({found.message[:200]}); a person must check the downstream")
         else:
             # a miss proves nothing, and an unreachable downstream is asked again too (never a verdict)
             delay = min(self.backoff_ms * 2 ** min(work.attempts - 1, 6), 60_000)

@@ -13,11 +13,15 @@ rule names are stable (tests assert them, one bad fixture file per rule):
     confirmation-matches-capability    ... and so does its confirmation
     write-needs-confirmation           a write may not set confirmation: none
     schema-valid                       the schema is a valid JSON Schema of an object
-    schema-closed                      additionalProperties: false at every object level
+    schema-closed                      every object closed, every array's items closed, through every branch
     alias-no-collision                 an alias is not a declared property and maps to one
     template-fields                    templates name only arguments, the action or the receipt
     adapter-valid                      the adapter is complete for its kind
     compensation-is-write-tool         a compensation names a registered write tool
+
+One more rule depends on the settings too, so it is checked at start (``check_deadlines``), not by
+``load``: ``deadline-below-lease``, a write tool's deadline (adapter.timeout_ms, else
+--downstream-deadline) plus a margin must fit within --lease.
 """
 
 from __future__ import annotations
@@ -111,6 +115,8 @@ class ReceiptSpec:
     resource_id: str = "id"
     resource_version: str = "version"
     summary: str = ""
+    # the fields the registry names (resource_id, resource_version): a 2xx without one is RECEIPT_INVALID
+    declared: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -162,10 +168,17 @@ class Registry:
 def load(path: str) -> Registry:
     """Load and validate a registry file; raise RegistryError naming file, tool and rule."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = yaml.load(fh, Loader=_StrictLoader)  # a SafeLoader subclass
+        with open(path, "rb") as fh:
+            raw = fh.read()
     except OSError as exc:
         raise RegistryError(path, "-", "readable", str(exc)) from exc
+    return loads(raw, path)
+
+
+def loads(text: str | bytes, path: str) -> Registry:
+    """Validate a registry given as YAML text; ``path`` names it in the errors (a file, or a ConfigMap)."""
+    try:
+        doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise RegistryError(path, "-", "yaml", str(exc).replace("\n", " ")) from exc
     except (UnicodeDecodeError, TypeError, ValueError, RecursionError) as exc:
@@ -347,8 +360,8 @@ def _tool(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Too
         validator = jsonschema_rs.validator_for(schema)
     except Exception as exc:  # the library raises several types for a bad schema
         raise fail(name, "schema-valid", str(exc).splitlines()[0]) from exc
-    for where in _open_objects(schema, "schema"):
-        raise fail(name, "schema-closed", f"{where} must set additionalProperties: false")
+    for problem in _open_objects(schema, "schema"):
+        raise fail(name, "schema-closed", problem)
 
     props = set(schema.get("properties", {}))
     aliases = raw.get("aliases") or {}
@@ -380,7 +393,8 @@ def _tool(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Too
     _keys(receipt_raw, _RECEIPT_KEYS, name, "receipt", fail)
     receipt = ReceiptSpec(str(receipt_raw.get("resource_id", "id")),
                           str(receipt_raw.get("resource_version", "version")),
-                          str(receipt_raw.get("summary", "")))
+                          str(receipt_raw.get("summary", "")),
+                          frozenset(k for k in ("resource_id", "resource_version") if k in receipt_raw))
     _check_template(receipt.summary, known | RECEIPT_FIELDS, name, fail)
 
     comp_raw = raw.get("compensation")
@@ -440,6 +454,10 @@ def _adapter(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec:
         url = call["url"]
         if not url.startswith(("http://", "https://")):
             raise fail(tool, "adapter-valid", f"adapter.{key}.url must be an http(s) URL")
+        authority = url.split("://", 1)[1].split("/", 1)[0]
+        if PLACEHOLDER.search(authority):
+            # a template there would let an argument pick the host a write goes to
+            raise fail(tool, "adapter-valid", f"adapter.{key}.url may not take its host or port from a template")
         _check_template(url, known, tool, fail)
         calls[key] = HttpCall(method, url)
     if calls["execute"] is None:
@@ -459,20 +477,71 @@ def _fields(tool: Tool) -> set[str]:
     return set(tool.schema.get("properties", {}))
 
 
+# What a tool schema may say (DESIGN §4, docs/registry.md). Closure is checked by walking every subschema these
+# keywords hold; anything else (references, conditionals, pattern- and evaluation-based keywords, negation) could
+# admit a key the walk cannot see, so it is refused by name rather than half-understood.
+_SUBSCHEMA_KEYWORDS = frozenset({"properties", "items", "anyOf", "oneOf", "allOf"})
+_VALUE_KEYWORDS = frozenset({
+    "type", "enum", "const", "required", "additionalProperties", "minProperties", "maxProperties",
+    "dependentRequired", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "multipleOf", "minItems", "maxItems", "uniqueItems",
+    "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment",
+})
+_SCHEMA_KEYWORDS = _SUBSCHEMA_KEYWORDS | _VALUE_KEYWORDS
+_ANY = "admits any value (an object with any keys): give it a type"
+
+
 def _open_objects(schema: Any, where: str) -> Iterator[str]:
-    """Every object-typed subschema that does not close additionalProperties."""
-    if not isinstance(schema, dict):
+    """Every place where a value that passes the schema could carry a key the registry never declared.
+
+    Closed means: only supported keywords; every subschema says what it admits (a type, enum or const, or
+    branches that each do); every object sets additionalProperties: false; every array has closed items;
+    every property, item and anyOf/oneOf/allOf branch is closed in turn. ``false`` admits nothing: closed.
+    """
+    if schema is False:
+        return
+    if not isinstance(schema, dict):            # true (schema-valid refused every other non-schema)
+        yield f"{where} is true, which {_ANY}"
+        return
+    unsupported = sorted(str(key) for key in schema if key not in _SCHEMA_KEYWORDS)
+    if unsupported:
+        yield (f"{where} uses {', '.join(map(repr, unsupported))}, which a tool schema may not use: closure is "
+               "checked only through type, properties, items, enum, const, anyOf, oneOf and allOf")
         return
     kind = schema.get("type")
-    is_object = kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in schema
-    if is_object and schema.get("additionalProperties") is not False:
-        yield where
-    for key in ("properties", "patternProperties", "$defs", "definitions"):
-        for name, sub in (schema.get(key) or {}).items():
-            yield from _open_objects(sub, f"{where}.{key}.{name}")
-    for key in ("items", "additionalItems", "not", "if", "then", "else", "contains"):
-        if isinstance(schema.get(key), dict):
-            yield from _open_objects(schema[key], f"{where}.{key}")
-    for key in ("anyOf", "allOf", "oneOf", "prefixItems"):
-        for i, sub in enumerate(schema.get(key) or []):
-            yield from _open_objects(sub, f"{where}.{key}[{i}]")
+    types = {kind} if isinstance(kind, str) else set(kind or ())
+    branches = [(f"{key}[{i}]", sub) for key in ("anyOf", "oneOf", "allOf")
+                for i, sub in enumerate(schema.get(key) or [])]
+    if not types and "enum" not in schema and "const" not in schema and not branches:
+        yield f"{where} {_ANY}, enum or const"
+        return
+    if ("object" in types or "properties" in schema or "additionalProperties" in schema) \
+            and schema.get("additionalProperties") is not False:
+        yield f"{where} must set additionalProperties: false"
+    if "array" in types and "items" not in schema:
+        yield f"{where} is an array without items: declare a closed schema for its items"
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from _open_objects(sub, f"{where}.properties.{name}")
+    if "items" in schema:
+        yield from _open_objects(schema["items"], f"{where}.items")
+    for label, sub in branches:
+        yield from _open_objects(sub, f"{where}.{label}")
+
+
+def check_deadlines(registry: Registry, lease: float, default_deadline: float, margin: float) -> None:
+    """Refuse a write tool whose call could outlive its claim's lease (raise RegistryError).
+
+    A claim whose lease lapses while its call still runs is reported UNKNOWN and taken over by a
+    reconciler; the caller would then get the call's outcome while the record says otherwise. Reads
+    and prepares hold no lease and are not bound by it."""
+    for tool in registry.tools.values():
+        if not tool.is_write:
+            continue
+        own = tool.adapter.timeout_ms / 1000 if tool.adapter.timeout_ms else 0.0
+        if (own or default_deadline) + margin > lease:
+            which = f"adapter.timeout_ms {tool.adapter.timeout_ms} ms" if own else \
+                f"--downstream-deadline ({default_deadline:g} s)"
+            raise RegistryError(registry.path, tool.name, "deadline-below-lease",
+                                f"{which} plus a {margin * 1000:g} ms margin must not exceed --lease "
+                                f"({lease:g} s), or a call still running when the lease lapses is reported "
+                                "UNKNOWN and reconciled under it; lower timeout_ms or raise --lease")

@@ -6,9 +6,10 @@ No business logic lives here. Every error leaves as a gRPC status with a google.
 
 from __future__ import annotations
 
+import asyncio
 import functools
-import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -16,7 +17,6 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
-from opentelemetry import trace
 
 from countersign.sidecar.admission import Gate
 from countersign.sidecar.errors import (
@@ -73,54 +73,91 @@ def rich_status(error: CountersignError) -> grpc.Status:
     return rpc_status.to_status(status)
 
 
+def _method(name: str) -> tracing.RpcMethod:
+    """The contract's RPC of this name (a misspelled name fails at import, not at the first call)."""
+    for module in (gateway_pb2, continuation_pb2, guard_pb2):
+        for service in module.DESCRIPTOR.services_by_name.values():
+            if name in service.methods_by_name:
+                return tracing.RpcMethod(service.full_name, name)
+    raise LookupError(f"no RPC named {name!r} in the contract")
+
+
 def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
-    """Map the error tree to statuses; count fail-closed refusals; never leak a stack trace."""
+    """The one place each RPC is observed: admission, its span, its duration by gRPC code, refusals counted,
+    the error tree mapped to rich statuses, never a stack trace to the caller."""
+    method = _method(name)
+    attributes = method.attributes()
 
     def wrap(handler: Handler[R]) -> Handler[R]:
         @functools.wraps(handler)
         async def inner(self: Any, request: Any, context: Ctx) -> R:
             metrics: Metrics = self.metrics
             gate: Gate = self.gate
+            start = time.perf_counter()
+            code = grpc.StatusCode.OK
             try:
-                gate.admit()        # before any work, the span included: shedding must stay cheap
-            except ResourceExhausted as shed:
-                metrics.refusals.labels(name, shed.reason).inc()
-                await context.abort_with_status(rich_status(shed))
-                raise AssertionError("unreachable") from None
-            try:
-                with tracing.server_span(name, context.invocation_metadata()) as span:
-                    try:
-                        if request is UNDECODABLE:
-                            raise InvalidArgument("REQUEST_INVALID", "the request is not a valid protobuf message "
-                                                  "(invalid UTF-8 in a string field, or corrupt bytes)")
-                        return await handler(self, request, context)
-                    except CountersignError as exc:
-                        error = exc
-                        span.set_status(trace.Status(trace.StatusCode.ERROR, exc.reason))
-                        span.set_attribute("rpc.grpc.status_code", exc.code.value[0])
-                        if isinstance(exc, StoreUnavailable):
-                            metrics.fail_closed.labels(name).inc()
-                        metrics.refusals.labels(name, exc.reason).inc()
-                        log.info(json.dumps({"event": "refused", "rpc": name, "reason": exc.reason,
-                                             "code": exc.code.name, "trace_id": tracing.trace_id()}))
-                    except grpc.aio.AbortError:
-                        raise
-                    except Exception:
-                        log.exception("unexpected error in %s", name)
-                        span.set_status(trace.Status(trace.StatusCode.ERROR, "INTERNAL"))
-                        span.set_attribute("rpc.grpc.status_code", code_pb2.INTERNAL)
-                        status = status_pb2.Status(code=code_pb2.INTERNAL,
-                                                   message="internal error; see the sidecar log")
-                        await context.abort_with_status(rpc_status.to_status(status))
-                        raise AssertionError("unreachable") from None
+                try:
+                    gate.admit()        # before any work, the span included: shedding must stay cheap
+                except ResourceExhausted as shed:
+                    code = shed.code
+                    metrics.refusals.labels(name, metrics.reason(shed.reason)).inc()
+                    await context.abort_with_status(rich_status(shed))
+                    raise AssertionError("unreachable") from None
+                try:
+                    with tracing.server_span(method, attributes, context.invocation_metadata()) as span:
+                        try:
+                            if request is UNDECODABLE:
+                                raise InvalidArgument("REQUEST_INVALID", "the request is not a valid protobuf "
+                                                      "message (invalid UTF-8 in a string field, or corrupt bytes)")
+                            answer = await handler(self, request, context)
+                            tracing.end_server_span(span, code)
+                            return answer
+                        except CountersignError as exc:
+                            error, code = exc, exc.code
+                            tracing.end_server_span(span, code, exc.reason)
+                            if isinstance(exc, StoreUnavailable):
+                                metrics.fail_closed.labels(name).inc()
+                            metrics.refusals.labels(name, metrics.reason(exc.reason)).inc()
+                            log.info("refused", extra={"event": "refused", "rpc": name, "reason": exc.reason,
+                                                       "code": exc.code.name, "metadata": exc.metadata})
+                        except grpc.aio.AbortError:
+                            code = _aborted_code(context)
+                            tracing.end_server_span(span, code)
+                            raise
+                        except asyncio.CancelledError:   # the caller went away or its deadline passed
+                            code = grpc.StatusCode.CANCELLED
+                            tracing.end_server_span(span, code)
+                            raise
+                        except Exception:
+                            log.exception("unexpected error in %s", name, extra={"event": "internal_error",
+                                                                                 "rpc": name})
+                            code = grpc.StatusCode.INTERNAL
+                            tracing.end_server_span(span, code, "INTERNAL")
+                            status = status_pb2.Status(code=code_pb2.INTERNAL,
+                                                       message="internal error; see the sidecar log")
+                            await context.abort_with_status(rpc_status.to_status(status))
+                            raise AssertionError("unreachable") from None
+                finally:
+                    gate.release()
+                await context.abort_with_status(rich_status(error))
+                raise AssertionError("unreachable")  # abort_with_status raises
             finally:
-                gate.release()
-            await context.abort_with_status(rich_status(error))
-            raise AssertionError("unreachable")  # abort_with_status raises
+                metrics.rpc_duration.labels(name, code.name).observe(time.perf_counter() - start)
 
         return inner
 
     return wrap
+
+
+def _aborted_code(context: Ctx) -> grpc.StatusCode:
+    """The code a handler aborted with (grpc.aio keeps it on the context)."""
+    try:
+        code = context.code()
+    except Exception:
+        return grpc.StatusCode.UNKNOWN
+    if isinstance(code, grpc.StatusCode):
+        return code
+    return next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
 
 
 class _Undecodable:

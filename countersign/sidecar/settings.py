@@ -14,6 +14,9 @@ from typing import Any
 
 from countersign.sidecar.errors import SettingsError
 
+# What a claim's lease must hold besides the downstream call: the claim, the policy re-check, the settle.
+# Every write tool's deadline plus this must fit within --lease (checked at start).
+LEASE_MARGIN = 0.5
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -56,8 +59,9 @@ class Settings:
                                          kind="duration")
     reconcile_window: float = _setting(600.0, "how long a lookup may keep finding nothing before an action "
                                        "goes to NEEDS_MANUAL_REVIEW", kind="duration")
-    audit_ttl: float = _setting(30 * 86400.0, "how long each action's audit chain is kept in Redis "
-                                "(export it for longer)", kind="duration")
+    audit_ttl: float = _setting(30 * 86400.0, "how long a settled action's audit chain is kept in Redis, at "
+                                "least --replay-ttl (export it for longer; an unresolved one is kept until it "
+                                "settles)", kind="duration")
     max_wait: float = _setting(10.0, "upper bound of a Confirm's wait_ms", kind="duration")
     grace: float = _setting(10.0, "on SIGTERM: how long in-flight calls may finish", kind="duration")
     max_in_flight: int = _setting(64, "calls the sidecar holds at once, running or waiting inside gRPC; beyond it "
@@ -83,9 +87,13 @@ class Settings:
             raise SettingsError("--redis-retries and --redis-wait-replicas must be 0 or more")
         if self.redis_mode not in ("auto", "standalone", "sentinel", "cluster"):
             raise SettingsError("--redis-mode must be auto, standalone, sentinel or cluster")
-        if self.lease <= self.downstream_deadline:
-            raise SettingsError("--lease must be longer than --downstream-deadline, or a live call "
-                                "would be reported UNKNOWN while it still runs")
+        if self.lease < self.downstream_deadline + LEASE_MARGIN:
+            raise SettingsError(f"--lease must be longer than --downstream-deadline by at least "
+                                f"{LEASE_MARGIN * 1000:g} ms, or a live call would be reported UNKNOWN while it "
+                                "still runs")
+        if self.audit_ttl < max(self.replay_ttl, self.confirm_ttl):
+            raise SettingsError("--audit-ttl must be at least --replay-ttl and --confirm-ttl: audit verify reports a "
+                                "card or settled record whose chain expired before it")
         if self.guard_unsupported not in ("flag", "replace"):
             raise SettingsError("--guard-unsupported must be flag or replace")
         if self.telemetry not in ("on", "off"):

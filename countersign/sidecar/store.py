@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
@@ -98,6 +98,26 @@ class ReconcileWork:
     now_ms: int
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """Where an action's chain ends: MAC'd under ``kid`` over (action, seq, head), so it cannot be rewritten."""
+
+    kid: str
+    mac: str
+
+
+@dataclass(frozen=True)
+class AuditEvidence:
+    """Everything Redis holds about one action that the audit cross-check reads (raw fields)."""
+
+    action_id: str
+    events: list[tuple[str, bytes]]     # (stream entry id, event JSON), oldest first
+    anchor: dict[str, str]              # seq, head, kid, mac; empty when absent
+    card: dict[str, bytes]              # the ready card; empty when absent
+    run: dict[str, bytes]               # the run record; empty when absent
+    indexed: bool                       # listed in the unresolved index (cs:{open})
+
+
 OPEN_KEY = "cs:{open}"   # actions that may need reconciling, scored by when to look (one key: fine per deployment)
 
 
@@ -152,6 +172,9 @@ class Store:
 
     wait_replicas = 0
     wait_timeout_ms = 100
+    # called with (script, seconds) after every script's round trip, failed ones included (app.py wires the
+    # countersign_redis_duration_seconds histogram here; None: not timed)
+    observe: Callable[[str, float], None] | None = None
 
     def __init__(self, client: Any, *, op_timeout: float) -> None:
         self.client = client
@@ -206,6 +229,10 @@ class Store:
     async def close(self) -> None:
         await self.client.aclose()
 
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless Redis answers a PING (the readiness probe)."""
+        await self._call(self.client.ping())
+
     async def _call(self, awaitable: Awaitable[T]) -> T:
         try:
             async with asyncio.timeout(self.op_timeout):
@@ -214,7 +241,14 @@ class Store:
             raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}") from exc
 
     async def _script(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
-        reply: list[Any] = await self._call(self._scripts[name](keys=keys, args=args))
+        if self.observe is None:
+            reply: list[Any] = await self._call(self._scripts[name](keys=keys, args=args))
+            return reply
+        start = time.perf_counter()
+        try:
+            reply = await self._call(self._scripts[name](keys=keys, args=args))
+        finally:
+            self.observe(name, time.perf_counter() - start)
         return reply
 
     async def _durable_script(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
@@ -225,7 +259,12 @@ class Store:
         pipe = self.client.pipeline(transaction=False)
         await self._scripts[name](keys=keys, args=args, client=pipe)
         pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
-        reply, acked = await self._call(pipe.execute())
+        start = time.perf_counter()
+        try:
+            reply, acked = await self._call(pipe.execute())
+        finally:
+            if self.observe is not None:
+                self.observe(name, time.perf_counter() - start)   # the script and its WAIT: one round trip
         if int(acked) < self.wait_replicas:
             raise Unavailable("REPLICAS_NOT_ACKNOWLEDGED",
                               f"{acked} of {self.wait_replicas} replicas acknowledged the {name}; not acting on it")
@@ -416,10 +455,12 @@ class Store:
 
     # -- audit chains and operator resolution ----------------------------------------------------
 
-    async def audit_append(self, action_id: str, prev: str, events: list[tuple[bytes, str]],
-                           ttl_ms: int) -> tuple[bool, int, str]:
-        """Append chained events if the action's head is still prev: (ok, seq, head now)."""
-        args: list[Any] = [prev, ttl_ms]
+    async def audit_append(self, action_id: str, after: tuple[int, str], events: list[tuple[bytes, str]],
+                           anchor: Anchor, expiry: str, ttl_ms: int) -> tuple[bool, int, str]:
+        """Append chained events if the action's chain still ends at ``after`` (seq, head), and set the
+        anchor (MAC'd by the caller) in the same step. expiry: keep | expire | same (lua/audit.lua).
+        Returns (ok, seq, head now)."""
+        args: list[Any] = [after[0], after[1], anchor.kid, anchor.mac, expiry, ttl_ms]
         for event, mac in events:
             args += [event, mac]
         reply = await self._script("audit", [audit_key(action_id), events_key(action_id)], args)
@@ -438,9 +479,40 @@ class Store:
 
         return await self._call(every())
 
-    async def audit_head(self, action_id: str) -> tuple[int, str] | None:
-        raw = await self._call(self.client.hmget(audit_key(action_id), "seq", "head"))
-        return None if raw[0] is None else (int(raw[0]), _s(raw[1] or b""))
+    async def audited_ids(self) -> list[str]:
+        """Every action Redis knows anything about: a card, a run record, a chain or anchor, or an entry in
+        the unresolved index. What ``audit verify`` cross-checks (one SCAN pass; read-only)."""
+        async def every() -> set[str]:
+            ids = {_s(member) for member in await self.client.zrange(OPEN_KEY, 0, -1)}
+            async for key in self.client.scan_iter(match="cs:{*}:*", count=1000):
+                name = _s(key)
+                tag, _, kind = name[3:].rpartition(":")
+                if kind in ("card", "run", "audit", "events") and tag.startswith("{") and tag.endswith("}"):
+                    ids.add(tag[1:-1])
+            return ids
+
+        return sorted(await self._call(every()))
+
+    async def audit_evidence(self, action_ids: list[str]) -> list[AuditEvidence]:
+        """What Redis holds about each action, in one round trip (read-only: no transition is applied)."""
+        if not action_ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for action_id in action_ids:
+            pipe.xrange(events_key(action_id))
+            pipe.hgetall(audit_key(action_id))
+            pipe.hgetall(card_key(action_id))
+            pipe.hgetall(run_key(action_id))
+            pipe.zscore(OPEN_KEY, action_id)
+        rows = await self._call(pipe.execute())
+        out = []
+        for i, action_id in enumerate(action_ids):
+            events, anchor, card, run, indexed = rows[5 * i:5 * i + 5]
+            out.append(AuditEvidence(
+                action_id, [(_s(entry_id), fields.get(b"e", b"")) for entry_id, fields in events],
+                {_s(k): _s(v) for k, v in anchor.items()}, {_s(k): v for k, v in card.items()},
+                {_s(k): v for k, v in run.items()}, indexed is not None))
+        return out
 
     async def record(self, action_id: str) -> dict[str, bytes]:
         """The raw run record (read-only: no transition is applied)."""

@@ -20,11 +20,11 @@ _EXPLICIT_ONLY_PREFIXES = ("/todos/prepare", "/todos/by-key/")
 
 
 def recorded_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """The headers worth recording: x-countersign-*, traceparent and idempotency-key (lower-case)."""
+    """The headers worth recording: x-countersign-*, traceparent, idempotency-key, if-match (lower-case)."""
     out: dict[str, str] = {}
     for name, value in pairs:
         lower = name.lower()
-        if lower.startswith("x-countersign-") or lower in ("traceparent", "idempotency-key"):
+        if lower.startswith("x-countersign-") or lower in ("traceparent", "idempotency-key", "if-match"):
             out[lower] = value
     return out
 
@@ -221,7 +221,10 @@ async def _prepare(request: web.Request) -> web.Response:
     arguments = body.get("arguments") or {}
     if not isinstance(arguments, dict):
         return answer_response(refusal(400, "BAD_REQUEST", "arguments must be an object"))
-    return answer_response(request.app[STORE_KEY].prepare(body["tool"], arguments))
+    context = body.get("context")
+    locale = context.get("locale") if isinstance(context, dict) else ""
+    return answer_response(request.app[STORE_KEY].prepare(body["tool"], arguments,
+                                                          locale if isinstance(locale, str) else ""))
 
 
 async def _create(request: web.Request) -> web.Response:
@@ -257,7 +260,8 @@ async def _set_status(request: web.Request) -> web.Response:
         body = await _body(request)
     except _BadJson:
         return _bad_json()
-    return answer_response(request.app[STORE_KEY].set_todo_status(key, request.match_info["id"], body))
+    return answer_response(request.app[STORE_KEY].set_todo_status(key, request.match_info["id"], body,
+                                                                   request.headers.get("If-Match")))
 
 
 async def _delete(request: web.Request) -> web.Response:
@@ -268,7 +272,8 @@ async def _delete(request: web.Request) -> web.Response:
         body = await _body(request)
     except _BadJson:
         return _bad_json()
-    return answer_response(request.app[STORE_KEY].delete_todo(key, request.match_info["id"], body))
+    return answer_response(request.app[STORE_KEY].delete_todo(key, request.match_info["id"], body,
+                                                               request.headers.get("If-Match")))
 
 
 async def _by_key(request: web.Request) -> web.Response:

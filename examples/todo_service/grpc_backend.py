@@ -2,7 +2,8 @@
 
 Tools: create_todo, set_todo_status, delete_todo. The idempotency key comes from metadata
 ``idempotency-key`` (Lookup: ``request.idempotency_key``, falling back to the metadata), the owner from
-``x-countersign-subject`` (falling back to ``context.subject_id``). A refusal is a gRPC status whose
+``x-countersign-subject`` (falling back to ``context.subject_id``), the expected version from ``if-match``
+(a stale one is ABORTED, reason RESOURCE_VERSION_CONFLICT). A refusal is a gRPC status whose
 message is ``"REASON: message"`` with a ``google.rpc.ErrorInfo(reason, domain="todo.example")`` detail.
 """
 
@@ -35,6 +36,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 _CODE_BY_REASON = {
     "TODO_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
     "TODO_VERSION_CONFLICT": grpc.StatusCode.FAILED_PRECONDITION,
+    "RESOURCE_VERSION_CONFLICT": grpc.StatusCode.ABORTED,   # if-match did not hold (as AIP-154 has it)
     "KEY_FENCED": grpc.StatusCode.FAILED_PRECONDITION,
     "TODO_NOT_COMPENSABLE": grpc.StatusCode.FAILED_PRECONDITION,
 }
@@ -133,7 +135,7 @@ class TodoBackend(backend_pb2_grpc.ToolBackendServiceServicer):
     ) -> backend_pb2.PrepareResponse:
         async def work() -> backend_pb2.PrepareResponse:
             arguments = await self._arguments(context, request.arguments_json)
-            answer = self.store.prepare(request.tool_name, arguments)
+            answer = self.store.prepare(request.tool_name, arguments, request.context.locale)
             if not answer.ok:
                 await _refuse(context, answer)
             data = answer.json()
@@ -163,7 +165,7 @@ class TodoBackend(backend_pb2_grpc.ToolBackendServiceServicer):
                 )
             arguments = await self._arguments(context, request.arguments_json)
             owner = _subject(metadata, request.context)
-            answer = self.store.execute(request.tool_name, key, owner, arguments)
+            answer = self.store.execute(request.tool_name, key, owner, arguments, metadata.get("if-match"))
             if not answer.ok:
                 await _refuse(context, answer)
             data = answer.json()

@@ -97,6 +97,20 @@ def refusal(status: int, reason: str, message: str | None = None, **extra: Any) 
     return make_answer(status, payload)
 
 
+def if_match_holds(if_match: str | None, current: int) -> bool:
+    """RFC 9110 §13.1.1 over the row's version as a strong entity-tag: ``*``, or a listed ``"<version>"``
+    (a bare ``<version>``, as gRPC metadata carries it, too). A weak tag never matches. No header: holds."""
+    if if_match is None or not if_match.strip():
+        return True
+    tags = [t.strip() for t in if_match.split(",")]
+    return "*" in tags or any(t in (f'"{current}"', str(current)) for t in tags)
+
+
+def version_conflict(if_match: str | None, current: int) -> Answer:
+    return refusal(412, "RESOURCE_VERSION_CONFLICT",
+                   f"If-Match {str(if_match)[:80]} does not match the current version {current}")
+
+
 class KeyState(enum.Enum):
     ABSENT = "absent"
     FENCED = "fenced"
@@ -231,10 +245,11 @@ class TodoStore:
 
     # ------------------------------------------------------------------ prepare
 
-    def prepare(self, tool: str, arguments: dict[str, Any]) -> Answer:
-        """Turn normalised tool arguments into concrete ones, or refuse (422)."""
+    def prepare(self, tool: str, arguments: dict[str, Any], locale: str = "") -> Answer:
+        """Turn normalised tool arguments into concrete ones, or refuse (422). The preview is in the caller's
+        language: English for an ``en`` locale, Chinese otherwise."""
         if tool == "create_todo":
-            return self._prepare_create(arguments)
+            return self._prepare_create(arguments, english=locale.split("-")[0].lower() == "en")
         if tool == "set_todo_status":
             todo_id = arguments.get("id")
             if not isinstance(todo_id, str) or not todo_id:
@@ -246,15 +261,24 @@ class TodoStore:
             if concrete.get("version") is None:
                 concrete["version"] = todo["version"]
             return make_answer(200, {"arguments": concrete, "resource_version": str(todo["version"])})
+        if tool == "delete_todo":
+            todo_id = arguments.get("id")
+            todo = self.get_todo(todo_id) if isinstance(todo_id, str) and todo_id else None
+            if todo is None:
+                return refusal(422, "TODO_NOT_FOUND", f"todo {todo_id!r} does not exist")
+            # the version the user sees on the card; it comes back as If-Match, so a todo changed
+            # meanwhile is not deleted
+            return make_answer(200, {"arguments": arguments, "resource_version": str(todo["version"])})
         return make_answer(200, {"arguments": arguments})
 
-    def _prepare_create(self, arguments: dict[str, Any]) -> Answer:
+    def _prepare_create(self, arguments: dict[str, Any], *, english: bool = False) -> Answer:
         concrete = dict(arguments)
         title = arguments.get("title")
         target = title if isinstance(title, str) else ""
         due_text = arguments.get("dueAt")
         if due_text is None:
-            impact = "确认后将创建一条待办（无截止时间）。"
+            impact = ("Confirm to create a to-do with no due date." if english
+                      else "确认后将创建一条待办（无截止时间）。")
         else:
             if not isinstance(due_text, str) or not due_text.strip():
                 return refusal(422, "TODO_DUE_AT_UNPARSEABLE", "dueAt must be a non-empty string")
@@ -263,8 +287,9 @@ class TodoStore:
             except DueAtError as err:
                 return refusal(422, err.reason, err.message)
             concrete["dueAt"] = format_iso(due)
-            impact = f"确认后将创建一条截止于 {format_local(due)} 的待办。"
-        preview = {"title": "创建待办", "target": target, "impact": impact}
+            impact = (f"Confirm to create a to-do due {format_local(due)}." if english
+                      else f"确认后将创建一条截止于 {format_local(due)} 的待办。")
+        preview = {"title": "Create a to-do" if english else "创建待办", "target": target, "impact": impact}
         return make_answer(200, {"arguments": concrete, "preview": preview})
 
     # ------------------------------------------------------------------ keyed writes
@@ -301,8 +326,9 @@ class TodoStore:
 
         return self.run_idempotent(key, fingerprint(body), apply)
 
-    def set_todo_status(self, key: str, todo_id: str, body: Any) -> Answer:
-        """Optimistic status change once per key. ``body``: {"status": "open"|"done", "version": int}."""
+    def set_todo_status(self, key: str, todo_id: str, body: Any, if_match: str | None = None) -> Answer:
+        """Optimistic status change once per key. ``body``: {"status": "open"|"done", "version": int};
+        ``if_match`` (the If-Match header), when given, must match the current version (else 412)."""
         if not isinstance(body, dict):
             return refusal(400, "TODO_INVALID", "body must be an object")
         status = body.get("status")
@@ -313,13 +339,16 @@ class TodoStore:
             return refusal(400, "TODO_INVALID", "version must be an integer")
         if body.get("id") not in (None, todo_id):
             return refusal(400, "TODO_INVALID", "body id does not match the path")
-        request = {"op": "set_todo_status", "id": todo_id, "status": status, "version": version}
+        request = {"op": "set_todo_status", "id": todo_id, "status": status, "version": version,
+                   "if_match": if_match}
 
         def apply(conn: sqlite3.Connection) -> Answer:
             row = conn.execute("SELECT * FROM todos WHERE id = ?", (todo_id,)).fetchone()
             if row is None:
                 return refusal(404, "TODO_NOT_FOUND", f"todo {todo_id!r} does not exist")
             current = int(row["version"])
+            if not if_match_holds(if_match, current):
+                return version_conflict(if_match, current)
             if version != current:
                 return refusal(409, "TODO_VERSION_CONFLICT", f"stale version {version}, current {current}")
             conn.execute("UPDATE todos SET status = ?, version = version + 1 WHERE id = ?", (status, todo_id))
@@ -328,8 +357,9 @@ class TodoStore:
 
         return self.run_idempotent(key, fingerprint(request), apply)
 
-    def delete_todo(self, key: str, todo_id: str, body: Any = None) -> Answer:
-        """Delete once per key. ``body`` may be null or {"id"?: str, "version"?: int}."""
+    def delete_todo(self, key: str, todo_id: str, body: Any = None, if_match: str | None = None) -> Answer:
+        """Delete once per key. ``body`` may be null or {"id"?: str, "version"?: int}; ``if_match`` as for
+        :meth:`set_todo_status`."""
         if body is None:
             body = {}
         if not isinstance(body, dict):
@@ -339,13 +369,15 @@ class TodoStore:
         version = body.get("version")
         if version is not None and not _is_int(version):
             return refusal(400, "TODO_INVALID", "version must be an integer")
-        request = {"op": "delete_todo", "id": todo_id, "version": version}
+        request = {"op": "delete_todo", "id": todo_id, "version": version, "if_match": if_match}
 
         def apply(conn: sqlite3.Connection) -> Answer:
             row = conn.execute("SELECT version FROM todos WHERE id = ?", (todo_id,)).fetchone()
             if row is None:
                 return refusal(404, "TODO_NOT_FOUND", f"todo {todo_id!r} does not exist")
             current = int(row["version"])
+            if not if_match_holds(if_match, current):
+                return version_conflict(if_match, current)
             if version is not None and version != current:
                 return refusal(409, "TODO_VERSION_CONFLICT", f"stale version {version}, current {current}")
             conn.execute("DELETE FROM todos WHERE id = ?", (todo_id,))
@@ -353,7 +385,7 @@ class TodoStore:
 
         return self.run_idempotent(key, fingerprint(request), apply)
 
-    def execute(self, tool: str, key: str, owner: str, arguments: Any) -> Answer:
+    def execute(self, tool: str, key: str, owner: str, arguments: Any, if_match: str | None = None) -> Answer:
         """Dispatch a tool call (as the gRPC backend receives it) to the keyed write."""
         if not isinstance(arguments, dict):
             return refusal(400, "TODO_INVALID", "arguments must be an object")
@@ -365,8 +397,8 @@ class TodoStore:
         if not isinstance(todo_id, str) or not todo_id:
             return refusal(400, "TODO_INVALID", "arguments.id must be a non-empty string")
         if tool == "set_todo_status":
-            return self.set_todo_status(key, todo_id, arguments)
-        return self.delete_todo(key, todo_id, arguments)
+            return self.set_todo_status(key, todo_id, arguments, if_match)
+        return self.delete_todo(key, todo_id, arguments, if_match)
 
     def compensate(self, tool: str, resource_id: str, arguments: Any) -> Answer:
         """Undo a resource: create_todo -> delete it (idempotent); set_todo_status -> restore

@@ -1,13 +1,14 @@
 """Prometheus metrics (DESIGN §10): the one place that turns domain events into series.
 
-Labels are bounded: tool names come from the registry (anything else is "other"), reasons and
-results are stable upper/lower-snake words. Never an action id, token or user id.
+Labels are bounded: tool names come from the registry (anything else is "other"), reasons are the
+sidecar's own (REASONS; anything else, such as a downstream's free-text reason passed on to a caller,
+is "OTHER"), results are stable lower-snake words. Never an action id, token or user id.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,9 +16,34 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from countersign.sidecar.observability import tracing
 
+# Every reason the sidecar raises itself (tests/test_metric_labels.py scans the code for new ones). A reason
+# outside it, such as a downstream's refusal passed on to the caller, is counted as OTHER: a downstream
+# cannot grow the number of series.
+REASONS = frozenset({
+    "ACTION_NOT_FOUND", "ADMIN_READONLY", "ARGS_INVALID", "CONFIRMATION_BINDING_MISMATCH", "CONFIRMATION_EXPIRED",
+    "CONFIRMATION_TAMPERED", "CONFIRMATION_TOKEN_INVALID", "CONTINUATION_NOT_CLAIMED", "CONTINUATION_NOT_FOUND",
+    "CONTINUATION_NOT_READY", "CONTINUATION_TOKEN_INVALID", "DOWNSTREAM_ANSWER_INVALID",
+    "DOWNSTREAM_CONNECTION_LOST", "DOWNSTREAM_REDIRECT", "DOWNSTREAM_TIMEOUT", "DOWNSTREAM_UNAVAILABLE",
+    "NOT_APPLIED", "NOT_COMPENSABLE", "NOT_SENT", "NO_COMPENSATION", "OVERLOADED", "POLICY_CHANGED",
+    "PREPARED_ARGS_INVALID", "PREPARED_VERSION_INVALID", "RECEIPT_INVALID", "RECORD_TAMPERED",
+    "REPLICAS_NOT_ACKNOWLEDGED", "REPLY_TOO_LARGE", "REQUEST_INVALID", "RESOURCE_VERSION_CONFLICT",
+    "RESOURCE_VERSION_INVALID", "ROLE_NOT_ALLOWED", "SESSION_MODE_FORBIDS", "STORE_UNAVAILABLE",
+    "SUBJECT_NOT_ALLOWED", "TOOL_CONFIRMATION_REQUIRED", "TOOL_NOT_FOUND", "URL_UNSAFE",
+})
+
 # Sub-millisecond decisions up to multi-second downstream calls.
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
            2.5, 5.0, 10.0)
+
+# The label values created at start (see Metrics._zero_series); the code paths that count them are
+# pipeline.py (claims), compensate.py, reconcile.py and server.py (refusals by RPC).
+RPCS = ("Invoke", "Confirm", "Reject", "GetAction", "Compensate", "Reconcile", "OpenContinuation",
+        "ClaimContinuation", "SettleContinuation", "ReleaseContinuation", "CheckReply")
+PRECREATED_REASONS = ("OVERLOADED", "STORE_UNAVAILABLE")   # refusals an alert matches, created for every RPC
+CLAIM_RESULTS = ("won", "running", "replayed", "tampered")
+REFUSED_CLAIMS = ("expired", "forbidden", "role")
+COMPENSATION_RESULTS = ("compensated", "failed", "unknown")
+RECONCILE_RESULTS = ("succeeded", "failed", "not_applied", "still_unknown", "manual_review")
 
 
 class _Off:
@@ -35,9 +61,13 @@ class _Off:
     def set(self, value: float) -> None:
         pass
 
+    def set_function(self, f: Callable[[], float]) -> None:
+        pass
+
 
 class Metrics:
-    def __init__(self, tools: frozenset[str] = frozenset(), *, enabled: bool = True) -> None:
+    def __init__(self, tools: frozenset[str] = frozenset(), *, enabled: bool = True,
+                 reads: frozenset[str] = frozenset()) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.tools = tools
         self.enabled = enabled
@@ -69,24 +99,84 @@ class Metrics:
         self.actions = Gauge("countersign_actions", "Actions seen in a state by this sidecar's last "
                              "reconciler scan", ["state"], registry=r)
 
-        for tool in (*sorted(tools), "other"):   # series exist from the start, so the first event counts
-            for outcome in ("succeeded", "failed", "unknown"):
-                self.executions.labels(tool, outcome)
-            self.replay_hits.labels(tool, "confirm")
-        for rpc in ("Invoke", "Confirm", "Reject", "GetAction", "Compensate", "Reconcile"):
-            self.fail_closed.labels(rpc)
-        for state in ("running", "unknown", "lease_lapsed", "needs_manual_review"):
-            self.actions.labels(state)
-        for verdict in ("passed", "replaced", "flagged"):  # flagged: passed, in a language without a lexicon
-            self.guard.labels(verdict)
+        # ---- RED and USE (issue 16): every RPC by method and gRPC code, saturation against the limit, and the
+        # Redis round trip of each script. Observed in one place each: the rpc wrapper, the gate, the store.
+        self.rpc_duration = Histogram("countersign_rpc_server_duration_seconds", "gRPC calls handled, by method "
+                                      "and status code (OTel rpc.server.duration): rate, errors and duration",
+                                      ["method", "code"], buckets=BUCKETS, registry=r)
+        self.in_flight = Gauge("countersign_in_flight", "Calls the sidecar holds now (running, or received and "
+                               "waiting inside gRPC), as admission counts them", registry=r)
+        self.max_in_flight = Gauge("countersign_max_in_flight", "The configured --max-in-flight: beyond it calls "
+                                   "are shed with RESOURCE_EXHAUSTED", registry=r)
+        self.redis = Histogram("countersign_redis_duration_seconds", "Redis round trips by script (failed ones "
+                               "included)", ["script"], buckets=BUCKETS, registry=r)
+
+        self._zero_series(tools, reads)
         if not enabled:
             off: Any = _Off()
             for name, value in list(vars(self).items()):
                 if isinstance(value, (Counter, Gauge, Histogram)):
                     setattr(self, name, off)
 
+    def _zero_series(self, tools: frozenset[str], reads: frozenset[str]) -> None:
+        """Create at 0 every labelled series an alert or a dashboard panel matches, per tool.
+
+        A series that first appears with the first event has no earlier sample, so ``increase()`` over it
+        is 0 and an alert on "any failure" never fires on a pod's first failure. Created at start, the
+        series is scraped at 0 before the event, and the event is an increase.
+        """
+        for tool in (*sorted(tools), "other"):
+            for outcome in ("succeeded", "failed", "unknown"):
+                self.executions.labels(tool, outcome)
+            for source in ("confirm", "invoke"):
+                self.replay_hits.labels(tool, source)
+            for result in CLAIM_RESULTS:
+                self.claims.labels(tool, result)
+            for result in COMPENSATION_RESULTS:
+                self.compensations.labels(tool, result)
+            for result in RECONCILE_RESULTS:
+                self.reconciliations.labels(tool, result)
+            kind, decisions = ("read", ("succeeded", "failed", "unknown")) if tool in reads else \
+                ("write", ("card", "same_card", "replay"))
+            for decision in decisions:
+                self.invocations.labels(tool, kind, decision)
+        for result in REFUSED_CLAIMS:                       # refused before the tool is known
+            self.claims.labels("other", result)
+        for rpc in RPCS:
+            self.fail_closed.labels(rpc)
+            for reason in PRECREATED_REASONS:
+                self.refusals.labels(rpc, reason)
+        for state in ("running", "unknown", "lease_lapsed", "needs_manual_review"):
+            self.actions.labels(state)
+        for verdict in ("passed", "replaced", "flagged"):  # flagged: passed, in a language without a lexicon
+            self.guard.labels(verdict)
+
+    def watch_admission(self, holding: Callable[[], float], limit: int) -> None:
+        """The in-flight gauge reads the gate when scraped: nothing is done per call."""
+        self.in_flight.set_function(holding)
+        self.max_in_flight.set(limit)
+
+    def redis_observer(self) -> Callable[[str, float], None] | None:
+        """What the store calls after each script's round trip (None when telemetry is off: not even a clock)."""
+        if not self.enabled:
+            return None
+        children: dict[str, Any] = {}
+
+        def observe(script: str, seconds: float) -> None:
+            child = children.get(script)
+            if child is None:
+                child = children[script] = self.redis.labels(script)
+            child.observe(seconds)
+
+        return observe
+
     def tool(self, name: str) -> str:
         return name if name in self.tools else "other"
+
+    @staticmethod
+    def reason(reason: str) -> str:
+        """A reason as a label value: one of the sidecar's own, else OTHER."""
+        return reason if reason in REASONS else "OTHER"
 
     @contextmanager
     def timed(self, stage: str, *, span: bool = True) -> Iterator[None]:

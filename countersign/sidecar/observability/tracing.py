@@ -1,27 +1,97 @@
-"""OpenTelemetry: one server span per RPC (continuing the caller's traceparent), and the W3C
-traceparent handed on to the downstream by the adapters.
+"""OpenTelemetry, by the semantic conventions: one SERVER span per RPC (continuing the caller's traceparent),
+stage spans under it, one CLIENT span per downstream call, and the W3C traceparent handed on to the downstream.
 
-The exporter comes from the standard OTEL_* environment: OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is
-set, none otherwise (spans still carry valid trace ids to the downstream).
+Configuration is the SDK's standard environment, read once at start:
+
+    OTEL_TRACES_EXPORTER          otlp | console | none | any installed exporter's entry point, comma-separated.
+                                  Unset: otlp when an OTLP endpoint is set, else none (spans are not recorded)
+    OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL   grpc (default) | http/protobuf
+    OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, _HEADERS, _INSECURE, ...  read by the exporter itself
+    OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES   win over the defaults (service.name countersign,
+                                  service.version the installed package's)
+    OTEL_TRACES_SAMPLER[_ARG]     read by the SDK's TracerProvider
+    OTEL_SDK_DISABLED=true        nothing is recorded
+
+Server spans are named ``countersign.v1.ToolGatewayService/Invoke`` and carry ``rpc.system``, ``rpc.service``,
+``rpc.method`` and ``rpc.grpc.status_code``; their status is ERROR only for a server fault (UNKNOWN, INTERNAL,
+UNAVAILABLE, DATA_LOSS, DEADLINE_EXCEEDED, UNIMPLEMENTED), never for a refusal (INVALID_ARGUMENT, NOT_FOUND, ...).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
 
+import grpc
 from opentelemetry import propagate, trace
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 log = logging.getLogger("countersign.tracing")
 tracer = trace.get_tracer("countersign")
 _configured = False
 recording = False     # True once setup() installed the SDK: stage spans are worth creating
+
+# gRPC codes that mean the server failed (semantic conventions, gRPC server spans); every other code is the
+# caller's business (a refusal, a precondition, a shed call) and leaves the span's status unset.
+SERVER_FAULTS = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE,
+                           grpc.StatusCode.DATA_LOSS, grpc.StatusCode.DEADLINE_EXCEEDED,
+                           grpc.StatusCode.UNIMPLEMENTED})
+_PROTOCOLS = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto_http"}
+
+
+def version() -> str:
+    try:
+        return metadata.version("countersign")
+    except metadata.PackageNotFoundError:   # a source tree that was never installed
+        return "0+unknown"
+
+
+def resource() -> Resource:
+    """service.name countersign and service.version, unless OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES say."""
+    defaults = Resource({"service.name": "countersign", "service.version": version()})
+    return Resource.create(dict(defaults.merge(OTELResourceDetector().detect()).attributes))
+
+
+def exporter_names(environ: dict[str, str] | None = None) -> list[str]:
+    """The entry-point names of the span exporters the environment asks for (empty: record nothing)."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return []
+    asked = env.get("OTEL_TRACES_EXPORTER", "").strip()
+    if not asked:   # the cheap default: without an endpoint there is nowhere to send spans, so none are made
+        endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        asked = "otlp" if endpoint else "none"
+    names = []
+    for name in (n.strip() for n in asked.split(",")):
+        if name in ("", "none"):
+            continue
+        if name == "otlp":
+            protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                        or "grpc").strip()
+            if protocol not in _PROTOCOLS:
+                raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: the sidecar speaks grpc or "
+                                 "http/protobuf")
+            name = _PROTOCOLS[protocol]
+        names.append(name)
+    return names
+
+
+def _exporter(name: str) -> SpanExporter:
+    """An exporter by its entry point (opentelemetry_traces_exporter), configured by its own OTEL_* variables."""
+    found = metadata.entry_points(group="opentelemetry_traces_exporter", name=name)
+    if not found:
+        raise ValueError(f"OTEL_TRACES_EXPORTER names {name!r}, which no installed package provides")
+    exporter: SpanExporter = next(iter(found)).load()()
+    return exporter
 
 
 def setup(*, force: bool = False) -> bool:
@@ -29,39 +99,63 @@ def setup(*, force: bool = False) -> bool:
 
     With no exporter configured, spans are not recorded at all (measured: recording them costs
     about 14 % of Confirm's CPU); the downstream still gets a traceparent (``outgoing_headers``).
-    Returns whether spans are recorded.
+    ``force`` records even so (tests add their own in-memory exporter). Returns whether spans are recorded.
+    A misconfiguration (an unknown exporter or protocol) raises ValueError: the start fails, naming it.
     """
-    global _configured
+    global _configured, recording
     if _configured:
         return True
-    wanted = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true" or not (wanted or force):
+    names = exporter_names()
+    if not (names or force):
         return False
+    exporters = [_exporter(name) for name in names]
     _configured = True
-    provider = TracerProvider(resource=Resource.create({"service.name": os.environ.get(
-        "OTEL_SERVICE_NAME", "countersign")}))
-    if wanted:
-        try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        except ImportError:
-            log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but opentelemetry-exporter-otlp-proto-grpc "
-                        "is not installed: spans are recorded and dropped")
-        else:
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider = TracerProvider(resource=resource())
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    global recording
     recording = True
+    log.info("tracing on", extra={"event": "tracing", "exporters": names})
     return True
 
 
+@dataclass(frozen=True)
+class RpcMethod:
+    """One RPC of the contract as the conventions name it: span name and the rpc.* attributes."""
+
+    service: str      # countersign.v1.ToolGatewayService
+    method: str       # Invoke
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.service}/{self.method}"
+
+    def attributes(self) -> dict[str, str]:
+        return {"rpc.system": "grpc", "rpc.service": self.service, "rpc.method": self.method}
+
+
 @contextmanager
-def server_span(name: str, metadata: Iterable[tuple[str, str | bytes]] | None) -> Iterator[Span]:
-    """The span of one RPC, a child of the caller's traceparent when it sent one."""
+def server_span(method: RpcMethod, attributes: dict[str, str],
+                metadata: Iterable[tuple[str, str | bytes]] | None) -> Iterator[Span]:
+    """The span of one RPC, a child of the caller's traceparent when it sent one. ``attributes`` is
+    ``method.attributes()``, made once per method rather than per call."""
     carrier = {k: v for k, v in (metadata or ()) if isinstance(v, str) and k in ("traceparent", "tracestate")}
     parent = propagate.extract(carrier) if carrier else None
-    with tracer.start_as_current_span(name, context=parent, kind=SpanKind.SERVER,
+    with tracer.start_as_current_span(method.full_name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
                                       record_exception=False, set_status_on_exception=False) as span:
         yield span
+
+
+def end_server_span(span: Span, code: grpc.StatusCode, reason: str = "") -> None:
+    """The answer's gRPC code on the server span; ERROR only when the server failed."""
+    if not span.is_recording():
+        return
+    span.set_attribute("rpc.grpc.status_code", code.value[0])
+    if reason:
+        span.set_attribute("countersign.reason", reason)
+    if code in SERVER_FAULTS:
+        span.set_status(Status(StatusCode.ERROR, reason or code.name))
+        span.set_attribute("error.type", code.name)
 
 
 def outgoing_headers() -> dict[str, str]:
@@ -101,15 +195,84 @@ def stage_span(name: str) -> Iterator[Span]:
         yield span
 
 
+def safe_url(template: str) -> str:
+    """A registry URL template as it may be shown in spans, logs and messages: scheme, host, port and the
+    path template ({placeholders} unfilled, so no argument value), without userinfo, query or fragment."""
+    parts = urllib.parse.urlsplit(template)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = f"{host}:{port}" if port else host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _server(url: str) -> tuple[str, int]:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return parts.hostname or "", port or (443 if parts.scheme == "https" else 80)
+
+
+def downstream_attributes(kind: str, method: str, url_or_target: str) -> dict[str, Any]:
+    """The CLIENT span's attributes for one downstream (HTTP or gRPC), by the conventions."""
+    if kind == "http":
+        url = safe_url(url_or_target)
+        host, port = _server(url)
+        return {"http.request.method": method, "server.address": host, "server.port": port, "url.full": url,
+                "url.template": urllib.parse.urlsplit(url).path}
+    target = url_or_target
+    attrs: dict[str, Any] = {"rpc.system": "grpc", "rpc.service": "countersign.v1.ToolBackendService",
+                             "rpc.method": method}
+    if target.startswith("unix:"):
+        attrs["server.address"] = target[5:]
+    else:
+        host, _, number = target.rpartition(":")
+        attrs["server.address"] = host.strip("[]") or target
+        if number.isdigit():
+            attrs["server.port"] = int(number)
+    return attrs
+
+
 @contextmanager
-def client_span(tool: str, adapter: str) -> Iterator[Span]:
-    """The execute stage: the downstream call itself (one CLIENT span; the adapters inject its traceparent)."""
+def client_span(tool: str, adapter: str, method: str, url_or_target: str) -> Iterator[Span]:
+    """The downstream call itself: one CLIENT span (the adapters inject its traceparent), named
+    ``POST /todos`` (HTTP: method and path template) or ``countersign.v1.ToolBackendService/Execute`` (gRPC)."""
     if not recording or not trace.get_current_span().is_recording():
         yield trace.INVALID_SPAN     # outgoing_headers still hands the trace on, as a hop of its own
         return
-    with tracer.start_as_current_span("countersign.execute", kind=SpanKind.CLIENT, record_exception=False,
-                                      attributes={"countersign.tool": tool, "countersign.adapter": adapter}) as span:
+    attributes = downstream_attributes(adapter, method, url_or_target)
+    name = (f"{method} {attributes['url.template']}" if adapter == "http"
+            else f"{attributes['rpc.service']}/{method}")
+    attributes.update({"countersign.tool": tool, "countersign.adapter": adapter})
+    with tracer.start_as_current_span(name, kind=SpanKind.CLIENT, record_exception=False,
+                                      attributes=attributes) as span:
         yield span
+
+
+def end_client_span(span: Span, adapter: str, status: str, reason: str) -> None:
+    """The downstream's answer on the CLIENT span: HTTP status or gRPC code; ERROR for an HTTP status of 400
+    or more, a gRPC code other than OK, or no answer at all (not sent, timed out, connection lost)."""
+    if not span.is_recording():
+        return
+    if adapter == "http" and status.isdigit():
+        span.set_attribute("http.response.status_code", int(status))
+        failed = int(status) >= 400
+        error_type = status
+    elif adapter != "http" and status in grpc.StatusCode.__members__:
+        span.set_attribute("rpc.grpc.status_code", grpc.StatusCode[status].value[0])
+        failed = status != "OK"
+        error_type = status
+    else:   # no answer
+        failed, error_type = True, reason or "NO_ANSWER"
+    if failed:
+        span.set_status(Status(StatusCode.ERROR, reason or error_type))
+        span.set_attribute("error.type", error_type)
 
 
 def annotate(**attributes: str | bool | int) -> None:

@@ -1,33 +1,59 @@
 {{/*
-Countersign's named templates. The public ones take the root context of EITHER this chart or a parent
-chart that lists countersign as a dependency; in a parent chart they read .Values.countersign.
+Countersign's named templates. One is public: it patches an agent's pod template.
 
-  countersign.sidecar         the sidecar container, for the pod's initContainers (a native sidecar)
-  countersign.volumes         the volumes it needs, for the pod's volumes
-  countersign.podAnnotations  checksum/countersign-registry: a registry change rolls the pods
-  countersign.podLabels       the label the metrics Service selects
-  countersign.agentEnv        COUNTERSIGN_ADDR for the agent container
-  countersign.agentVolumeMounts  the shared socket directory, when listen.unixSocket
+  template:
+    {{- include "countersign.pod" (dict "values" .Values.countersign "root" $ "pod" (include "my-agent.pod" . | fromYaml)) | nindent 4 }}
+
+  values      the countersign chart's values as the parent sees them: .Values.countersign, or .Values.<alias>
+              when the dependency is aliased. Passed explicitly, so neither an alias nor a parent's own keys
+              (a top-level listen:, image:, ...) can be mistaken for them.
+  root        the parent's root context ($): release name and namespace, and the subcharts, among which the
+              one holding these values is found (for its name and appVersion: object names, image tag).
+  pod         the agent's pod template, metadata and spec, as a dict.
+  containers  optional list of container names that talk to the sidecar; default: every container.
+
+It returns the pod template with: the sidecar as a native sidecar (an init container with restartPolicy
+Always, after the pod's own init containers), its volumes (plus extraVolumes), COUNTERSIGN_ADDRESS (and the
+socket mount) in the agent's containers, the registry checksum annotation (a registry change rolls the
+pods), the label the metrics Service and PodMonitor select, and fsGroup 10001 for the unix socket unless the
+pod sets one. The subchart itself renders the registry ConfigMap and, when enabled, the monitors.
 */}}
 
-{{/* The countersign values out of a root context: this chart's, or a parent's .Values.countersign. */}}
+{{/*
+The context every other template reads: .Values, .Chart (name, appVersion of the countersign chart whose
+values these are), .Release. Takes (dict "values" V "root" R); R is this chart's root or a parent's.
+*/}}
 {{- define "countersign.ctx" -}}
-{{- $v := .Values -}}
-{{- $app := .Chart.AppVersion -}}
-{{- if and (hasKey .Values "countersign") (not (hasKey .Values "listen")) -}}
-{{- $v = .Values.countersign -}}
-{{- $app = (index .Subcharts "countersign").Chart.AppVersion -}}
+{{- $values := .values -}}
+{{- if not (kindIs "map" $values) -}}
+{{- fail "countersign.pod: pass the countersign chart's values: (dict \"values\" .Values.countersign \"root\" $ \"pod\" ...), or .Values.<alias> when the dependency is aliased" -}}
 {{- end -}}
-{{- toJson (dict "Values" $v "AppVersion" $app "Release" (dict "Name" .Release.Name "Namespace" .Release.Namespace "Service" .Release.Service)) -}}
+{{- $wanted := omit $values "global" -}}
+{{- $chart := dict -}}
+{{- /* this chart itself (standalone, or its own templates), else the dependency holding these values */ -}}
+{{- if and (eq (index .root.Chart.Annotations "countersign.io/chart") "true") (deepEqual (omit .root.Values "global") $wanted) -}}
+{{- $chart = .root.Chart -}}
+{{- else -}}
+{{- range $name, $sub := (.root.Subcharts | default dict) -}}
+{{- if and (not $chart) (eq (index $sub.Chart.Annotations "countersign.io/chart") "true") (deepEqual (omit $sub.Values "global") $wanted) -}}
+{{- $chart = $sub.Chart -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $chart -}}
+{{- fail "countersign.pod: the values passed are not the values of any countersign dependency of this chart; pass .Values.<dependency name or alias> unchanged" -}}
+{{- end -}}
+{{- toJson (dict "Values" $values "Chart" (dict "Name" $chart.Name "AppVersion" $chart.AppVersion) "Release" (dict "Name" .root.Release.Name "Namespace" .root.Release.Namespace "Service" .root.Release.Service)) -}}
 {{- end -}}
 
+{{/* <release>-countersign (or <release>-<alias>): the base name of every object of this chart. */}}
 {{- define "countersign.fullname" -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
-{{- else if contains "countersign" .Release.Name -}}
+{{- else if contains .Chart.Name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-countersign" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
@@ -39,6 +65,11 @@ app.kubernetes.io/part-of: countersign
 {{- with .Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
+{{- end -}}
+
+{{/* The label the metrics Service and the PodMonitor select. */}}
+{{- define "countersign.podLabels" -}}
+countersign.io/sidecar: {{ include "countersign.fullname" . | quote }}
 {{- end -}}
 
 {{/* The registry YAML text, from a string or a mapping. */}}
@@ -55,7 +86,7 @@ tools: []
 {{- end -}}
 
 {{- define "countersign.image" -}}
-{{- $tag := .Values.image.tag | default .AppVersion -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
 {{- else -}}
@@ -84,8 +115,18 @@ tools: []
 
 {{- define "countersign.redisEnv" -}}
 {{- $r := .Values.redis -}}
+{{- /* A redis+cluster:// or redis(s)+sentinel:// URL says its mode; only a contradicting mode is an error. */ -}}
+{{- $scheme := regexFind "^[a-z+]+://" ($r.url | default "") -}}
+{{- $mode := $r.mode -}}
+{{- if hasSuffix "+cluster://" $scheme -}}
+{{- if eq $r.mode "sentinel" }}{{ fail (printf "countersign: redis.url %s... is a cluster URL but redis.mode is sentinel" $scheme) }}{{ end -}}
+{{- $mode = "cluster" -}}
+{{- else if hasSuffix "+sentinel://" $scheme -}}
+{{- if eq $r.mode "cluster" }}{{ fail (printf "countersign: redis.url %s... is a sentinel URL but redis.mode is cluster" $scheme) }}{{ end -}}
+{{- $mode = "sentinel" -}}
+{{- end -}}
 - name: COUNTERSIGN_REDIS_MODE
-  value: {{ $r.mode | quote }}
+  value: {{ $mode | quote }}
 {{- if $r.existingSecret }}
 - name: COUNTERSIGN_REDIS_URL
   valueFrom:
@@ -105,10 +146,16 @@ tools: []
 {{- end }}
 {{- end -}}
 
+{{/* One probe: (list ctx probeValues path). http: the metrics port's /healthz or /readyz. */}}
 {{- define "countersign.probe" -}}
 {{- $ := index . 0 -}}
 {{- $p := index . 1 -}}
-{{- if eq $.Values.probes.type "grpc" -}}
+{{- $path := index . 2 -}}
+{{- if eq $.Values.probes.type "http" -}}
+httpGet:
+  path: {{ $path }}
+  port: cs-metrics
+{{- else if eq $.Values.probes.type "grpc" -}}
 grpc:
   port: {{ int $.Values.listen.port }}
   service: ""
@@ -121,108 +168,123 @@ timeoutSeconds: {{ $p.timeoutSeconds }}
 failureThreshold: {{ $p.failureThreshold }}
 {{- end -}}
 
-{{/* ---- public templates ---- */}}
-
-{{- define "countersign.sidecar" -}}
-{{- $ := include "countersign.ctx" . | fromJson -}}
-{{- $v := $.Values -}}
+{{/* The sidecar container (for initContainers: a native sidecar). Takes the ctx. */}}
+{{- define "countersign.container" -}}
+{{- $ := . -}}
+{{- $v := .Values -}}
 {{- if and (eq $v.probes.type "grpc") (or $v.listen.unixSocket (not (has $v.listen.host (list "0.0.0.0" "::" "[::]")))) -}}
-{{- fail "countersign: probes.type grpc needs listen.host 0.0.0.0 (kubelet's gRPC probe dials the pod IP, not loopback or a socket); use probes.type exec" -}}
+{{- fail "countersign: probes.type grpc needs listen.host 0.0.0.0 (kubelet's gRPC probe dials the pod IP, not loopback or a socket); use probes.type http" -}}
 {{- end -}}
-- name: countersign
-  image: {{ include "countersign.image" $ | quote }}
-  imagePullPolicy: {{ $v.image.pullPolicy }}
-  # A native sidecar: started before the agent, kept running, stopped after it.
-  restartPolicy: Always
+{{- if and (eq $v.probes.type "http") (not $v.metrics.enabled) -}}
+{{- fail "countersign: probes.type http is served on the metrics port: it needs metrics.enabled (or use probes.type exec)" -}}
+{{- end -}}
+name: countersign
+image: {{ include "countersign.image" $ | quote }}
+imagePullPolicy: {{ $v.image.pullPolicy }}
+# A native sidecar: started before the agent, kept running, stopped after it.
+restartPolicy: Always
+{{- if $v.listen.unixSocket }}
+# umask 0007: the socket is group-writable, the pod's fsGroup lets the agent connect.
+command: ["/bin/sh", "-c", "umask 0007 && exec countersign serve"]
+{{- end }}
+env:
+  - name: COUNTERSIGN_LISTEN
+    value: {{ include "countersign.listenAddress" $ | quote }}
+  - name: COUNTERSIGN_METRICS_LISTEN
+    value: {{ ternary (printf "0.0.0.0:%d" (int $v.metrics.port)) "" $v.metrics.enabled | quote }}
+  - name: COUNTERSIGN_REGISTRY
+    value: /etc/countersign/registry/registry.yaml
+  {{- if $v.keys.existingSecret }}
+  - name: COUNTERSIGN_KEYS_FILE
+    value: /etc/countersign/keys/keys.json
+  {{- end }}
+  {{- include "countersign.redisEnv" $ | nindent 2 }}
+  - name: COUNTERSIGN_CONFIRM_TTL
+    value: {{ $v.settings.confirmTTL | quote }}
+  - name: COUNTERSIGN_REPLAY_TTL
+    value: {{ $v.settings.replayTTL | quote }}
+  - name: COUNTERSIGN_LEASE
+    value: {{ $v.settings.lease | quote }}
+  - name: COUNTERSIGN_DOWNSTREAM_DEADLINE
+    value: {{ $v.settings.downstreamDeadline | quote }}
+  - name: COUNTERSIGN_GRACE
+    value: {{ $v.settings.grace | quote }}
+  - name: COUNTERSIGN_LOG_LEVEL
+    value: {{ $v.settings.logLevel | quote }}
+  - name: COUNTERSIGN_MAX_IN_FLIGHT
+    value: {{ $v.settings.maxInFlight | int | toString | quote }}
+  {{- if $v.tracing.endpoint }}
+  - name: OTEL_EXPORTER_OTLP_ENDPOINT
+    value: {{ $v.tracing.endpoint | quote }}
+  - name: OTEL_TRACES_SAMPLER
+    value: parentbased_traceidratio
+  - name: OTEL_TRACES_SAMPLER_ARG
+    value: {{ $v.tracing.sampleRatio | toString | quote }}
+  {{- end }}
+  # OpenTelemetry resource: the service is named per agent release; pod, namespace and node from the
+  # downward API (used when spans are exported: tracing.endpoint, or OTEL_TRACES_EXPORTER in extraEnv).
+  - name: OTEL_SERVICE_NAME
+    value: {{ $v.tracing.serviceName | default (include "countersign.fullname" $) | quote }}
+  - name: K8S_POD_NAME
+    valueFrom: {fieldRef: {fieldPath: metadata.name}}
+  - name: K8S_NAMESPACE_NAME
+    valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+  - name: K8S_NODE_NAME
+    valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+  - name: OTEL_RESOURCE_ATTRIBUTES
+    value: "k8s.pod.name=$(K8S_POD_NAME),k8s.namespace.name=$(K8S_NAMESPACE_NAME),k8s.node.name=$(K8S_NODE_NAME),k8s.container.name=countersign"
+  {{- with $v.extraEnv }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- if or $v.metrics.enabled (not $v.listen.unixSocket) }}
+ports:
+  {{- if $v.metrics.enabled }}
+  - name: cs-metrics
+    containerPort: {{ int $v.metrics.port }}
+    protocol: TCP
+  {{- end }}
+  {{- if not $v.listen.unixSocket }}
+  - name: cs-grpc
+    containerPort: {{ int $v.listen.port }}
+    protocol: TCP
+  {{- end }}
+{{- end }}
+startupProbe:
+  {{- include "countersign.probe" (list $ $v.probes.startup "/healthz") | nindent 2 }}
+livenessProbe:
+  {{- include "countersign.probe" (list $ $v.probes.liveness "/healthz") | nindent 2 }}
+readinessProbe:
+  {{- include "countersign.probe" (list $ $v.probes.readiness $v.probes.readinessPath) | nindent 2 }}
+resources:
+  {{- toYaml $v.resources | nindent 2 }}
+securityContext:
+  {{- toYaml $v.securityContext | nindent 2 }}
+volumeMounts:
+  - name: countersign-registry
+    mountPath: /etc/countersign/registry
+    readOnly: true
+  {{- if $v.keys.existingSecret }}
+  - name: countersign-keys
+    mountPath: /etc/countersign/keys
+    readOnly: true
+  {{- end }}
+  - name: countersign-tmp
+    mountPath: /tmp
   {{- if $v.listen.unixSocket }}
-  # umask 0007: the socket is group-writable, the pod's fsGroup lets the agent connect.
-  command: ["/bin/sh", "-c", "umask 0007 && exec countersign serve"]
+  - name: countersign-socket
+    mountPath: {{ $v.listen.socketDir }}
   {{- end }}
-  env:
-    - name: COUNTERSIGN_LISTEN
-      value: {{ include "countersign.listenAddress" $ | quote }}
-    - name: COUNTERSIGN_METRICS_LISTEN
-      value: {{ ternary (printf "0.0.0.0:%d" (int $v.metrics.port)) "" $v.metrics.enabled | quote }}
-    - name: COUNTERSIGN_REGISTRY
-      value: /etc/countersign/registry/registry.yaml
-    {{- if $v.keys.existingSecret }}
-    - name: COUNTERSIGN_KEYS_FILE
-      value: /etc/countersign/keys/keys.json
-    {{- end }}
-    {{- include "countersign.redisEnv" $ | nindent 4 }}
-    - name: COUNTERSIGN_CONFIRM_TTL
-      value: {{ $v.settings.confirmTTL | quote }}
-    - name: COUNTERSIGN_REPLAY_TTL
-      value: {{ $v.settings.replayTTL | quote }}
-    - name: COUNTERSIGN_LEASE
-      value: {{ $v.settings.lease | quote }}
-    - name: COUNTERSIGN_DOWNSTREAM_DEADLINE
-      value: {{ $v.settings.downstreamDeadline | quote }}
-    - name: COUNTERSIGN_GRACE
-      value: {{ $v.settings.grace | quote }}
-    - name: COUNTERSIGN_LOG_LEVEL
-      value: {{ $v.settings.logLevel | quote }}
-    - name: COUNTERSIGN_MAX_IN_FLIGHT
-      value: {{ $v.settings.maxInFlight | int | toString | quote }}
-    {{- if $v.tracing.endpoint }}
-    - name: OTEL_EXPORTER_OTLP_ENDPOINT
-      value: {{ $v.tracing.endpoint | quote }}
-    - name: OTEL_TRACES_SAMPLER
-      value: parentbased_traceidratio
-    - name: OTEL_TRACES_SAMPLER_ARG
-      value: {{ $v.tracing.sampleRatio | toString | quote }}
-    - name: OTEL_SERVICE_NAME
-      value: countersign
-    {{- end }}
-    {{- with $v.extraEnv }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
-  {{- if or $v.metrics.enabled (not $v.listen.unixSocket) }}
-  ports:
-    {{- if $v.metrics.enabled }}
-    - name: cs-metrics
-      containerPort: {{ int $v.metrics.port }}
-      protocol: TCP
-    {{- end }}
-    {{- if not $v.listen.unixSocket }}
-    - name: cs-grpc
-      containerPort: {{ int $v.listen.port }}
-      protocol: TCP
-    {{- end }}
+  {{- with $v.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
   {{- end }}
-  startupProbe:
-    {{- include "countersign.probe" (list $ $v.probes.startup) | nindent 4 }}
-  livenessProbe:
-    {{- include "countersign.probe" (list $ $v.probes.liveness) | nindent 4 }}
-  readinessProbe:
-    {{- include "countersign.probe" (list $ $v.probes.readiness) | nindent 4 }}
-  resources:
-    {{- toYaml $v.resources | nindent 4 }}
-  securityContext:
-    {{- toYaml $v.securityContext | nindent 4 }}
-  volumeMounts:
-    - name: countersign-registry
-      mountPath: /etc/countersign/registry
-      readOnly: true
-    {{- if $v.keys.existingSecret }}
-    - name: countersign-keys
-      mountPath: /etc/countersign/keys
-      readOnly: true
-    {{- end }}
-    - name: countersign-tmp
-      mountPath: /tmp
-    {{- if $v.listen.unixSocket }}
-    - name: countersign-socket
-      mountPath: {{ $v.listen.socketDir }}
-    {{- end }}
 {{- end -}}
 
+{{/* The volumes the sidecar needs (a YAML list). Takes the ctx. */}}
 {{- define "countersign.volumes" -}}
-{{- $ := include "countersign.ctx" . | fromJson -}}
-{{- $v := $.Values -}}
+{{- $v := .Values -}}
 - name: countersign-registry
   configMap:
-    name: {{ include "countersign.fullname" $ }}-registry
+    name: {{ include "countersign.fullname" . }}-registry
 {{- if $v.keys.existingSecret }}
 - name: countersign-keys
   secret:
@@ -241,28 +303,50 @@ failureThreshold: {{ $p.failureThreshold }}
     medium: Memory
     sizeLimit: 1Mi
 {{- end }}
+{{- with $v.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
-{{- define "countersign.podAnnotations" -}}
-{{- $ := include "countersign.ctx" . | fromJson -}}
-checksum/countersign-registry: {{ include "countersign.registryText" $ | sha256sum }}
-{{- end -}}
+{{/* ---- the public template ---- */}}
 
-{{- define "countersign.podLabels" -}}
+{{- define "countersign.pod" -}}
 {{- $ := include "countersign.ctx" . | fromJson -}}
-countersign.io/sidecar: {{ include "countersign.fullname" $ | quote }}
+{{- $v := $.Values -}}
+{{- $pod := deepCopy (.pod | default dict) -}}
+{{- $meta := $pod.metadata | default dict -}}
+{{- $_ := set $meta "labels" (merge (include "countersign.podLabels" $ | fromYaml) ($meta.labels | default dict)) -}}
+{{- $checksum := dict "checksum/countersign-registry" (include "countersign.registryText" $ | sha256sum) -}}
+{{- $_ = set $meta "annotations" (merge $checksum ($meta.annotations | default dict)) -}}
+{{- $_ = set $pod "metadata" $meta -}}
+{{- $spec := $pod.spec | default dict -}}
+{{- $_ = set $spec "initContainers" (append ($spec.initContainers | default list) (include "countersign.container" $ | fromYaml)) -}}
+{{- $_ = set $spec "volumes" (concat ($spec.volumes | default list) (include "countersign.volumes" $ | fromYamlArray)) -}}
+{{- $names := .containers | default list -}}
+{{- $address := include "countersign.agentAddress" $ -}}
+{{- $containers := list -}}
+{{- range $c := $spec.containers | default list -}}
+{{- if or (not $names) (has $c.name $names) -}}
+{{- $env := $c.env | default list -}}
+{{- $has := false -}}
+{{- range $e := $env -}}{{- if eq $e.name "COUNTERSIGN_ADDRESS" -}}{{- $has = true -}}{{- end -}}{{- end -}}
+{{- if not $has -}}
+{{- $_ = set $c "env" (append $env (dict "name" "COUNTERSIGN_ADDRESS" "value" $address)) -}}
 {{- end -}}
-
-{{- define "countersign.agentEnv" -}}
-{{- $ := include "countersign.ctx" . | fromJson -}}
-- name: COUNTERSIGN_ADDR
-  value: {{ include "countersign.agentAddress" $ | quote }}
+{{- if $v.listen.unixSocket -}}
+{{- $_ = set $c "volumeMounts" (append ($c.volumeMounts | default list) (dict "name" "countersign-socket" "mountPath" $v.listen.socketDir)) -}}
 {{- end -}}
-
-{{- define "countersign.agentVolumeMounts" -}}
-{{- $ := include "countersign.ctx" . | fromJson -}}
-{{- if $.Values.listen.unixSocket -}}
-- name: countersign-socket
-  mountPath: {{ $.Values.listen.socketDir }}
 {{- end -}}
+{{- $containers = append $containers $c -}}
+{{- end -}}
+{{- $_ = set $spec "containers" $containers -}}
+{{- if $v.listen.unixSocket -}}
+{{- $security := $spec.securityContext | default dict -}}
+{{- if not (hasKey $security "fsGroup") -}}
+{{- $_ = set $security "fsGroup" 10001 -}}
+{{- end -}}
+{{- $_ = set $spec "securityContext" $security -}}
+{{- end -}}
+{{- $_ = set $pod "spec" $spec -}}
+{{- toYaml $pod -}}
 {{- end -}}

@@ -1,0 +1,142 @@
+import datetime
+
+from countersign_client.v1 import common_pb2 as _common_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class InvokeRequest(_message.Message):
+    __slots__ = ("context", "tool_name", "arguments_json")
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    context: _common_pb2.CallContext
+    tool_name: str
+    arguments_json: str
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., tool_name: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
+
+class InvokeResponse(_message.Message):
+    __slots__ = ("result", "confirmation", "refusal", "replay")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMATION_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_FIELD_NUMBER: _ClassVar[int]
+    result: ToolResult
+    confirmation: ConfirmationCard
+    refusal: Refusal
+    replay: _common_pb2.Action
+    def __init__(self, result: _Optional[_Union[ToolResult, _Mapping]] = ..., confirmation: _Optional[_Union[ConfirmationCard, _Mapping]] = ..., refusal: _Optional[_Union[Refusal, _Mapping]] = ..., replay: _Optional[_Union[_common_pb2.Action, _Mapping]] = ...) -> None: ...
+
+class ToolResult(_message.Message):
+    __slots__ = ("tool_name", "result_json")
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    tool_name: str
+    result_json: str
+    def __init__(self, tool_name: _Optional[str] = ..., result_json: _Optional[str] = ...) -> None: ...
+
+class ConfirmationCard(_message.Message):
+    __slots__ = ("token", "action_id", "capability_id", "tool_name", "risk", "preview", "prepared_arguments_json", "expires_at")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    RISK_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    action_id: str
+    capability_id: str
+    tool_name: str
+    risk: _common_pb2.RiskLevel
+    preview: _common_pb2.Preview
+    prepared_arguments_json: str
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, token: _Optional[str] = ..., action_id: _Optional[str] = ..., capability_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., risk: _Optional[_Union[_common_pb2.RiskLevel, str]] = ..., preview: _Optional[_Union[_common_pb2.Preview, _Mapping]] = ..., prepared_arguments_json: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Refusal(_message.Message):
+    __slots__ = ("capability_id", "status", "guidance")
+    CAPABILITY_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    GUIDANCE_FIELD_NUMBER: _ClassVar[int]
+    capability_id: str
+    status: _common_pb2.CapabilityStatus
+    guidance: str
+    def __init__(self, capability_id: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.CapabilityStatus, str]] = ..., guidance: _Optional[str] = ...) -> None: ...
+
+class ConfirmRequest(_message.Message):
+    __slots__ = ("context", "token", "wait_ms")
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    context: _common_pb2.CallContext
+    token: str
+    wait_ms: int
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., token: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class ConfirmResponse(_message.Message):
+    __slots__ = ("action",)
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    action: _common_pb2.Action
+    def __init__(self, action: _Optional[_Union[_common_pb2.Action, _Mapping]] = ...) -> None: ...
+
+class RejectRequest(_message.Message):
+    __slots__ = ("context", "token")
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    context: _common_pb2.CallContext
+    token: str
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class RejectResponse(_message.Message):
+    __slots__ = ("action",)
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    action: _common_pb2.Action
+    def __init__(self, action: _Optional[_Union[_common_pb2.Action, _Mapping]] = ...) -> None: ...
+
+class GetActionRequest(_message.Message):
+    __slots__ = ("context", "action_id")
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    context: _common_pb2.CallContext
+    action_id: str
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., action_id: _Optional[str] = ...) -> None: ...
+
+class GetActionResponse(_message.Message):
+    __slots__ = ("action",)
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    action: _common_pb2.Action
+    def __init__(self, action: _Optional[_Union[_common_pb2.Action, _Mapping]] = ...) -> None: ...
+
+class CompensateRequest(_message.Message):
+    __slots__ = ("context", "action_id")
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    context: _common_pb2.CallContext
+    action_id: str
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., action_id: _Optional[str] = ...) -> None: ...
+
+class CompensateResponse(_message.Message):
+    __slots__ = ("action",)
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    action: _common_pb2.Action
+    def __init__(self, action: _Optional[_Union[_common_pb2.Action, _Mapping]] = ...) -> None: ...
+
+class ReconcileRequest(_message.Message):
+    __slots__ = ("context", "action_id")
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    context: _common_pb2.CallContext
+    action_id: str
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., action_id: _Optional[str] = ...) -> None: ...
+
+class ReconcileResponse(_message.Message):
+    __slots__ = ("action",)
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    action: _common_pb2.Action
+    def __init__(self, action: _Optional[_Union[_common_pb2.Action, _Mapping]] = ...) -> None: ...
