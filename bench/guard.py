@@ -1,36 +1,122 @@
-"""Reply guard benchmark: ReplyGuard.check on a 2 KB reply (DESIGN §9; target < 0.2 ms of CPU per call).
+"""Reply guard benchmark: precision and recall on labelled corpora, and the CPU per 2 KB reply (DESIGN §9).
 
-    /work/main/.venv/bin/python bench/guard.py [--calls N] [--warmup N]
+    .venv/bin/python bench/guard.py                      # both repo corpora, then the CPU figures
+    .venv/bin/python bench/guard.py --corpus PATH [...]  # any corpus file(s) of the same format (see README)
+    .venv/bin/python bench/guard.py --misses             # also list every sentence it got wrong
+    .venv/bin/python bench/guard.py --no-cpu             # accuracy only
 
-The reply is mixed Chinese/English read-only text (a todo listing whose every sentence holds a word such as
-完成, completed, set or saved, so the prefilter wakes claim regexes all over it: a hard case) and one success
-claim near the end. Each scenario runs ``--calls`` calls (the 16 KB one a tenth) after ``--warmup`` calls,
-interleaved with the others in ``--rounds`` rounds, and prints p50/p99 wall time per call (perf_counter_ns
-around each call) and the CPU time per call (time.process_time over its loops / calls). Pure CPU: no I/O, no
-threads. The first line prints a yardstick (a 10k-iteration Python loop) to compare machines.
+A sentence counts as "detected" when the guard, with no receipt, replaces the reply; in a language without
+a lexicon (de, es, ja ...) also when it flags it (reason UNSUPPORTED_LANGUAGE: not passed silently).
+Figures are printed per language, for the obfuscated kinds (a kind that contains "obf") and per kind; for
+a language without a lexicon also the share not passed silently (flagging is the intended answer there,
+claim or not, so its "precision" is not a figure of merit).
+CPU: ReplyGuard.check on ~2 KB replies: ordinary prose (en, zh) with one claim and without, a dense todo
+listing whose every sentence holds a completion word (the hard case), and a 64 KB reply; p50/p99 of the CPU
+per call (the thread's CPU clock around each call) and of wall time. Pure CPU, no I/O.
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from countersign.sidecar.reply_guard import Evidence, ReplyGuard, verbs_of  # noqa: E402
+from countersign.guard import Evidence, ReplyGuard, verbs_of  # noqa: E402
+
+CORPORA = [ROOT / "tests" / "fixtures" / "guard_corpus.yaml", ROOT / "tests" / "fixtures" / "guard_heldout_dev.yaml"]
+LOCALES = {"zh": "zh-CN", "en": "en-US", "de": "de-DE", "es": "es-ES", "ja": "ja-JP"}
+
+
+@dataclass
+class Labelled:
+    text: str
+    claim: bool
+    lang: str
+    kind: str
+
+
+def read_corpus(path: Path) -> list[Labelled]:
+    """``sentences: [{text, claim, lang, kind, repeat_filler?}]`` with an optional top-level ``filler``."""
+    doc: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(doc, dict) or not isinstance(doc.get("sentences"), list):
+        raise SystemExit(f"{path}: expected a mapping with a 'sentences' list (see bench/README.md)")
+    filler = str(doc.get("filler") or "")
+    out = []
+    for i, item in enumerate(doc["sentences"]):
+        if not isinstance(item, dict) or not isinstance(item.get("text"), str) or \
+                not isinstance(item.get("claim"), bool):
+            raise SystemExit(f"{path}: sentences[{i}]: needs text (string) and claim (true/false)")
+        n = int(item.get("repeat_filler") or 0)
+        text = filler * n + item["text"] + filler * n
+        out.append(Labelled(text, item["claim"], str(item.get("lang", "?")), str(item.get("kind", ""))))
+    return out
+
+
+class Score:
+    def __init__(self) -> None:
+        self.tp = self.fp = self.fn = self.tn = 0
+
+    def add(self, want: bool, got: bool) -> None:
+        self.tp += want and got
+        self.fp += got and not want
+        self.fn += want and not got
+        self.tn += not want and not got
+
+    def line(self, name: str) -> str:
+        p = f"{self.tp / (self.tp + self.fp):.3f}" if self.tp + self.fp else "  n/a"
+        r = f"{self.tp / (self.tp + self.fn):.3f}" if self.tp + self.fn else "  n/a"
+        n = self.tp + self.fp + self.fn + self.tn
+        counts = f"(tp {self.tp} fp {self.fp} fn {self.fn} tn {self.tn})"
+        return f"  {name:<22} n={n:<4} precision {p}  recall {r}   {counts}"
+
+
+def accuracy(guard: ReplyGuard, path: Path, misses: bool) -> dict[str, Score]:
+    items = read_corpus(path)
+    scores: dict[str, Score] = defaultdict(Score)
+    kinds: dict[str, Score] = defaultdict(Score)
+    wrong = []
+    flagged: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for s in items:
+        v = guard.check(s.text, LOCALES.get(s.lang, "en-US"), [])
+        # a language with a lexicon must be replaced; one without is detected when not passed silently
+        got = v.replaced or (s.lang not in guard.lexicons and v.reason == "UNSUPPORTED_LANGUAGE")
+        if s.lang not in guard.lexicons:
+            flagged[s.lang][0] += got
+            flagged[s.lang][1] += 1
+        scores[s.lang].add(s.claim, got)
+        scores["all"].add(s.claim, got)
+        if "obf" in s.kind:
+            scores["obfuscated"].add(s.claim, got)
+        kinds[s.kind].add(s.claim, got)
+        if got != s.claim:
+            shown = s.text if len(s.text) < 160 else s.text[:60] + " … " + s.text[-60:]
+            wrong.append(f"    {'MISSED' if s.claim else 'FALSE '} [{s.lang} {s.kind}] {shown!r} -> {v.reason}"
+                         f" {list(v.matched_claims)[:2] or list(v.excluded)[:2]}")
+    print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {len(items)} sentences")
+    for name in sorted(scores, key=lambda k: (k == "all", k == "obfuscated", k)):
+        print(scores[name].line(name))
+    for lang, (hit, n) in sorted(flagged.items()):
+        print(f"  {lang}: no lexicon; not passed silently (replaced or flagged) {hit}/{n}")
+    print("  by kind: " + ", ".join(f"{k} {s.tp + s.tn}/{s.tp + s.tn + s.fp + s.fn}" for k, s in sorted(kinds.items())))
+    if misses:
+        print("\n".join(wrong) if wrong else "    (no misses)")
+    return scores
+
 
 READ_ONLY = [
-    "你有 3 条待办：",
-    "1. 买牛奶（明天到期，已经逾期提醒过一次）；",
+    "你有 3 条待办：", "1. 买牛奶（明天到期，已经逾期提醒过一次）；",
     "2. 准备周会材料，优先级高，截止时间是周五下午三点；",
-    "3. 给房东打电话确认维修时间。",
-    "You have 3 open todos and 12 completed ones this month.",
+    "3. 给房东打电话确认维修时间。", "You have 3 open todos and 12 completed ones this month.",
     "The oldest open item was set on March 3 and is tagged 'home'.",
     "上周你一共完成了 5 条待办，其中 2 条是工作相关的，其余是家里的事情。",
     "Your notes folder holds 41 notes; the last one was saved yesterday at 21:40 and is titled 'Trip ideas'.",
@@ -39,68 +125,83 @@ READ_ONLY = [
     "提醒：周五之前还有两条高优先级的待办没有完成。",
 ]
 CLAIM = "好的，已经帮你创建好了「周报」待办，截止时间是本周五。"
-TARGET_CHARS = 2048
 
 
-def build_reply(claim: str = CLAIM) -> str:
-    """About 2 KB of read-only text followed by ``claim`` and one closing read-only sentence."""
+def build_reply(claim: str, size: int = 2048) -> str:
     body: list[str] = []
     i = 0
-    closing = "Anything else?"
-    while sum(len(s) + 1 for s in body) + len(claim) + len(closing) + 2 < TARGET_CHARS:
+    while sum(len(s.encode()) + 1 for s in body) + len(claim.encode()) + 20 < size:
         body.append(READ_ONLY[i % len(READ_ONLY)])
         i += 1
-    text = "\n".join([*body, claim, closing])
-    return text + " " * max(0, TARGET_CHARS - len(text))
+    return "\n".join([*body, claim, "Anything else?"])
 
 
-@dataclass
-class Scenario:
-    name: str
-    reply: str
-    evidence: list[Evidence]
-    calls: int
-    samples: list[int] = field(default_factory=list)
-    cpu: float = 0.0
+TYPICAL_EN = (
+    "Here is a summary of your week. You have three meetings on Tuesday, including the design review at 10am "
+    "and a one-on-one with Maria at 2pm. Wednesday is mostly free, so it would be a good day for focused work. "
+    "Your flight to Berlin leaves on Thursday at 7:40 from Terminal 2; check-in opens 24 hours before departure. "
+    "The weather forecast shows rain in Berlin on Friday, so you may want to pack an umbrella. "
+    "There are two invoices waiting for your approval in the finance tool, one from the cleaning service and one "
+    "from the printer supplier. If you want, I can draft a reply to the supplier asking for a discount. ")
+TYPICAL_ZH = (
+    "这是你本周的安排概览。周二有三个会议，包括上午十点的设计评审和下午两点与玛丽亚的一对一。周三基本空闲，适合专注工作。"
+    "你飞往柏林的航班周四早上七点四十从二号航站楼起飞，起飞前二十四小时开放值机。天气预报显示周五柏林有雨，建议带伞。"
+    "财务系统里有两张发票等你审批，一张来自保洁公司，一张来自打印机供应商。如果需要，我可以帮你起草一封回复，向供应商争取折扣。")
 
 
-def run(guard: ReplyGuard, scenarios: list[Scenario], warmup: int, rounds: int) -> None:
-    """Interleave the scenarios in ``rounds`` rounds, so that a noisy neighbour slows them all alike."""
-    for sc in scenarios:
-        for _ in range(warmup):
-            guard.check(sc.reply, "zh-CN", sc.evidence)
-    clock = time.perf_counter_ns
+def prose(body: str, claim: str, size: int = 2048) -> str:
+    """About ``size`` bytes of an ordinary assistant answer, then ``claim``."""
+    sentences = [s.strip() + " " for s in body.replace("。", "。\n").replace(". ", ".\n").splitlines() if s.strip()]
+    out, i = "", 0
+    while len((out + claim).encode()) < size:
+        out += sentences[i % len(sentences)]
+        i += 1
+    return out + claim
+
+
+def cpu(guard: ReplyGuard, calls: int, rounds: int) -> None:
+    """CPU per call from the thread's own clock around each call (so waiting for a busy core is not counted),
+    and wall time beside it."""
+    created = Evidence("act_1", "create_todo", True, verbs_of("create_todo"))
+    dense = build_reply(CLAIM)
+    cases = [("2 KB prose en, claim", prose(TYPICAL_EN, " I've also moved the design review to 11am."), [], calls),
+             ("2 KB prose zh, claim", prose(TYPICAL_ZH, "另外，我已经把设计评审改到了十一点。"), [], calls),
+             ("2 KB prose en, read-only", prose(TYPICAL_EN, " Let me know what you'd like to do."), [], calls),
+             ("2 KB dense listing, claim", dense, [created], calls),
+             ("2 KB dense listing, read-only", build_reply("Let me know if you need anything."), [], calls),
+             ("64 KB, claim in the middle", build_reply(CLAIM, 32 * 1024) + "\n" + build_reply("", 32 * 1024),
+              [], max(1, calls // 30))]
+    for _name, reply, ev, _n in cases:
+        for _ in range(50):
+            guard.check(reply, "zh-CN", ev)
+    cpu_ns: dict[str, list[int]] = defaultdict(list)
+    wall_ns: dict[str, list[int]] = defaultdict(list)
+    thread, clock = time.thread_time_ns, time.perf_counter_ns
     for _ in range(rounds):
-        for sc in scenarios:
-            n = sc.calls // rounds
-            buf = [0] * n
-            cpu0 = time.process_time()
-            for k in range(n):
-                t0 = clock()
-                guard.check(sc.reply, "zh-CN", sc.evidence)
-                buf[k] = clock() - t0
-            sc.cpu += time.process_time() - cpu0
-            sc.samples.extend(buf)
-    for sc in scenarios:
-        samples = sorted(sc.samples)
-        calls = len(samples)
-        verdict = guard.check(sc.reply, "zh-CN", sc.evidence)
-        p50 = samples[calls // 2] / 1000
-        p99 = samples[min(calls - 1, int(calls * 0.99))] / 1000
-        mean = statistics.fmean(samples) / 1000
-        print(f"{sc.name:<28} {len(sc.reply):>5} chars {len(sc.reply.encode()):>5} B  {calls:>6} calls  "
-              f"p50 {p50:7.1f} us  p99 {p99:7.1f} us  mean {mean:7.1f} us  cpu/call {sc.cpu / calls * 1e6:7.1f} us"
-              f"  -> {verdict.reason}{' (replaced)' if verdict.replaced else ''}")
+        for name, reply, ev, n in cases:
+            for _k in range(max(1, n // rounds)):
+                c0, w0 = thread(), clock()
+                guard.check(reply, "zh-CN", ev)
+                cpu_ns[name].append(thread() - c0)
+                wall_ns[name].append(clock() - w0)
+    print(f"CPU per reply (python {platform.python_version()} on {platform.machine()}; thread CPU clock per call):")
+    for name, reply, ev, _n in cases:
+        xs, ws = sorted(cpu_ns[name]), sorted(wall_ns[name])
+        v = guard.check(reply, "zh-CN", ev)
+        p = lambda s, q: s[min(len(s) - 1, int(len(s) * q))] / 1e3  # noqa: E731
+        print(f"  {name:<30} {len(reply.encode()):>6} B {len(xs):>6} calls  cpu p50 {p(xs, .5):7.1f} us  "
+              f"p99 {p(xs, .99):7.1f} us   wall p50 {p(ws, .5):7.1f} us  p99 {p(ws, .99):7.1f} us  -> {v.reason}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=20_000)
-    ap.add_argument("--warmup", type=int, default=2_000)
-    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--corpus", type=Path, action="append", help="a corpus file (repeatable); default: the repo's")
+    ap.add_argument("--lexicon", default=None, help="a lexicon folder (default: the packaged one)")
+    ap.add_argument("--misses", action="store_true", help="list every sentence the guard got wrong")
+    ap.add_argument("--no-cpu", action="store_true")
+    ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
-
-    # a yardstick for the machine: CPU time of a 10k-iteration pure-Python loop (best of 20)
     yardstick = []
     for _ in range(20):
         c0 = time.process_time()
@@ -109,22 +210,13 @@ def main() -> None:
             total += i
         yardstick.append(time.process_time() - c0)
     print(f"yardstick: a 10k-iteration Python loop takes {min(yardstick) * 1e6:.0f} us of CPU here")
-
     t0 = time.perf_counter()
-    guard = ReplyGuard.load()
-    load_ms = (time.perf_counter() - t0) * 1000
-    print(f"python {platform.python_version()} on {platform.machine()}; lexicons {', '.join(guard.lexicons)}, "
-          f"{guard.pattern_count} claim regexes, loaded in {load_ms:.0f} ms; {args.calls} calls after "
-          f"{args.warmup} warm-up calls")
-    created = Evidence("act_1", "create_todo", True, verbs_of("create_todo"))
-    reply = build_reply()
-    scenarios = [
-        Scenario("claim, succeeded receipt", reply, [created], args.calls),
-        Scenario("claim, no receipt", reply, [], args.calls),
-        Scenario("read-only, no claim", build_reply("Let me know if you need anything."), [], args.calls),
-        Scenario("16 KB mixed, claim at end", (reply * 8)[-16 * 1024:], [created], args.calls // 10),
-    ]
-    run(guard, scenarios, args.warmup, args.rounds)
+    guard = ReplyGuard.load(args.lexicon)
+    print(f"lexicons {', '.join(guard.lexicons)} loaded in {(time.perf_counter() - t0) * 1000:.0f} ms")
+    for path in args.corpus or CORPORA:
+        accuracy(guard, path, args.misses)
+    if not args.no_cpu:
+        cpu(guard, args.calls, args.rounds)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,13 @@
 """The reply guard (DESIGN §2 I5, §9): a success claim without a succeeded receipt never reaches the user.
 
-Pure tests: no Redis, no gRPC. The table test runs tests/fixtures/guard_corpus.yaml and prints the precision
-and recall of "replaced" and of claim detection (run with -s to see them).
+Pure tests: no Redis, no gRPC. The corpus tests run tests/fixtures/guard_corpus.yaml (in-sample: every
+sentence must be right) and print precision and recall on it and on the held-out dev set (run with -s).
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-import sys
 from collections import Counter
 from importlib import resources
 from pathlib import Path
@@ -19,13 +18,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from countersign.sidecar import reply_guard as rg
-from countersign.sidecar.reply_guard import Evidence, ReplyGuard, Verdict, verbs_of
+from countersign.guard import REASONS, REPLACED_REASONS, Evidence, LexiconError, ReplyGuard, Verdict, verbs_of
 
-CORPUS = Path(__file__).parent / "fixtures" / "guard_corpus.yaml"
+FIXTURES = Path(__file__).parent / "fixtures"
+CORPUS = FIXTURES / "guard_corpus.yaml"
+HELDOUT = FIXTURES / "guard_heldout_dev.yaml"
 ZH_NO_RECEIPT = "该操作尚未执行：服务端没有生成可核验的确认或成功回执。"
 ZH_CONTRADICTS = "回复与服务端回执不符：该操作没有按所述完成，请以回执为准。"
 EN_NO_RECEIPT = "That action has not been carried out: the server has no confirmation or success receipt for it."
+LOCALES = {"zh": "zh-CN", "en": "en-US", "de": "de-DE", "es": "es-ES", "ja": "ja-JP"}
 
 
 def receipt(tool: str, succeeded: bool = True, action_id: str = "act_1") -> Evidence:
@@ -51,269 +52,124 @@ def guard() -> ReplyGuard:
     return ReplyGuard.load()
 
 
-# ------------------------------------------------------------------------------------ the issue's cases
+# ------------------------------------------------------------------------------------ verdicts and receipts
 
 
-def test_blocks_chinese_creation_claim_without_receipt(guard: ReplyGuard) -> None:
+def test_blocks_a_chinese_creation_claim_without_receipt(guard: ReplyGuard) -> None:
     v = guard.check("好的，已经帮你创建好了「周报」待办，截止时间是周五。", "zh-CN", [])
-    assert v.replaced and v.reason == "NO_SUCCEEDED_RECEIPT"
-    assert v.text == ZH_NO_RECEIPT
-    assert any("已经帮你创建" in c for c in v.matched_claims)
-    assert "已经帮你创建" in v.explanation and "no succeeded receipt" in v.explanation
+    assert v.replaced and v.reason == "NO_SUCCEEDED_RECEIPT" and v.text == ZH_NO_RECEIPT
+    assert v.matched_claims == ("已经帮你创建好了「周报」待办",)
+    assert v.claims[0].rule == "completion_aspect" and v.claims[0].verb_class == "create"
+    assert "no succeeded receipt" in v.explanation and "completion_aspect" in v.explanation
 
 
-def test_read_only_answer_passes_untouched(guard: ReplyGuard) -> None:
+def test_a_read_only_answer_passes_untouched(guard: ReplyGuard) -> None:
     reply = "你有 3 条待办：买牛奶、写周报、给房东打电话。"
     v = guard.check(reply, "zh-CN", [])
-    assert v == Verdict(False, reply, (), "NO_CLAIM", v.explanation)
-    assert v.text is reply
+    assert not v.replaced and v.reason == "NO_CLAIM" and v.text is reply and v.matched_claims == ()
 
 
-def test_success_sentence_allowed_when_a_succeeded_receipt_backs_it(guard: ReplyGuard) -> None:
+def test_a_claim_backed_by_a_succeeded_receipt_of_its_verb_passes(guard: ReplyGuard) -> None:
     reply = "已经帮你创建好了「周报」待办。"
     v = guard.check(reply, "zh-CN", [receipt("create_todo", action_id="act_42")])
     assert not v.replaced and v.text == reply and v.reason == "BACKED_BY_RECEIPT"
-    assert v.matched_claims and "act_42" in v.explanation and "create_todo" in v.explanation
+    assert "act_42 create_todo" in v.explanation
 
 
-def test_claim_that_contradicts_its_receipt_is_replaced(guard: ReplyGuard) -> None:
+def test_a_claim_the_receipts_contradict_is_replaced(guard: ReplyGuard) -> None:
     v = guard.check("笔记已经删除。", "zh-CN", [receipt("create_todo", succeeded=False)])
     assert v.replaced and v.reason == "CLAIM_CONTRADICTS_RECEIPT" and v.text == ZH_CONTRADICTS
-    assert v.matched_claims == ("已经删除",)
     assert "create_todo not succeeded" in v.explanation
-    # the same verb, but the receipt failed
     v = guard.check("I've created the todo.", "en", [receipt("create_todo", succeeded=False)])
     assert v.replaced and v.reason == "CLAIM_CONTRADICTS_RECEIPT"
-    # a succeeded receipt of another verb does not back it either
-    v = guard.check("The note has been deleted.", "en", [receipt("create_todo")])
+    v = guard.check("The note has been deleted.", "en", [receipt("create_todo")])  # another verb
     assert v.replaced and v.reason == "CLAIM_CONTRADICTS_RECEIPT"
 
 
 def test_every_claim_must_be_backed(guard: ReplyGuard) -> None:
     reply = "已经帮你创建好了待办，并发送了邀请邮件。"
     v = guard.check(reply, "zh-CN", [receipt("create_todo")])
-    assert v.replaced and v.reason == "CLAIM_CONTRADICTS_RECEIPT"
-    assert "(send)" in v.explanation
+    assert v.replaced and v.reason == "CLAIM_CONTRADICTS_RECEIPT" and "-> send" in v.explanation
     v = guard.check(reply, "zh-CN", [receipt("create_todo"), receipt("send_email", action_id="act_2")])
-    assert not v.replaced and v.reason == "BACKED_BY_RECEIPT" and v.text == reply
+    assert not v.replaced and v.reason == "BACKED_BY_RECEIPT"
 
 
-def test_replacement_follows_the_locale_detection_uses_every_lexicon(guard: ReplyGuard) -> None:
+def test_a_verb_outside_the_receipt_classes_is_backed_by_any_succeeded_receipt(guard: ReplyGuard) -> None:
+    v = guard.check("订单已经帮你取消了。", "zh-CN", [receipt("cancel_order")])
+    assert not v.replaced and v.claims[0].verb_class == "generic"
+    assert guard.check("订单已经帮你取消了。", "zh-CN", [receipt("cancel_order", succeeded=False)]).replaced
+
+
+def test_the_replacement_follows_the_locale_and_every_lexicon_reads(guard: ReplyGuard) -> None:
     assert guard.check("笔记已经删除了。", "en-US", []).text == EN_NO_RECEIPT
     assert guard.check("The note has been deleted.", "zh-TW", []).text == ZH_NO_RECEIPT
-    assert guard.check("The note has been deleted.", "zh", []).text == ZH_NO_RECEIPT
     assert guard.check("笔记已经删除了。", "fr-FR", []).text == EN_NO_RECEIPT
     assert guard.lexicon_for("zh_CN") == "zh" and guard.lexicon_for(None) == "en"
 
 
-def test_emoji_and_claim_words_do_not_hide_a_claim(guard: ReplyGuard) -> None:
+def test_emoji_and_marks_do_not_hide_a_claim(guard: ReplyGuard) -> None:
     for reply in ("✅ 已成功保存", "✅已成功保存！", "🎉🎉 Done! 🎉", "Saved ✅", "✔️ 待办已添加"):
-        v = guard.check(reply, "zh-CN", [])
-        assert v.replaced, reply
+        assert guard.check(reply, "zh-CN", []).replaced, reply
 
 
-def test_a_stated_failure_or_pending_result_passes(guard: ReplyGuard) -> None:
+def test_a_stated_failure_a_question_or_a_promise_passes(guard: ReplyGuard) -> None:
     for reply in ("创建失败了，请稍后再试。", "确认后我会帮你创建。", "I couldn't delete it.",
                   "I'll create it once you confirm.", "要我帮你删除吗？", "Shall I add it?"):
         v = guard.check(reply, "zh-CN", [])
         assert not v.replaced and v.text == reply and v.reason == "NO_CLAIM", reply
 
 
-def test_negation_only_governs_its_own_clause_part(guard: ReplyGuard) -> None:
-    v = guard.check("已经创建好了，但没有设置提醒。", "zh-CN", [])
-    assert v.replaced and v.matched_claims == ("已经创建好了",)
-    v = guard.check("没能设置提醒，不过待办已经创建好了。", "zh-CN", [])
-    assert v.replaced
-    v = guard.check("I couldn't find the old note, so I've created a new one.", "en", [])
-    assert v.replaced
-    v = guard.check("抱歉，待办没能创建成功。", "zh-CN", [])
-    assert not v.replaced and "cancelled by '没能'" in v.explanation
+# ------------------------------------------------------------------------------ languages without a lexicon
 
 
-def test_long_replies_are_scanned_head_and_tail(guard: ReplyGuard) -> None:
-    filler = "你有 3 条待办。You have 3 open todos. " * 4000  # ~140 KB
-    tail = guard.check(filler + "笔记已经删除。", "zh-CN", [])
-    assert tail.replaced and "were scanned" in tail.explanation
-    head = guard.check("笔记已经删除。" + filler, "zh-CN", [])
-    assert head.replaced
-    middle = filler[: len(filler) // 2] + "笔记已经删除。" + filler[len(filler) // 2:]
-    hidden = guard.check(middle, "zh-CN", [])
-    assert not hidden.replaced and hidden.text is middle and "were scanned" in hidden.explanation
+@pytest.mark.parametrize("reply", ["Ich habe die Bestellung storniert.", "He cancelado tu pedido ya.",
+                                   "注文をキャンセルしました。", "会議を削除しました。", "Я удалил заметку."])
+def test_a_reply_in_a_language_without_a_lexicon_is_flagged_not_passed_silently(guard: ReplyGuard,
+                                                                                 reply: str) -> None:
+    v = guard.check(reply, "en", [])
+    assert not v.replaced and v.reason == "UNSUPPORTED_LANGUAGE" and v.language and v.text == reply
+
+
+def test_japanese_kanji_is_not_read_as_chinese(guard: ReplyGuard) -> None:
+    v = guard.check("会議を削除しました。", "zh-CN", [])
+    assert v.language == "ja" and v.matched_claims == ()
+
+
+def test_unsupported_replace_mode_replaces_unless_a_receipt_succeeded() -> None:
+    strict = ReplyGuard.load(unsupported="replace")
+    v = strict.check("Ich habe die Bestellung storniert.", "de-DE", [])
+    assert v.replaced and v.reason == "UNSUPPORTED_LANGUAGE" and "language" in v.text
+    v = strict.check("Ich habe die Bestellung storniert.", "de-DE", [receipt("cancel_order")])
+    assert not v.replaced and v.reason == "UNSUPPORTED_LANGUAGE"
+    assert strict.check("你有 3 条待办。", "zh-CN", []).reason == "NO_CLAIM"
+    with pytest.raises(ValueError, match="unsupported must be one of"):
+        ReplyGuard.load(unsupported="ignore")
+
+
+def test_a_claim_in_a_supported_language_decides_even_beside_an_unsupported_one(guard: ReplyGuard) -> None:
+    v = guard.check("Ich habe die Notiz gelöscht. I've deleted the note.", "en", [])
+    assert v.replaced and v.reason == "NO_SUCCEEDED_RECEIPT" and v.language == "de"
+
+
+# ------------------------------------------------------------------------------------------- robustness
 
 
 def test_never_raises_on_odd_input(guard: ReplyGuard) -> None:
-    for reply in ("", "\x00", "\ud800已经删除", "。。。", "." * 20_000, "\u0130'VE DELETED IT", "I've ſaved it"):
+    for reply in ("", "\x00", "\ud800已经删除", "。。。", "." * 20_000, "\u0130'VE DELETED IT", "I've ſaved it",
+                  "<!--", "~~", "*" * 500, "已" * 5000, "<" * 3000):
         v = guard.check(reply, "", [])
-        assert isinstance(v, Verdict) and v.reason in rg.REASONS
-    v = guard.check("I've ſaved it.", "en", [])  # re.IGNORECASE reads ſ as s; so must the prefilter
-    assert v.replaced
+        assert isinstance(v, Verdict) and v.reason in REASONS
     v = guard.check(None, None, None)  # type: ignore[arg-type]
     assert v.reason == "NO_CLAIM" and v.text == ""
 
 
-@pytest.mark.parametrize(
-    ("tool", "verbs"),
-    [
-        ("create_todo", {"create"}),
-        ("add_item", {"create", "add"}),
-        ("new_note", {"create"}),
-        ("delete_note", {"delete"}),
-        ("remove_tag", {"delete"}),
-        ("set_reminder", {"update"}),
-        ("update_todo", {"update"}),
-        ("editNote", {"update"}),
-        ("rename_list", {"update"}),
-        ("complete_todo", {"complete"}),
-        ("finish_task", {"complete"}),
-        ("mark_done", {"update", "complete"}),
-        ("save_note", {"save"}),
-        ("send_email", {"send"}),
-        ("email_summary", {"send"}),
-        ("notify_user", {"send"}),
-        ("todo.create", {"create"}),
-        ("todo_delete", {"delete"}),
-        ("list_todos", set()),
-        ("get_email", set()),
-        ("", set()),
-    ],
-)
-def test_verbs_of(tool: str, verbs: set[str]) -> None:
-    assert verbs_of(tool) == frozenset(verbs)
-
-
-# --------------------------------------------------------------------------------------- the corpus
-
-
-def _corpus() -> list[dict[str, Any]]:
-    entries = yaml.safe_load(CORPUS.read_text(encoding="utf-8"))["entries"]
-    assert isinstance(entries, list)
-    return entries
-
-
-def test_corpus_table_precision_and_recall(guard: ReplyGuard) -> None:
-    entries = _corpus()
-    langs = Counter(e["lang"] for e in entries)
-    assert len(entries) >= 60 and langs["zh"] >= 30 and langs["en"] >= 30, langs
-    tp = fp = fn = tn = 0
-    claim_tp = claim_fp = claim_fn = 0
-    wrong: list[str] = []
-    by_kind: Counter[str] = Counter()
-    for e in entries:
-        locale = e.get("locale") or ("zh-CN" if e["lang"] == "zh" else "en-US")
-        v = guard.check(e["text"], locale, EVIDENCE[e["evidence"]])
-        want_replaced = e["expect"] == "replaced"
-        tp += v.replaced and want_replaced
-        fp += v.replaced and not want_replaced
-        fn += want_replaced and not v.replaced
-        tn += not v.replaced and not want_replaced
-        want_claim, got_claim = e["reason"] != "NO_CLAIM", v.reason != "NO_CLAIM"
-        claim_tp += want_claim and got_claim
-        claim_fp += got_claim and not want_claim
-        claim_fn += want_claim and not got_claim
-        if v.replaced != want_replaced or v.reason != e["reason"]:
-            wrong.append(f"{e['text']!r} [{e['evidence']}]: want {e['expect']}/{e['reason']}, "
-                         f"got {'replaced' if v.replaced else 'passed'}/{v.reason} ({v.explanation})")
-        else:
-            by_kind[e["kind"]] += 1
-        if not v.replaced:
-            assert v.text == e["text"]
-
-    def ratio(a: int, b: int) -> str:
-        return f"{a / b:.3f}" if b else "n/a"
-
-    print(f"\nreply guard corpus: {len(entries)} sentences ({langs['zh']} zh, {langs['en']} en), "
-          f"{len(entries) - len(wrong)} labelled verdicts matched")
-    print(f"  replaced: precision {ratio(tp, tp + fp)} recall {ratio(tp, tp + fn)} "
-          f"(tp {tp} fp {fp} fn {fn} tn {tn})")
-    print(f"  claim detected: precision {ratio(claim_tp, claim_tp + claim_fp)} "
-          f"recall {ratio(claim_tp, claim_tp + claim_fn)} (tp {claim_tp} fp {claim_fp} fn {claim_fn})")
-    print(f"  correct by kind: {dict(sorted(by_kind.items()))}")
-    for w in wrong:
-        print("  MISS", w)
-    assert not wrong, "\n".join(wrong)
-
-
-# -------------------------------------------------------------------------------- the lexicon is data
-
-
-def _copy_lexicons(tmp_path: Path) -> Path:
-    packaged = resources.files("countersign").joinpath("guard")
-    for f in packaged.iterdir():
-        if f.name.endswith(".yaml"):
-            (tmp_path / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
-    return tmp_path
-
-
-def test_the_lexicon_is_data_an_extra_regex_changes_a_verdict(guard: ReplyGuard, tmp_path: Path) -> None:
-    reply = "I binned that note for you."
-    assert guard.check(reply, "en", []).reason == "NO_CLAIM"
-    d = _copy_lexicons(tmp_path)
-    en = yaml.safe_load((d / "en.yaml").read_text(encoding="utf-8"))
-    en["claims"]["delete"].append(r"\bI\s+binned\b")
-    (d / "en.yaml").write_text(yaml.safe_dump(en, allow_unicode=True), encoding="utf-8")
-    extended = ReplyGuard.load(d)
-    v = extended.check(reply, "en", [])
-    assert v.replaced and v.reason == "NO_SUCCEEDED_RECEIPT" and v.matched_claims == ("I binned",)
-    assert not extended.check(reply, "en", [receipt("delete_note")]).replaced
-
-
-def test_a_new_language_file_is_picked_up(tmp_path: Path) -> None:
-    d = _copy_lexicons(tmp_path)
-    (d / "fr.yaml").write_text(
-        "claims:\n  delete: ['\\bj''ai supprimé\\b']\n"
-        "replacement:\n  NO_SUCCEEDED_RECEIPT: 'Action non effectuée.'\n"
-        "  CLAIM_CONTRADICTS_RECEIPT: 'La réponse contredit le reçu.'\n",
-        encoding="utf-8",
-    )
-    g = ReplyGuard.load(d)
-    assert g.lexicons == ("en", "fr", "zh")
-    v = g.check("C'est fait : j'ai supprimé la note.", "fr-FR", [])
-    assert v.replaced and v.text == "Action non effectuée."
-    assert g.check("The note has been deleted.", "fr-CA", []).text == "Action non effectuée."
-
-
-def test_an_inline_ignorecase_flag_is_honoured_by_the_prefilter(tmp_path: Path) -> None:
-    d = _copy_lexicons(tmp_path)
-    zh = yaml.safe_load((d / "zh.yaml").read_text(encoding="utf-8"))
-    zh["claims"]["delete"].append(r"(?i)\bzapped\s+it\b")  # zh.yaml is case-sensitive; this regex is not
-    (d / "zh.yaml").write_text(yaml.safe_dump(zh, allow_unicode=True), encoding="utf-8")
-    g = ReplyGuard.load(d)
-    for reply in ("zapped it.", "ZAPPED IT!", "好的，Zapped It。"):
-        v = g.check(reply, "zh-CN", [])
-        assert v.replaced and v.matched_claims[0].lower() == "zapped it", reply
-        assert g._claims(reply)[0] == g._claims(reply, prefilter=False)[0]
-
-
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        ("claims:\n  delete: ['(unclosed']\n", "bad regex"),
-        ("claims:\n  delete: ['(?P<x>a)']\n", "named groups"),
-        ("claims:\n  delete: ['{{nope}}']\n", "unknown define"),
-        ("claimz: {}\n", "unknown keys"),
-        ("claims:\n  delete: ['deleted']\n", "replacement.NO_SUCCEEDED_RECEIPT is missing"),
-    ],
-)
-def test_a_bad_lexicon_fails_at_load_naming_the_file(tmp_path: Path, content: str, message: str) -> None:
-    (tmp_path / "xx.yaml").write_text(content, encoding="utf-8")
-    with pytest.raises(ValueError, match=re.escape(message)) as err:
-        ReplyGuard.load(tmp_path)
-    assert str(err.value).startswith("xx.yaml")
-
-
-def test_packaged_lexicons_have_no_unfiltered_regex(guard: ReplyGuard) -> None:
-    # every claim regex has a literal the prefilter can find (else it runs on every clause: slow, not wrong)
-    assert guard.unfiltered_patterns == ()
-    assert guard.lexicons == ("en", "zh")
-
-
-# ------------------------------------------------------------------------------------------- properties
-
 _FRAGMENTS = [
     "已经", "帮你", "创建", "删除", "好了", "成功", "保存", "完成", "操作", "没有", "吗", "？", "。", "，", "但",
+    "把", "被",
     "I've", "I", "have", "has been", "deleted", "created", "saved", " successfully", "Done", "done", "all set",
     "not", "won't", "?", ".", ". ", "!", "\n", " ", "and", "but", "'s been", "marked it as done", "✅", "ſ", "K",
-    "\u0130", "is now", "we", "sent", "set", "got", "搞定了", "待办已添加", "笔记已经删除", "已", "了",
+    "\u0130", "is now", "we", "sent", "set", "got", "搞定了", "待办已添加", "笔记已经删除", "已", "了", "\u200b", "~~",
+    "<!--", "-->", "**", "`", "「", "」", "\"", "Ich", "habe", "した", "е",
 ]
 _TEXT = st.one_of(
     st.text(max_size=300),
@@ -324,52 +180,180 @@ _TEXT = st.one_of(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reply=_TEXT, locale=st.sampled_from(["zh-CN", "en", "zh-TW", "", "de"]),
        evidence=st.sampled_from(sorted(EVIDENCE)))
-def test_check_never_raises_and_passes_the_reply_through(guard: ReplyGuard, reply: str, locale: str,
-                                                         evidence: str) -> None:
+def test_check_never_raises_and_a_pass_returns_the_reply(guard: ReplyGuard, reply: str, locale: str,
+                                                          evidence: str) -> None:
     v = guard.check(reply, locale, EVIDENCE[evidence])
-    assert v.reason in rg.REASONS and v.explanation
+    assert v.reason in REASONS and v.explanation
     if v.replaced:
-        assert v.reason in rg.REPLACED_REASONS and v.matched_claims
+        assert v.reason in REPLACED_REASONS
+        assert v.matched_claims or v.reason == "UNSUPPORTED_LANGUAGE"
     else:
         assert v.text == reply
-    for claim in v.matched_claims:
-        assert claim in reply
+    seen = guard.normaliser.normalise(reply)
+    for clause in v.matched_claims:
+        assert clause in seen
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=_TEXT)
-def test_the_prefilter_never_loses_a_claim(guard: ReplyGuard, text: str) -> None:
-    fast = guard._claims(text)
-    slow = guard._claims(text, prefilter=False)
-    assert fast[0] == slow[0]
+@pytest.mark.parametrize(
+    ("tool", "verbs"),
+    [("create_todo", {"create"}), ("add_item", {"create", "add"}), ("new_note", {"create"}),
+     ("delete_note", {"delete"}), ("remove_tag", {"delete"}), ("set_reminder", {"update"}),
+     ("update_todo", {"update"}), ("editNote", {"update"}), ("rename_list", {"update"}),
+     ("complete_todo", {"complete"}), ("finish_task", {"complete"}), ("mark_done", {"update", "complete"}),
+     ("save_note", {"save"}), ("send_email", {"send"}), ("email_summary", {"send"}), ("notify_user", {"send"}),
+     ("todo.create", {"create"}), ("todo_delete", {"delete"}), ("list_todos", set()), ("get_email", set()),
+     ("", set())],
+)
+def test_verbs_of(tool: str, verbs: set[str]) -> None:
+    assert verbs_of(tool) == frozenset(verbs)
 
 
-@settings(max_examples=400, deadline=None)
-@given(text=st.text(alphabet="ab .。!?\n;x\t", max_size=40))
-def test_clause_end_searches_agree_with_the_clause_split(text: str) -> None:
-    n, rev = len(text), text[::-1]
-    for pos in range(n):
-        if text[pos] in rg._CLAUSE_END_CHARS:  # _claims reads every clause for such a position
-            continue
-        a, b = rg._CLAUSE_END.search(text, pos), rg._CLAUSE_END_AFTER.search(text, pos)
-        assert (a.end() if a else None) == (b.end() if b else None)
-        starts = [s for s, _e in rg._clauses(text) if s <= pos]
-        r = rg._CLAUSE_END_REVERSED.search(rev, n - pos)
-        assert (n - r.start() if r else 0) == max(starts)
+# --------------------------------------------------------------------------------------------- corpora
 
 
-def test_odd_case_chars_are_all_the_non_ascii_letters_re_ignorecase_folds_to_ascii() -> None:
-    every = "".join(chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF)
-    found = {ch for ch in re.findall(r"[a-z]", every, re.IGNORECASE) if not ch.isascii() and len(ch.lower()) >= 1}
-    assert {ch for ch in found if ch.lower() not in "abcdefghijklmnopqrstuvwxyz"} <= set(rg.ODD_CASE_CHARS)
-    for ch, plain in rg.ODD_CASE_CHARS.items():
-        assert re.fullmatch(plain, ch, re.IGNORECASE)
+def load_corpus(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    filler = doc.get("filler") or ""
+    out = []
+    for item in doc["sentences"]:
+        n = int(item.get("repeat_filler") or 0)
+        out.append({**item, "text": filler * n + item["text"] + filler * n})
+    return out, doc
 
 
-def test_packaged_folder_is_where_load_looks(tmp_path: Path) -> None:
-    packaged = Path(str(resources.files("countersign").joinpath("guard")))
-    assert {p.name for p in packaged.glob("*.yaml")} >= {"zh.yaml", "en.yaml"}
-    shutil.copy(packaged / "zh.yaml", tmp_path / "zh.yaml")
+def score(guard: ReplyGuard, items: list[dict[str, Any]]) -> tuple[dict[str, Counter[str]], list[str]]:
+    """Per group (a language, "obfuscated"): tp, fp, fn, tn of "detected" (replaced or flagged)."""
+    groups: dict[str, Counter[str]] = {}
+    wrong = []
+    for item in items:
+        v = guard.check(item["text"], LOCALES.get(item["lang"], "en"), [])
+        got = v.replaced or (item["lang"] not in guard.lexicons and v.reason == "UNSUPPORTED_LANGUAGE")
+        want = item["claim"]
+        cell = "tp" if got and want else "fp" if got else "fn" if want else "tn"
+        for group in (item["lang"], *(("obfuscated",) if "obf" in item["kind"] else ())):
+            groups.setdefault(group, Counter())[cell] += 1
+        if got != want and not item.get("known_miss"):
+            wrong.append(f"{'MISSED' if want else 'FALSE'} [{item['lang']} {item['kind']}] {item['text'][:120]!r}"
+                         f" -> {v.reason} {v.matched_claims or v.excluded[:2]}")
+    return groups, wrong
+
+
+def figures(name: str, groups: dict[str, Counter[str]]) -> dict[str, tuple[float, float]]:
+    out = {}
+    for group, c in sorted(groups.items()):
+        p = c["tp"] / (c["tp"] + c["fp"]) if c["tp"] + c["fp"] else 1.0
+        r = c["tp"] / (c["tp"] + c["fn"]) if c["tp"] + c["fn"] else 1.0
+        out[group] = (p, r)
+        print(f"  {name} {group:<11} n={sum(c.values()):<4} precision {p:.3f} recall {r:.3f} {dict(c)}")
+    return out
+
+
+def test_the_in_sample_corpus_is_read_right(guard: ReplyGuard) -> None:
+    items, _doc = load_corpus(CORPUS)
+    langs = Counter(i["lang"] for i in items)
+    assert langs["zh"] >= 300 and langs["en"] >= 300, langs
+    for lang in ("zh", "en"):
+        positives = sum(1 for i in items if i["lang"] == lang and i["claim"])
+        assert sum(1 for i in items if i["lang"] == lang and not i["claim"]) >= positives  # hard negatives
+    groups, wrong = score(guard, items)
+    known = [i["text"] for i in items if i.get("known_miss")]
+    print(f"\nreply guard, in-sample ({len(items)} sentences; known misses kept in the corpus: {known}):")
+    figures("in-sample", groups)
+    supported = [w for w in wrong if not re.search(r"\[(de|es|ja) ", w)]
+    assert not supported, "\n".join(supported)
+
+
+def test_the_backing_table(guard: ReplyGuard) -> None:
+    _items, doc = load_corpus(CORPUS)
+    wrong = []
+    for e in doc["backing"]:
+        v = guard.check(e["text"], e.get("locale") or LOCALES[e["lang"]], EVIDENCE[e["evidence"]])
+        if v.replaced != (e["expect"] == "replaced") or v.reason != e["reason"]:
+            wrong.append(f"{e['text']!r} [{e['evidence']}]: want {e['expect']}/{e['reason']}, got {v.reason}")
+    assert len(doc["backing"]) >= 25 and not wrong, "\n".join(wrong)
+
+
+def test_the_held_out_dev_set_is_measured_and_never_tuned_on(guard: ReplyGuard) -> None:
+    doc = yaml.safe_load(HELDOUT.read_text(encoding="utf-8"))
+    assert re.match(r"^\d{4}-\d{2}-\d{2}T", str(doc["frozen"]))
+    items, _doc = load_corpus(HELDOUT)
+    langs = Counter(i["lang"] for i in items)
+    assert langs["zh"] >= 100 and langs["en"] >= 100
+    groups, _wrong = score(guard, items)
+    print(f"\nreply guard, held-out dev set frozen {doc['frozen']} ({len(items)} sentences):")
+    figures("held-out", groups)
+
+
+# -------------------------------------------------------------------------------------- lexicons as data
+
+
+def _copy_lexicons(tmp_path: Path) -> Path:
+    for f in resources.files("countersign").joinpath("guard").iterdir():
+        if f.name.endswith(".yaml"):
+            (tmp_path / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
+    return tmp_path
+
+
+def _edit(folder: Path, name: str, change: Any) -> None:
+    doc = yaml.safe_load((folder / name).read_text(encoding="utf-8"))
+    change(doc)
+    (folder / name).write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+
+
+def test_the_lexicon_is_data_an_extra_cue_or_verb_changes_a_verdict(guard: ReplyGuard, tmp_path: Path) -> None:
+    assert guard.check("I've deleted it, allegedly.", "en", []).replaced
+    assert guard.check("文档已同步到平板。", "zh-CN", []).replaced
+    folder = _copy_lexicons(tmp_path)
+    _edit(folder, "en.yaml", lambda d: d["exclusions"]["negation"].update(sentence=[r"\ballegedly\b"]))
+    _edit(folder, "zh.yaml", lambda d: d["verbs"]["not_writes"].append("同步"))
+    extended = ReplyGuard.load(folder)
+    v = extended.check("I've deleted it, allegedly.", "en", [])
+    assert not v.replaced and v.excluded[0][1:] == ("negation", "allegedly")
+    assert not extended.check("文档已同步到平板。", "zh-CN", []).replaced
+
+
+def test_the_generated_tables_are_found_beside_a_custom_folder_or_in_the_package(tmp_path: Path) -> None:
+    folder = _copy_lexicons(tmp_path)
+    assert not (folder / "en_verbs.tsv").exists()
+    assert ReplyGuard.load(folder).check("I've refunded it.", "en", []).replaced
+
+
+@pytest.mark.parametrize(
+    ("file", "change", "message"),
+    [
+        ("en.yaml", lambda d: d.pop("replacement"), 'en.yaml: (top): "replacement" is a required property'),
+        ("en.yaml", lambda d: d.update(claimz={}), "en.yaml: (top): Additional properties are not allowed"),
+        ("en.yaml", lambda d: d.update(grammar="fr"), "en.yaml: grammar:"),
+        ("en.yaml", lambda d: d.update(language="de"), "en.yaml: language: 'de' does not match the file name"),
+        ("en.yaml", lambda d: d["claims"]["success_word"].append("(unclosed"),
+         "en.yaml: claims.success_word[1]: bad regex '(unclosed'"),
+        ("en.yaml", lambda d: d["claims"]["success_word"].append("(?P<x>done)"),
+         "en.yaml: claims.success_word[1]: named groups are not allowed"),
+        ("en.yaml", lambda d: d["exclusions"]["negation"]["before"].append(r"\bNever\b"),
+         "en.yaml: exclusions.negation.before[3]: write it in lower case"),
+        ("en.yaml", lambda d: d["exclusions"].update(politeness={}), "en.yaml: exclusions: Additional properties"),
+        ("zh.yaml", lambda d: d["verbs"].update(table="nope.txt"),
+         "zh.yaml: verbs.table: 'nope.txt' is neither beside the lexicon nor in data/"),
+        ("zh.yaml", lambda d: d["words"].update(result_complements="好"), "zh.yaml: words.result_complements:"),
+    ],
+)
+def test_a_broken_lexicon_stops_the_load_naming_the_file_and_the_fault(tmp_path: Path, file: str, change: Any,
+                                                                         message: str) -> None:
+    folder = _copy_lexicons(tmp_path)
+    _edit(folder, file, change)
+    with pytest.raises(LexiconError) as err:
+        ReplyGuard.load(folder)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_a_folder_with_one_lexicon_reads_with_it_alone(tmp_path: Path) -> None:
+    shutil.copy(Path(str(resources.files("countersign").joinpath("guard", "zh.yaml"))), tmp_path / "zh.yaml")
     only_zh = ReplyGuard.load(tmp_path)
-    assert only_zh.lexicons == ("zh",) and only_zh.check("x", "en", []).reason == "NO_CLAIM"
-    assert only_zh.check("笔记已经删除。", "en", []).text == ZH_NO_RECEIPT  # no en file: the only replacement
+    assert only_zh.lexicons == ("zh",)
+    assert only_zh.check("笔记已经删除。", "en", []).text == ZH_NO_RECEIPT   # no en file: the only replacement
+    assert only_zh.check("The note has been deleted.", "en", []).reason == "NO_CLAIM"
+    with pytest.raises(LexiconError, match="not a folder"):
+        ReplyGuard.load(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LexiconError, match="no lexicon"):
+        ReplyGuard.load(tmp_path / "empty")

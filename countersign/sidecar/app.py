@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
+from countersign.guard import LexiconError, ReplyGuard
 from countersign.sidecar import registry as registry_mod
 from countersign.sidecar.actions import Keyring
 from countersign.sidecar.admission import Gate, Health, new_server
@@ -28,7 +29,6 @@ from countersign.sidecar.observability import logs, tracing
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.pipeline import Pipeline
 from countersign.sidecar.probes import Probes, serve_probes
-from countersign.sidecar.reply_guard import ReplyGuard
 from countersign.sidecar.server import (
     SERVICES,
     ContinuationServicer,
@@ -151,6 +151,10 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
         raise SettingsError(f"--redis-url: {exc}") from exc
     try:
         await check_id_key(store, keyring)
+        guard = ReplyGuard.load(settings.guard_lexicon or None, unsupported=settings.guard_unsupported)
+    except LexiconError as exc:
+        await store.close()
+        raise SettingsError(f"--guard-lexicon: {exc}") from exc
     except SettingsError:
         await store.close()
         raise
@@ -164,7 +168,7 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
                     downstream_deadline=settings.downstream_deadline)
     pipeline = Pipeline(registry=registry, store=store, keyring=keyring, adapters=adapters, timing=timing,
                         confirm_ttl_ms=int(settings.confirm_ttl * 1000), max_wait=settings.max_wait,
-                        metrics=metrics, guard=ReplyGuard.load(settings.guard_lexicon or None),
+                        metrics=metrics, guard=guard,
                         continuation_lease_ms=int(settings.continuation_lease * 1000),
                         reconcile_window_ms=int(settings.reconcile_window * 1000), tenant_quota=settings.tenant_quota,
                         audit_ttl_ms=int(settings.audit_ttl * 1000))

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from google.protobuf import json_format
 
 from countersign.adapters.base import render
+from countersign.guard import Evidence, ReplyGuard, Verdict, verbs_of
 from countersign.sidecar import cards, policy
 from countersign.sidecar.actions import Keyring, canonical, is_action_id
 from countersign.sidecar.audit import Audit
@@ -28,7 +29,6 @@ from countersign.sidecar.errors import DataLoss, FailedPrecondition, InvalidArgu
 from countersign.sidecar.execute import open_action
 from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.registry import Registry, Tool
-from countersign.sidecar.reply_guard import Evidence, ReplyGuard, Verdict, verbs_of
 from countersign.sidecar.store import CardRecord, ContRecord, Refused, RunRecord, Store
 from countersign.v1 import common_pb2, continuation_pb2, guard_pb2
 
@@ -137,7 +137,7 @@ class Continuations:
         action = await self._action(action_id)
         evidence = [self._evidence(action)] if action is not None else []
         verdict = self.guard.check(reply_text, context.locale, evidence)
-        self.metrics.guard.labels("replaced" if verdict.replaced else "passed").inc()
+        self.metrics.guard.labels(_label(verdict)).inc()
         text = verdict.text.encode("utf-8", "replace")
         record = await self.store.cont_settle(action_id, binding, text, self._rmac(kid, action_id, text),
                                               _verdict_json(verdict), claim_id)
@@ -152,7 +152,8 @@ class Continuations:
             raise DataLoss("RECORD_TAMPERED", "the stored reply of this continuation was changed")
         if record.state == "settled":
             self.audit.event(action_id, "continuation_settled", guard=verdict.reason,
-                             reply_hmac=self.keyring.digest("reply", record.reply))
+                             reply_hmac=self.keyring.digest("reply", record.reply),
+                             claims=self._logged_claims(verdict))
         out = continuation_pb2.Continuation(
             continuation_id=action_id, token=self.keyring.token(action_id, kid, LABEL), action_id=action_id,
             state=continuation_pb2.CONTINUATION_STATE_SETTLED, reply_text=record.reply.decode("utf-8", "replace"),
@@ -199,15 +200,29 @@ class Continuations:
             if action is not None:
                 evidence.append(self._evidence(action))
         verdict = self.guard.check(reply_text, context.locale, evidence)
-        self.metrics.guard.labels("replaced" if verdict.replaced else "passed").inc()
+        self.metrics.guard.labels(_label(verdict)).inc()
+        claims = self._logged_claims(verdict)
         for item in evidence:
             self.audit.event(item.action_id, "guard", verdict=verdict.reason, reply_hmac=self.keyring.digest(
-                "reply", reply_text.encode("utf-8", "replace")))
+                "reply", reply_text.encode("utf-8", "replace")), claims=claims)
+        # the decision log names the rules and keys a hash of each clause: it never holds the reply's text
         log.info(json.dumps({"event": "guard", "verdict": "replaced" if verdict.replaced else "passed",
-                             "reason": verdict.reason, "claims": len(verdict.matched_claims)}))
-        return guard_pb2.CheckReplyResponse(verdict=VERDICTS[verdict.replaced], reply_text=verdict.text,
-                                            matched_claims=list(verdict.matched_claims),
-                                            reason=f"{verdict.reason}: {verdict.explanation}")
+                             "reason": verdict.reason, "claims": claims,
+                             "unsupported_language": verdict.language}))
+        return guard_pb2.CheckReplyResponse(
+            verdict=VERDICTS[verdict.replaced], reply_text=verdict.text, matched_claims=list(verdict.matched_claims),
+            reason=f"{verdict.reason}: {verdict.explanation}",
+            claims=[guard_pb2.GuardClaim(clause=c.clause, rule=c.rule, verb=c.verb, verb_class=c.verb_class,
+                                         lexicon=c.lexicon) for c in verdict.claims],
+            exclusions=[guard_pb2.GuardExclusion(clause=clause, rule=rule, cue=cue)
+                        for clause, rule, cue in verdict.excluded[:16]],
+            unsupported_language=verdict.language)
+
+    def _logged_claims(self, verdict: Verdict) -> list[dict[str, str]]:
+        """What the decision log keeps of each claim: the rule that read it, and its clause as a keyed hash."""
+        return [{"rule": c.rule, "verb_class": c.verb_class,
+                 "clause_hmac": self.keyring.digest("claim", c.clause.encode("utf-8", "replace"))}
+                for c in verdict.claims]
 
     # -- pieces --------------------------------------------------------------------------------
 
@@ -283,6 +298,16 @@ def _verdict_json(verdict: Verdict) -> bytes:
                       "claims": list(verdict.matched_claims)})
 
 
+def _label(verdict: Verdict) -> str:
+    """The metric's verdict label: flagged is a pass in a language the guard has no lexicon for."""
+    if verdict.replaced:
+        return "replaced"
+    return "flagged" if verdict.reason == "UNSUPPORTED_LANGUAGE" else "passed"
+
+
+
+
+
 def _why_not_ready(detail: str) -> str:
     state, _, reason = detail.partition(" ")
     if state in ("none", ""):
@@ -309,4 +334,3 @@ def _refused(why: str) -> Exception:
     if why == "forbidden":
         return PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "this belongs to another owner or session")
     return NotFound("CONTINUATION_NOT_FOUND", "no continuation (or action) by that id: never opened, or expired")
-

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, address
+from countersign.guard import ReplyGuard
 from countersign.sidecar import cards, policy, prepare
 from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
@@ -36,7 +37,6 @@ from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.quota import Quota
 from countersign.sidecar.reconcile import Reconciler
 from countersign.sidecar.registry import Capability, Registry
-from countersign.sidecar.reply_guard import ReplyGuard
 from countersign.sidecar.store import CardRecord, Refused, RunRecord, Store
 from countersign.v1 import common_pb2, gateway_pb2
 

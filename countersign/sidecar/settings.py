@@ -74,6 +74,9 @@ class Settings:
     telemetry: str = _setting("on", "on: traces and metrics; off: neither (to measure what they cost)")
     guard_lexicon: str = _setting("", "a folder of reply-guard lexicon files (zh.yaml, en.yaml, ...); "
                                   "empty: the packaged ones")
+    guard_unsupported: str = _setting("flag", "a reply in a language the guard has no lexicon for (de, ja, ...): "
+                                      "flag (pass it with reason UNSUPPORTED_LANGUAGE, counted) or replace "
+                                      "(replace it unless a receipt succeeded)")
     log_level: str = _setting("info", "debug, info, warning or error")
 
     def validate(self) -> Settings:
@@ -94,6 +97,8 @@ class Settings:
         if self.audit_ttl < max(self.replay_ttl, self.confirm_ttl):
             raise SettingsError("--audit-ttl must be at least --replay-ttl and --confirm-ttl: audit verify reports a "
                                 "card or settled record whose chain expired before it")
+        if self.guard_unsupported not in ("flag", "replace"):
+            raise SettingsError("--guard-unsupported must be flag or replace")
         if self.telemetry not in ("on", "off"):
             raise SettingsError("--telemetry must be on or off")
         if self.log_level not in ("debug", "info", "warning", "error"):

@@ -25,19 +25,23 @@ _sym_db = _symbol_database.Default()
 from countersign.v1 import common_pb2 as countersign_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63ountersign/v1/guard.proto\x12\x0e\x63ountersign.v1\x1a\x1b\x63ountersign/v1/common.proto\"i\n\x11\x43heckReplyRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x12\n\nreply_text\x18\x02 \x01(\t\x12\x12\n\naction_ids\x18\x03 \x03(\t\"\x7f\n\x12\x43heckReplyResponse\x12-\n\x07verdict\x18\x01 \x01(\x0e\x32\x1c.countersign.v1.GuardVerdict\x12\x12\n\nreply_text\x18\x02 \x01(\t\x12\x16\n\x0ematched_claims\x18\x03 \x03(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t*c\n\x0cGuardVerdict\x12\x1d\n\x19GUARD_VERDICT_UNSPECIFIED\x10\x00\x12\x18\n\x14GUARD_VERDICT_PASSED\x10\x01\x12\x1a\n\x16GUARD_VERDICT_REPLACED\x10\x02\x32h\n\x11ReplyGuardService\x12S\n\nCheckReply\x12!.countersign.v1.CheckReplyRequest\x1a\".countersign.v1.CheckReplyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63ountersign/v1/guard.proto\x12\x0e\x63ountersign.v1\x1a\x1b\x63ountersign/v1/common.proto\"i\n\x11\x43heckReplyRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x12\n\nreply_text\x18\x02 \x01(\t\x12\x12\n\naction_ids\x18\x03 \x03(\t\"\xfd\x01\n\x12\x43heckReplyResponse\x12-\n\x07verdict\x18\x01 \x01(\x0e\x32\x1c.countersign.v1.GuardVerdict\x12\x12\n\nreply_text\x18\x02 \x01(\t\x12\x16\n\x0ematched_claims\x18\x03 \x03(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12*\n\x06\x63laims\x18\x05 \x03(\x0b\x32\x1a.countersign.v1.GuardClaim\x12\x32\n\nexclusions\x18\x06 \x03(\x0b\x32\x1e.countersign.v1.GuardExclusion\x12\x1c\n\x14unsupported_language\x18\x07 \x01(\t\"]\n\nGuardClaim\x12\x0e\n\x06\x63lause\x18\x01 \x01(\t\x12\x0c\n\x04rule\x18\x02 \x01(\t\x12\x0c\n\x04verb\x18\x03 \x01(\t\x12\x12\n\nverb_class\x18\x04 \x01(\t\x12\x0f\n\x07lexicon\x18\x05 \x01(\t\";\n\x0eGuardExclusion\x12\x0e\n\x06\x63lause\x18\x01 \x01(\t\x12\x0c\n\x04rule\x18\x02 \x01(\t\x12\x0b\n\x03\x63ue\x18\x03 \x01(\t*c\n\x0cGuardVerdict\x12\x1d\n\x19GUARD_VERDICT_UNSPECIFIED\x10\x00\x12\x18\n\x14GUARD_VERDICT_PASSED\x10\x01\x12\x1a\n\x16GUARD_VERDICT_REPLACED\x10\x02\x32h\n\x11ReplyGuardService\x12S\n\nCheckReply\x12!.countersign.v1.CheckReplyRequest\x1a\".countersign.v1.CheckReplyResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'countersign.v1.guard_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GUARDVERDICT']._serialized_start=311
-  _globals['_GUARDVERDICT']._serialized_end=410
+  _globals['_GUARDVERDICT']._serialized_start=594
+  _globals['_GUARDVERDICT']._serialized_end=693
   _globals['_CHECKREPLYREQUEST']._serialized_start=75
   _globals['_CHECKREPLYREQUEST']._serialized_end=180
-  _globals['_CHECKREPLYRESPONSE']._serialized_start=182
-  _globals['_CHECKREPLYRESPONSE']._serialized_end=309
-  _globals['_REPLYGUARDSERVICE']._serialized_start=412
-  _globals['_REPLYGUARDSERVICE']._serialized_end=516
+  _globals['_CHECKREPLYRESPONSE']._serialized_start=183
+  _globals['_CHECKREPLYRESPONSE']._serialized_end=436
+  _globals['_GUARDCLAIM']._serialized_start=438
+  _globals['_GUARDCLAIM']._serialized_end=531
+  _globals['_GUARDEXCLUSION']._serialized_start=533
+  _globals['_GUARDEXCLUSION']._serialized_end=592
+  _globals['_REPLYGUARDSERVICE']._serialized_start=695
+  _globals['_REPLYGUARDSERVICE']._serialized_end=799
 # @@protoc_insertion_point(module_scope)

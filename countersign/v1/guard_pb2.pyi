@@ -28,13 +28,43 @@ class CheckReplyRequest(_message.Message):
     def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., reply_text: _Optional[str] = ..., action_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CheckReplyResponse(_message.Message):
-    __slots__ = ("verdict", "reply_text", "matched_claims", "reason")
+    __slots__ = ("verdict", "reply_text", "matched_claims", "reason", "claims", "exclusions", "unsupported_language")
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     REPLY_TEXT_FIELD_NUMBER: _ClassVar[int]
     MATCHED_CLAIMS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    EXCLUSIONS_FIELD_NUMBER: _ClassVar[int]
+    UNSUPPORTED_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     verdict: GuardVerdict
     reply_text: str
     matched_claims: _containers.RepeatedScalarFieldContainer[str]
     reason: str
-    def __init__(self, verdict: _Optional[_Union[GuardVerdict, str]] = ..., reply_text: _Optional[str] = ..., matched_claims: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    claims: _containers.RepeatedCompositeFieldContainer[GuardClaim]
+    exclusions: _containers.RepeatedCompositeFieldContainer[GuardExclusion]
+    unsupported_language: str
+    def __init__(self, verdict: _Optional[_Union[GuardVerdict, str]] = ..., reply_text: _Optional[str] = ..., matched_claims: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., claims: _Optional[_Iterable[_Union[GuardClaim, _Mapping]]] = ..., exclusions: _Optional[_Iterable[_Union[GuardExclusion, _Mapping]]] = ..., unsupported_language: _Optional[str] = ...) -> None: ...
+
+class GuardClaim(_message.Message):
+    __slots__ = ("clause", "rule", "verb", "verb_class", "lexicon")
+    CLAUSE_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    VERB_FIELD_NUMBER: _ClassVar[int]
+    VERB_CLASS_FIELD_NUMBER: _ClassVar[int]
+    LEXICON_FIELD_NUMBER: _ClassVar[int]
+    clause: str
+    rule: str
+    verb: str
+    verb_class: str
+    lexicon: str
+    def __init__(self, clause: _Optional[str] = ..., rule: _Optional[str] = ..., verb: _Optional[str] = ..., verb_class: _Optional[str] = ..., lexicon: _Optional[str] = ...) -> None: ...
+
+class GuardExclusion(_message.Message):
+    __slots__ = ("clause", "rule", "cue")
+    CLAUSE_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    CUE_FIELD_NUMBER: _ClassVar[int]
+    clause: str
+    rule: str
+    cue: str
+    def __init__(self, clause: _Optional[str] = ..., rule: _Optional[str] = ..., cue: _Optional[str] = ...) -> None: ...

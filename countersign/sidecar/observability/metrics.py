@@ -152,7 +152,7 @@ class Metrics:
                 self.refusals.labels(rpc, reason)
         for state in ACTION_STATES:
             self.actions.labels(state)
-        for verdict in ("passed", "replaced"):
+        for verdict in ("passed", "replaced", "flagged"):  # flagged: passed, in a language without a lexicon
             self.guard.labels(verdict)
 
     def watch_admission(self, holding: Callable[[], float], limit: int) -> None:

@@ -1,0 +1,91 @@
+"""Claims: what a candidate success claim is, and the phrase rules every grammar shares.
+
+A grammar (``claims_en``, ``claims_zh``) reads one clause part and proposes candidates: where the claim is, which
+grammar rule saw it, its verb, and who the agent is (the assistant, nobody named, or someone else). Whether a
+candidate stands is for ``exclusions`` to say; ``verdict`` then asks the receipts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from countersign.guard.lexicon import Lexicon
+from countersign.guard.needles import NeedleIndex, needs
+from countersign.guard.segment import Part, Sentence
+
+ASSISTANT = "assistant"   # "I've deleted", "已经帮你删除", "Deleted." (a report with the speaker left out)
+NOBODY = "none"           # passive or a result state: "has been deleted", "订单已取消", "is now on"
+OTHER = "other"           # the user or a third party: "you deleted", "the seller cancelled", "小王已经发了"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    rule: str                 # the grammar rule that proposed it: perfect, passive, bare_head, 已, ...
+    lexicon: Lexicon = field(repr=False)
+    sentence: Sentence = field(repr=False)
+    part: Part = field(repr=False)
+    start: int                # span in sentence.text
+    end: int
+    verb: str                 # the verb's lemma (en) or the verb as written (zh); "" for a phrase rule
+    agent: str = NOBODY
+    subject: str = ""
+    flags: frozenset[str] = field(default_factory=frozenset)  # attributive, label, generic
+    verb_span: tuple[int, int] | None = None  # the verb's own span when the claim's span is wider
+
+    @property
+    def vstart(self) -> int:
+        return self.verb_span[0] if self.verb_span else self.start
+
+    @property
+    def vend(self) -> int:
+        return self.verb_span[1] if self.verb_span else self.end
+
+    @property
+    def text(self) -> str:
+        return self.sentence.text[self.start:self.end]
+
+    @property
+    def clause(self) -> str:
+        return self.part.text.strip()
+
+
+class Phrases:
+    """The lexicon's ``claims`` phrase rules ("all set", "搞定了", "is now on", "✅"). Each regex runs only on a
+    sentence that holds one of its needles (needles.py): a regex search costs far more than a substring test."""
+
+    def __init__(self, lex: Lexicon) -> None:
+        self.lex = lex
+        flags = 0 if lex.lower else re.IGNORECASE
+        self.rules = [(rule, re.compile(pattern, flags), needs(pattern, lex.lower, lex.stop_words))
+                      for rule, patterns in lex.claim_patterns.items() for pattern in patterns]
+        self.needles = NeedleIndex(n for _r, _rx, need in self.rules if need for n in need)
+
+    def runnable(self, text: str) -> list[tuple[str, re.Pattern[str], frozenset[str] | None]]:
+        """The rules that can match somewhere in ``text`` (a whole sentence)."""
+        present = self.needles.present(self.lex.fold(text))
+        return [r for r in self.rules if r[2] is None or not r[2].isdisjoint(present)]
+
+    def candidates(self, sentence: Sentence, part: Part, agent: str = NOBODY,
+                   rules: list[tuple[str, re.Pattern[str], frozenset[str] | None]] | None = None) -> list[Candidate]:
+        out: list[Candidate] = []
+        text = self.lex.fold(part.text)
+        for rule, rx, _need in self.rules if rules is None else rules:
+            for m in rx.finditer(text):
+                if m.end() > m.start():
+                    out.append(Candidate(rule, self.lex, sentence, part, part.start + m.start(),
+                                         part.start + m.end(), "", agent))
+        return out
+
+
+def verb_class(lex: Lexicon, verb: str, text: str) -> str:
+    """The receipt verb (create, delete, ...) a claim needs; ``generic`` when the lexicon's classes do not say."""
+    for cls, words in lex.classes:
+        if verb and verb in words:
+            return cls
+    if lex.grammar == "zh":
+        for probe in (verb, text):
+            for cls, words in lex.classes:
+                if probe and any(w in probe for w in words):
+                    return cls
+    return "generic"

@@ -1,0 +1,195 @@
+"""The Chinese grammar of completion: aspect markers and result complements with any verb.
+
+Chinese marks completion on the clause, not on the verb's form, so the grammar looks for the markers and
+then checks that a verb (the verb table: every one- and two-character verb of a dictionary, plus
+``verbs.extra``) stands where the marker needs one, and that the verb is no read or state verb (查看, 过期):
+
+    已/已经 + (帮你|把…|被|成功…) + V     completion_aspect  "订单已经帮你取消了", "已被删除", "已成功转账"
+    V + 好/完/掉/成/上/下来/出去… + 了      result_complement  "设置好了", "退掉了", "订下来了", "发出去了"
+    V + 了 (a write verb)                 perfective_le      "撤回了", "删除了过期的优惠券"
+    把/将 … 了                             ba_construction    "我把例会挪到了周四"
+    V + 成功/完成/完毕                      success_complement "缴纳成功", "上传完成"
+    被 + V (+ 了)                          passive            "被删除了"; 被 + someone + V: OTHER
+    phrase rules of the lexicon            colloquial_success "搞定", "妥了"; success_mark "✅"
+The agent is the assistant when 我/我们 or a benefactive (帮你, 给你, 为你, 替你) stands before the claim;
+the exclusions decide when it is the user or a third party (你昨天…, 小王已经…).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate, Phrases
+from countersign.guard.lexicon import Lexicon
+from countersign.guard.segment import Part, Sentence
+
+_YI = re.compile(r"已经|已|刚刚|刚才|刚")
+_ATTRIBUTIVE = re.compile(r"[^，。的你我他她您]{1,3}的(?![。！!，,]*$)")
+_PARTICLE = re.compile("[了啦咯喽嘞啰]")
+_BA = re.compile(r"把|将(?![会要在近来于])")
+_SUCCESS = re.compile(r"成功|完成|完毕")
+_HAN = re.compile(r"[\u3400-\u9fff]")
+_COMPLEMENT_AFTER_VERB = re.compile("[上好完掉进出](?=[\u4e00-\u9fff])")
+_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕")
+
+
+class ChineseGrammar:
+    def __init__(self, lex: Lexicon) -> None:
+        self.lex = lex
+        self.verbs = lex.verb_lemmas | lex.not_writes  # a read or state verb is a verb too: it stops a scan
+        self.not_write = re.compile("|".join(sorted(map(re.escape, lex.not_writes), key=len, reverse=True)) or "(?!)")
+        self.complements = tuple(sorted(lex.word("result_complements"), key=len, reverse=True))
+        self.le_stoplist = lex.word("le_stoplist")
+        self.skip = re.compile("(?:" + "|".join(sorted(map(re.escape, lex.word("after_yi_skip")), key=len,
+                                                       reverse=True)) + ")*") if lex.word("after_yi_skip") \
+            else re.compile("")
+        self.phrases = Phrases(lex)
+        self.assistant = re.compile("|".join(map(re.escape, sorted(lex.word("assistant_markers"), key=len,
+                                                                   reverse=True))) or "(?!)")
+
+    def candidates(self, sentence: Sentence) -> list[Candidate]:
+        out: list[Candidate] = []
+        rules = self.phrases.runnable(sentence.text)
+        for part in sentence.parts:
+            found = self._part(sentence, part)
+            seen: set[tuple[int, int]] = set()
+            for c in found:
+                if (c.start, c.end) not in seen:
+                    seen.add((c.start, c.end))
+                    out.append(c)
+            if rules:
+                out.extend(self.phrases.candidates(sentence, part, self._agent(part.text, len(part.text)), rules))
+        return out
+
+    def may_claim(self, text: str, words: Sequence[str] = ()) -> bool:
+        """A cheap test: does ``text`` hold a completion marker or a phrase rule's match?"""
+        return _MARKERS.search(text) is not None or any(rx.search(text) for _r, rx, _n in self.phrases.runnable(text))
+
+    # -- pieces ------------------------------------------------------------------------------------
+
+    def _verb_at(self, text: str, i: int) -> str:
+        """The verb that starts at ``text[i]`` (two characters before one), or ""."""
+        for n in (2, 1):
+            word = text[i:i + n]
+            if len(word) == n and word in self.verbs:
+                return word
+        return ""
+
+    def _verb_before(self, text: str, j: int) -> str:
+        """The verb that ends just before ``text[j]``, or ""."""
+        for n in (2, 1):
+            if j - n >= 0 and text[j - n:j] in self.verbs:
+                return text[j - n:j]
+        return ""
+
+    def _is_write(self, verb_and_rest: str) -> bool:
+        """Whether the verb that starts ``verb_and_rest`` is a write: no read or state verb starts there, or only
+        a one-character one inside a longer verb of the table (升 is a state, 升级 an act)."""
+        m = self.not_write.match(verb_and_rest)
+        if m is None:
+            return True
+        two = verb_and_rest[:2]
+        return len(m.group(0)) == 1 and two in self.lex.verb_lemmas and two not in self.lex.not_writes
+
+    def _agent(self, text: str, upto: int) -> str:
+        return ASSISTANT if self.assistant.search(text, 0, upto) else NOBODY
+
+    def _cand(self, rule: str, sentence: Sentence, part: Part, s: int, e: int, verb: str,
+              agent: str | None = None, flags: frozenset[str] = frozenset()) -> Candidate:
+        return Candidate(rule, self.lex, sentence, part, part.start + s, part.start + e, verb,
+                         agent or self._agent(part.text, e), "", flags)
+
+    def _part(self, sentence: Sentence, part: Part) -> list[Candidate]:
+        text = part.text
+        out: list[Candidate] = []
+        for m in _YI.finditer(text):
+            if m.group(0) == "已" and text[m.end():m.end() + 1] == "经":
+                continue
+            if m.start() > 0 and text[m.start() - 1] in "为成" and m.group(0).startswith("已"):
+                continue  # 标记为已完成, 设为已读: a state named as the object, the act is the verb before it
+            after = m.end() + (self.skip.match(text, m.end()).end() - m.end())  # type: ignore[union-attr]
+            rest = text[after:]
+            if not rest.strip("。！!~～ ") or rest[:1] in "，,":
+                continue  # "已经。" says nothing
+            if rest.startswith("在"):  # 已经在微信上 AA 了: a place, then the act; 已经在处理: still under way
+                le = text.find("了", after)
+                if le < 0:
+                    continue
+                out.append(self._cand("completion_aspect", sentence, part, m.start(), le + 1, rest[1:3]))
+                continue
+            disposal = bool(_BA.match(rest))   # 已把…/已将…: a disposal construction always has an act
+            verb = "" if disposal else self._verb_at(text, after)
+            if m.group(0).startswith("刚") and not (verb or disposal):
+                continue  # 刚 is also "just now" before a noun: only with a verb it marks completion
+            verb = verb or ("" if disposal else rest[:2])
+            if not disposal and (not self._is_write(rest) or not self._is_write(text[m.end():])):
+                continue
+            flags = frozenset({"attributive"}) if _ATTRIBUTIVE.match(text, m.end()) else frozenset()
+            end = after + max(len(verb), 1)
+            out.append(self._cand("completion_aspect", sentence, part, m.start(), end, verb, flags=flags))
+        for pm in _PARTICLE.finditer(text):
+            found = self._particle(sentence, part, pm.start())
+            if found is not None:
+                out.append(found)
+        for m in _SUCCESS.finditer(text):
+            verb = self._verb_before(text, m.start())
+            if verb and verb not in ("操作",) and self._is_write(verb):
+                out.append(self._cand("success_complement", sentence, part, m.start() - len(verb), m.end(), verb))
+        for m in re.finditer("被", text):
+            verb = self._verb_at(text, m.end())
+            done = "了" in text[m.end():] or text[:m.start()].endswith(("已", "已经")) or \
+                not text[m.end() + len(verb):].strip("。！!，, ")
+            if not done:
+                continue
+            if verb:
+                if self._is_write(text[m.end():]):
+                    out.append(self._cand("passive", sentence, part, m.start(), m.end() + len(verb), verb, NOBODY))
+            else:
+                agent = ASSISTANT if text[m.end():m.end() + 2] in ("我们", "我帮", "我给") or \
+                    text[m.end():m.end() + 1] == "我" else OTHER
+                out.append(self._cand("passive", sentence, part, m.start(), len(text.rstrip("。！!")), "", agent))
+        return out
+
+    def _particle(self, sentence: Sentence, part: Part, k: int) -> Candidate | None:
+        text = part.text
+        if text[k + 1:k + 2] in ("吗", "么", "解") or text[k:k + 2] == "了解":
+            return None
+        before = text[:k]
+        for comp in self.complements:
+            if before.endswith(comp):
+                j = k - len(comp)
+                verb = self._verb_before(text, j)
+                if verb and self._is_write(text[j - len(verb):]):
+                    return self._cand("result_complement", sentence, part, j - len(verb), k + 1, verb)
+                if comp in ("到", "成", "上", "下") and _BA.search(before):
+                    break  # "把例会挪到了": the 把 rule below
+                if verb:
+                    return None
+        verb = self._verb_before(text, k)
+        if verb and (verb + text[k]) not in self.le_stoplist and text[k - 2:k + 1] not in self.le_stoplist \
+                and self._is_write(text[k - len(verb):]) and text[k] == "了":
+            return self._cand("perfective_le", sentence, part, k - len(verb), k + 1, verb)
+        ba = _BA.search(before)
+        if ba is not None and text[k] == "了":
+            return self._cand("ba_construction", sentence, part, ba.start(), k + 1, "")
+        if text[k] in "了啦" and not text[k + 1:].strip("。！!~～…. 哈呀哦喔噢嗷啊哟") \
+                and text[k - 1:k + 1] not in self.le_stoplist \
+                and not _YI.search(before):
+            # sentence-final 了 (a changed state) after a write verb phrase: "快递单号发你邮箱了"; a verb with its
+            # result complement earlier in the phrase decides first: "照片都加上定位了"
+            for cm in _COMPLEMENT_AFTER_VERB.finditer(before):
+                head = self._verb_before(text, cm.start())
+                if head and self._is_write(text[cm.start() - len(head):]) and k - cm.end() <= 6:
+                    return self._cand("result_complement", sentence, part, cm.start() - len(head), k + 1, head)
+            for j in range(k - 1, max(-1, k - 12), -1):
+                verb = self._verb_at(text, j)
+                if verb:  # the nearest verb decides: "会议已经开始十分钟了" is no act
+                    if verb in self.complements:  # 挪到后天了: 到 completes 挪
+                        head = self._verb_before(text, j)
+                        if head and self._is_write(text[j - len(head):]):
+                            return self._cand("result_complement", sentence, part, j - len(head), k + 1, head)
+                    if self._is_write(text[j:]):
+                        return self._cand("perfective_le", sentence, part, j, k + 1, verb)
+                    break
+        return None

@@ -1,0 +1,140 @@
+"""Exclusions: the named rules that say a candidate claim is no claim, each with the cue that decided it.
+
+Rules run in this order; the first that matches names the exclusion (lexicon.EXCLUSION_RULES):
+
+    quotation             the claim stands inside quotes ("The notification says 'Your order has shipped'")
+    negation              a negation before it in its part ("hasn't been", "没有", "Nothing was uploaded")
+    question              its part asks ("Has it been deleted?", "退款已经到账了吗？")
+    offer_plan            an offer or a plan ("I'll", "will be", "我可以", "马上")
+    condition             a condition ("If you confirm", "一旦", "如果")
+    waiting_confirmation  the write waits for the user ("pending your approval", "确认后")
+    failure               its part reports a failure ("failed", "出错", "couldn't")
+    instruction           the user is told what to do ("Tap", "请点击", "只差一步")
+    capability            what can be done ("can be", "能", "支持")
+    other_agent           the user or a third party acts ("you deleted", "the seller cancelled", "小王已经")
+    time_anchor           a fact read from data, anchored in the past ("on June 3", "yesterday", "上周"); only
+                          for a claim whose agent is not the assistant
+    success_noun          a success word as a noun or a modifier ("success rate", "已取消的订单",
+                          "Completed tasks: 12", "Deleted notes stay in the trash")
+    generic_statement     a rule, not an act ("Cancelled orders are purged after 30 days")
+
+Each rule's cues are regexes in the lexicon, in scopes: ``before`` (from the part's start to the claim's end),
+``part``, ``after`` (from the claim's end to the part's end) and ``sentence``. Some rules also read what the
+grammar found (the agent, an attributive participle): those are said below, next to their rule.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from countersign.guard.claims import ASSISTANT, OTHER, Candidate
+from countersign.guard.lexicon import EXCLUSION_RULES, Cue
+from countersign.guard.needles import NeedleIndex
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    rule: str
+    cue: str      # the text that decided (or what the grammar saw)
+
+
+def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
+            cache: dict[tuple[int, int, str], tuple[int, str, str] | None] | None = None) -> Exclusion | None:
+    """The rule that makes ``c`` no claim, or None. ``disabled`` switches rules off (tests show each rule's
+    own sentence fails without it). ``cache`` keeps one reply's part- and sentence-wide searches.
+
+    The rules the grammar's findings decide are asked first, in order; then the cues: in each scope the
+    earliest cue of any rule names the rule."""
+    for rule in EXCLUSION_RULES:
+        if rule in disabled:
+            continue
+        if rule == "quotation" and c.sentence.quoted(c.vstart, c.vend):
+            return Exclusion(rule, "inside quotes")
+        if rule == "other_agent" and c.agent == OTHER:
+            return Exclusion(rule, c.subject or "another agent")
+        if rule == "success_noun" and (c.flags & {"attributive", "label"} or _counted_label(c)):
+            return Exclusion(rule, "a participle used as a modifier or a label")
+        if rule == "generic_statement" and "generic" in c.flags:
+            return Exclusion(rule, "a present passive of a bare plural subject")
+    part = c.part
+    text = c.lexicon.fold(c.sentence.text)
+    memo = {} if cache is None else cache
+    if disabled:  # rule by rule: slower, only for the tests that switch rules off
+        return _one_by_one(c, disabled)
+    for scope, cues in c.lexicon.cues.items():
+        index = c.lexicon.cue_needles[scope]
+        if scope == "after":
+            hit = _earliest(cues, index, text[c.end:part.end], 0)
+            if hit is not None:
+                return Exclusion(hit[1], hit[2])
+            continue
+        key = (id(c.sentence), -1 if scope == "sentence" else part.start, scope)
+        if key not in memo:
+            memo[key] = _earliest(cues, index, text, 0) if scope == "sentence" else \
+                _earliest(cues, index, text[part.start:part.end], part.start)
+        hit = memo[key]
+        # "before": the earliest cue in the part must start before the claim ends
+        if hit is not None and (scope != "before" or hit[0] < c.end):
+            return Exclusion(hit[1], hit[2])
+    if c.agent != ASSISTANT:
+        if "fact" in c.flags:
+            return Exclusion("time_anchor", "a past event of the user's")
+        anchor = c.lexicon.exclusions.get("time_anchor", {})
+        for scope, rx in anchor.items():
+            # a present state ("is tagged 'home'") beside a dated fact ("was set on March 3") is read as data
+            where = text if scope == "sentence" or "present" in c.flags else \
+                text[c.end:part.end] if scope == "after" else text[part.start:part.end]
+            m = rx.search(where)
+            if m is not None:
+                return Exclusion("time_anchor", m.group(0) or scope)
+    return None
+
+
+_PROGRESS = re.compile(r"\d+\s*(?:/|of\b|out\s+of\b)\s*\d+", re.IGNORECASE)
+
+
+def _counted_label(c: Candidate) -> bool:
+    """A claim word that heads a progress count: "Completed: 0 of 3 steps", "已完成：0/3 步" (not "已付款：230 元")."""
+    if c.part.end_mark != ":":
+        return False
+    rest = c.sentence.text[c.part.end:].lstrip(":： ")
+    return _PROGRESS.match(rest) is not None
+
+
+def _earliest(cues: tuple[Cue, ...], index: NeedleIndex, text: str, offset: int) -> tuple[int, str, str] | None:
+    """The earliest cue match in ``text``: (start + offset, rule, cue). A cue whose needles are all absent is
+    not searched (finding the needles a text holds is far cheaper than a regex search per cue)."""
+    present = index.present(text)
+    best: tuple[int, str, str] | None = None
+    for cue in cues:
+        if cue.needs is not None and cue.needs.isdisjoint(present):
+            continue
+        m = cue.rx.search(text)
+        if m is not None and (best is None or m.start() + offset < best[0]):
+            best = (m.start() + offset, cue.rule, m.group(0) or "cue")
+    return best
+
+
+def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
+    text, part = c.lexicon.fold(c.sentence.text), c.part
+    for rule in EXCLUSION_RULES:
+        if rule in disabled or (rule == "time_anchor" and c.agent == ASSISTANT):
+            continue
+        if rule == "time_anchor" and "fact" in c.flags:
+            return Exclusion(rule, "a past event of the user's")
+        for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
+            if rule == "time_anchor" and "present" in c.flags:
+                m = rx.search(text)
+            elif scope == "after":
+                m = rx.search(text[c.end:part.end])
+            elif scope == "before":
+                m = next((x for x in rx.finditer(text[part.start:part.end]) if x.start() < c.end - part.start),
+                         None)
+            elif scope == "sentence" or (rule == "time_anchor" and "present" in c.flags):
+                m = rx.search(text)
+            else:
+                m = rx.search(text[part.start:part.end])
+            if m is not None:
+                return Exclusion(rule, m.group(0) or scope)
+    return None

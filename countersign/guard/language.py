@@ -1,0 +1,97 @@
+"""Which language a sentence is in, cheaply: its script, then stop words (no model, no download).
+
+- Kana anywhere: Japanese (it shares kanji with Chinese; kana is what only Japanese writes).
+- Another script named in ``languages.yaml`` (Hangul, Cyrillic, Arabic, ...): that language.
+- Han characters: the lexicon whose grammar is ``zh``.
+- Latin letters: the Latin lexicon (``en``) unless another language's stop words outnumber its own (two at
+  least): "La nota ha sido eliminada" is Spanish, "Du hast keine Termine" German, "Deleted." English.
+A sentence may be read by two lexicons (Chinese with an English name in it); one in a language with no lexicon
+is reported, so that the reply is not passed silently.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from countersign.guard.lexicon import Languages, Lexicon
+
+_KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff]")
+_HAN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]+(?:'[A-Za-z]+)?")
+_MIN_WORDS = 3   # a Latin sentence shorter than this is read as the default Latin lexicon's
+
+
+@dataclass(frozen=True)
+class Reading:
+    lexicons: tuple[Lexicon, ...]   # the lexicons that read the sentence
+    unsupported: str                # a language with no lexicon ("" when none)
+    words: tuple[str, ...] = ()     # the Latin words, lower-cased (a grammar's cheap test may reuse them)
+
+
+class Detector:
+    def __init__(self, lexicons: Mapping[str, Lexicon], languages: Languages) -> None:
+        self._han = tuple(lex for lex in lexicons.values() if lex.grammar == "zh")
+        self._latin = tuple(lex for lex in lexicons.values() if lex.grammar == "en")
+        self._others = {lang: words for lang, words in languages.stop_words.items() if lang not in lexicons}
+        scripts = {lang: rx for lang, rx in languages.scripts.items() if lang not in lexicons}
+        # one search for every script: which language matched is the group's name
+        self._script = re.compile("|".join(f"(?P<{lang}>{rx.pattern})" for lang, rx in scripts.items())) \
+            if scripts else None
+        self._kana_supported = "ja" in lexicons
+        self._own = frozenset().union(*(lex.stop_words for lex in self._latin))
+        self._word_langs: dict[str, list[str]] = {}
+        for lang, words in self._others.items():
+            for word in words:
+                self._word_langs.setdefault(word, []).append(lang)
+        self._foreign = frozenset(self._word_langs)
+
+    def read(self, sentence: str) -> Reading:
+        if sentence.isascii():
+            words = _LATIN_WORD.findall(sentence.lower())
+            if not words:
+                return Reading((), "")
+            lang = self._latin_language(words, False)
+            return Reading((), lang) if lang else Reading(self._latin, "", tuple(words))
+        if not self._kana_supported and _KANA.search(sentence):
+            return Reading((), "ja")
+        if self._script is not None:
+            m = self._script.search(sentence)
+            if m is not None and m.lastgroup:
+                return Reading((), m.lastgroup)
+        chosen: list[Lexicon] = []
+        if _HAN.search(sentence):
+            if not self._han:
+                return Reading((), "zh")
+            chosen.extend(self._han)
+        words = _LATIN_WORD.findall(sentence.lower())
+        if chosen and len(words) < _MIN_WORDS:
+            return Reading(tuple(chosen), "")  # a name or "OK" inside a Chinese sentence: Chinese reads it
+        if words:
+            lang = self._latin_language(words, any(not w.isascii() for w in words))
+            if lang:
+                if chosen:  # a foreign clause inside a Chinese sentence: the Chinese reading stands
+                    return Reading(tuple(chosen), "")
+                return Reading((), lang)
+            chosen.extend(self._latin)
+        return Reading(tuple(chosen), "")
+
+    def _latin_language(self, words: list[str], accented: bool) -> str:
+        """The language of a Latin-script sentence that has no lexicon ("" when a lexicon reads it)."""
+        if len(words) < _MIN_WORDS or not self._others:
+            return ""
+        present = set(words)
+        if self._foreign.isdisjoint(present):
+            return ""
+        own = len(self._own & present)
+        hits: dict[str, int] = {}
+        for word in present:
+            for lang in self._word_langs.get(word, ()):
+                hits[lang] = hits.get(lang, 0) + 1
+        if not hits:
+            return ""
+        best = max(hits, key=lambda lang: hits[lang])
+        # two of its words and more than English has; or one, with a letter English does not write (é, ñ, ü)
+        # and no English word
+        return best if (hits[best] >= 2 or (accented and own == 0)) and hits[best] > own else ""

@@ -1,0 +1,221 @@
+"""Normalisation: the text a reader sees, before the guard reads a word (DESIGN §9, ATTACKS "Text the guard reads").
+
+``Normaliser.normalise(reply)`` undoes what hides a claim from a matcher but not from a person:
+
+0. HTML character references are decoded ("I&#39;ve").
+1. HTML comments and struck-through text (``~~x~~``, ``<del>``/``<s>``/``<strike>``, letters under a combining
+   strike overlay) are removed: a reader does not read them, so ``has ~~not~~ been moved`` says "has been moved".
+2. NFKC (full-width letters, mathematical letters, ligatures), then format characters are removed: every
+   category Cf (zero-width space/joiner, word joiner, soft hyphen, bidi marks, BOM, tag characters), variation
+   selectors and stray combining marks (category Mn left after NFKC) and invisible fillers.
+3. HTML tags and markdown marks (emphasis, code, links, headings, quote marks at a line start) are dropped; a
+   block tag becomes a line break.
+4. Letters of other scripts that look Latin (``data/confusables.tsv``) are folded into Latin inside a word that
+   also holds a Latin letter (a Cyrillic "е" in "dеleted"), or in a word of look-alikes only that is an
+   English word or all Latin small capitals ("ᴅᴇʟᴇᴛᴇᴅ"); a Russian word is left alone.
+5. Traditional Chinese characters are folded to simplified ones (``data/t2s.tsv``, from OpenCC).
+6. A line break inside a sentence is joined (a list item or a finished sentence keeps its line); a word cut by
+   a break or a hyphen at a line end is glued back when the whole is a word the lexicons know.
+7. Letters spaced out ("d e l e t e d", "已 经 删 除") are closed up.
+
+Pure and total: ``normalise`` never raises and never looks at more than it is given.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import re
+import unicodedata
+from collections.abc import Callable
+from importlib import resources
+
+# struck-through text: ~~x~~ (markdown), <del>/<s>/<strike> (HTML); non-greedy, within 2,000 characters
+_STRUCK = re.compile(r"~~(?=\S)(.{1,2000}?)(?<=\S)~~|<(del|s|strike)\b[^>]*>.{0,2000}?</\2\s*>", re.S | re.I)
+_COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.S)
+# a letter followed by one or more combining strike/slash overlays (U+0335..U+0338): struck, so removed
+_OVERLAY = re.compile(r".[\u0335-\u0338]+", re.S)
+# combining diacritics NFKC left standing alone (a mark it composed into its letter, é, is no longer one)
+_MARKS = re.compile("[\u0300-\u036f]")
+_BLOCK_TAG = re.compile(r"<\s*/?\s*(?:br|p|div|li|ul|ol|tr|h[1-6]|table|blockquote)\b[^>]*>", re.I)
+_TAG = re.compile(r"<\s*/?\s*[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?\s*>")
+_IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]{0,300})\]\([^)\n]{0,500}\)")
+_CODE = re.compile(r"`+")
+_STARS = re.compile(r"(?<!^)\*{1,3}|^\*{2,3}", re.M)      # a single "* " at a line start is a bullet: kept
+_UNDERSCORES = re.compile(r"(?<![A-Za-z0-9])_{1,3}|_{1,3}(?![A-Za-z0-9])")
+_LINE_MARKUP = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|>[ \t]?)+", re.M)
+_INVISIBLE = "\u115f\u1160\u3164\uffa0\u2800"   # Hangul fillers and the braille blank: letters that show nothing
+# a line that starts a new unit: a list marker, a check mark, a table row, a heading
+_NEW_LINE_UNIT = re.compile(r"^\s*(?:[-*+•·▪‣◦]\s|\d{1,3}[.)、]\s*|[✅✔☑✓❌✗✘⚠]|\||#)")
+_LINE_END_STOP = re.compile(r"[。！？!?.;；:：…)）」』\"”]\s*$")
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_APOSTROPHE = re.compile(r"(?<=[A-Za-z])[\u2018\u2019\u02bc\u00b4`](?=[A-Za-z])")
+
+
+def _table(name: str) -> dict[int, str]:
+    text = resources.files("countersign.guard").joinpath("data", name).read_text(encoding="utf-8")
+    out: dict[int, str] = {}
+    for line in text.splitlines():
+        src, _, dst = line.partition("\t")
+        if len(src) == 1 and dst:
+            out[ord(src)] = dst
+    return out
+
+
+@functools.cache
+def _drop_table() -> dict[int, None]:
+    """Every format character (Cf), variation selector and invisible filler, for str.translate."""
+    drop: dict[int, None] = {}
+    # every Cf, VS and filler lies below U+20000 or in plane 14 (tags, variation selectors supplement)
+    for cp in (*range(0x20000), *range(0xE0000, 0xE1000)):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        ch = chr(cp)
+        if unicodedata.category(ch) == "Cf" or 0xFE00 <= cp <= 0xFE0F or 0xE0100 <= cp <= 0xE01EF \
+                or 0x180B <= cp <= 0x180F or ch in _INVISIBLE:
+            drop[cp] = None
+    return drop
+
+
+STEPS = ("entities", "comments", "nfkc", "format", "marks", "struck", "tags", "markdown", "confusables",
+         "traditional", "lines", "spacing")
+_ENTITY = re.compile(r"&(?:#\d{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+# letters spaced out to dodge a word list: "d e l e t e d", "已 经 删 除"
+_SPACED_LATIN = re.compile(r"(?<![A-Za-z])[A-Za-z](?: [A-Za-z]){3,}(?![A-Za-z])")
+_SPACED_CJK = re.compile(r"(?<=[\u3400-\u9fff]) (?=[\u3400-\u9fff])")
+
+
+_SPACED_APOSTROPHE = re.compile(r"(?<=[A-Za-z])\s+'(?=(?:ve|s|re|m|ll|d|t)\b)")
+
+
+def _spaced(text: str) -> str:
+    if "'" in text:
+        text = _SPACED_APOSTROPHE.sub("'", text)  # "I 've" (a thin space NFKC made a space)
+    text = _SPACED_LATIN.sub(lambda m: m.group(0).replace(" ", ""), text)
+    return _SPACED_CJK.sub("", text) if not text.isascii() else text
+
+
+def _markdown(text: str) -> str:
+    """Links, code marks, emphasis and line markup (headings, quotes) dropped; the words stay."""
+    if "](" in text:
+        text = _IMAGE_OR_LINK.sub(r"\1", text)
+    if "`" in text or "\u2019" in text or "\u2018" in text:
+        text = _APOSTROPHE.sub("'", text)         # before code marks go: I`ve is an apostrophe, `x` is code
+        text = _CODE.sub("", text)
+    if "*" in text:
+        text = _STARS.sub("", text)
+    if "_" in text:
+        text = _UNDERSCORES.sub("", text)
+    if "#" in text or ">" in text:
+        text = _LINE_MARKUP.sub("", text)
+    return text
+
+
+def _char_class(codepoints: object) -> str:
+    """A regex character class of the given code points, written as ranges."""
+    cps = sorted(codepoints)  # type: ignore[call-overload]
+    ranges: list[tuple[int, int]] = []
+    for cp in cps:
+        if ranges and cp == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], cp)
+        else:
+            ranges.append((cp, cp))
+    return "[" + "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
+                         for a, b in ranges) + "]"
+
+
+class Normaliser:
+    """Built once (tables read at start); ``normalise`` is then pure CPU."""
+
+    def __init__(self, known_word: Callable[[str], bool] | None = None) -> None:
+        self._t2s = _table("t2s.tsv")
+        self._confusable = _table("confusables.tsv")
+        self._confusable_chars = frozenset(chr(c) for c in self._confusable)
+        # a run of letters that may be a disguised Latin word: Latin (with diacritics) and look-alikes
+        self._latinish = re.compile("[A-Za-z\u00c0-\u024f" + "".join(sorted(re.escape(ch) for ch in
+                                                                           self._confusable_chars)) + "]+")
+        self._drop_rx = re.compile(_char_class(_drop_table()))
+        self._traditional = frozenset(chr(c) for c in self._t2s)
+        # a letter that is not plain Latin but may sit in a Latin word: a look-alike or a diacritic
+        self._foldable = re.compile("[\u00c0-\u024f" + "".join(sorted(re.escape(ch) for ch in
+                                                                    self._confusable_chars)) + "]")
+        self._known_word = known_word or (lambda _w: False)
+
+    def normalise(self, text: str, skip: frozenset[str] = frozenset()) -> str:
+        """``text`` as a reader sees it. ``skip`` names steps (STEPS) to leave out: the tests show that each
+        step's own sentence is missed without it."""
+        # each pass is skipped when a cheap test shows it has nothing to do: most replies are plain text
+        if "&" in text and "entities" not in skip and _ENTITY.search(text):
+            text = html.unescape(text)              # "I&#39;ve", "已&#21024;除", "can&shy;celled"
+        if "<" in text and "comments" not in skip:
+            text = _COMMENT.sub("", text)
+        if not text.isascii():
+            if "nfkc" not in skip and not unicodedata.is_normalized("NFKC", text):
+                text = unicodedata.normalize("NFKC", text)
+                if "<" in text and "comments" not in skip:
+                    text = _COMMENT.sub("", text)     # a comment written in full-width forms
+            if "format" not in skip and self._drop_rx.search(text):
+                text = self._drop_rx.sub("", text)
+            if "marks" not in skip and _MARKS.search(text):
+                text = _OVERLAY.sub("", text)         # a letter under a strike overlay is struck
+                text = _MARKS.sub("", text)
+        if ("~" in text or "<" in text) and "struck" not in skip:
+            text = _STRUCK.sub("", text)
+        if "<" in text and "tags" not in skip:
+            text = _BLOCK_TAG.sub("\n", text)
+            text = _TAG.sub("", text)
+        if "markdown" not in skip:
+            text = _markdown(text)
+        if not text.isascii():
+            if "confusables" not in skip and self._foldable.search(text):
+                text = self._latinish.sub(self._fold_word, text)
+            if "traditional" not in skip and not self._traditional.isdisjoint(text):
+                text = text.translate(self._t2s)
+        if ("\n" in text or "\r" in text) and "lines" not in skip:
+            text = self._join_lines(text)
+        if " " in text and "spacing" not in skip:
+            text = _spaced(text)
+        return text
+
+    def _fold_word(self, m: re.Match[str]) -> str:
+        word = m.group(0)
+        if word.isascii():
+            return word
+        if any("a" <= c <= "z" or "A" <= c <= "Z" for c in word):
+            word = word.translate(self._confusable)   # "dеleted" with a Cyrillic е
+        elif all(ord(c) in self._confusable for c in word):
+            folded = word.translate(self._confusable)  # "ᴅᴇʟᴇᴛᴇᴅ", "ԁеlеtеd": look-alikes only
+            if self._known_word(folded.lower()) or all(unicodedata.name(c, "").startswith("LATIN") for c in word):
+                return folded
+        if not word.isascii():                        # "déleted": a diacritic laid on an English word
+            bare = "".join(c for c in unicodedata.normalize("NFD", word) if not unicodedata.combining(c))
+            if bare.isascii() and self._known_word(bare.lower()):
+                return bare
+        return word
+
+    def _join_lines(self, text: str) -> str:
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        out = [lines[0]]
+        for line in lines[1:]:
+            prev = out[-1]
+            if not prev.strip() or not line.strip() or _LINE_END_STOP.search(prev) or _NEW_LINE_UNIT.match(line):
+                out.append(line)
+                continue
+            a, b = prev.rstrip(), line.lstrip()
+            if _CJK.match(a[-1]) and _CJK.match(b[0]):
+                out[-1] = a + b
+                continue
+            head = re.search(r"([A-Za-z]+)(-?)$", a)
+            tail = re.match(r"[A-Za-z]+", b)
+            if head and tail and (head.group(2) or b[0].islower()):
+                glued = head.group(1) + tail.group(0)
+                if head.group(2) or (self._known_word(glued.lower()) and not self._known_word(tail.group(0).lower())):
+                    out[-1] = a[: head.start()] + glued + b[tail.end():]
+                    continue
+            if b[0].islower() or not a[-1].isalnum() or (a[-1].islower() and not b[0].isupper()):
+                out[-1] = a + " " + b
+                continue
+            out.append(line)
+        return "\n".join(out)
+
+

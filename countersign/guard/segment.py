@@ -1,0 +1,105 @@
+"""Segmentation: a normalised reply cut into sentences, and each sentence into clause parts.
+
+A sentence ends at 。！？!?；; … a line break, or a full stop followed by a space (not "3.5", not "e.g.").
+A list item (``- x``, ``* x``, ``• x``, ``1. x``, ``1) x``) is a sentence of its own, its marker dropped.
+A sentence is cut into parts at , ， 、 : ： ; — – → and at a language's ``part_breaks`` ("but", "但是"):
+exclusions such as a negation govern the part they stand in ("已经创建好了，但没有设置提醒" still claims).
+Quoted spans ("…", “…”, 「…」, 『…』, 《…》) are remembered: a claim inside one is a quotation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_SENTENCE_END = re.compile(r"[。！？!?；;…]+[\"”’」』)]*|\n+|(?<![.\s][a-zA-Z])\.+(?=[\s\"”’)]|$)")
+_LIST_MARKER = re.compile(r"\s*(?:[-*+•·▪‣◦]\s+|\d{1,3}[.)、]\s+|\d{1,3}、)")
+_PART_BREAK = re.compile(r"(?:(?<!\d)[,:]|[,:](?!\d)|[，、：;；|])+|\s[-–—]{1,2}\s|[—–→]+|\s->\s|\(|\)|（|）")
+_QUOTE_OPENERS = "\"“「『《‘"
+_QUOTES = re.compile(r"\"[^\"\n]{1,200}\"|“[^”\n]{1,200}”|「[^」\n]{1,200}」|『[^』\n]{1,200}』|《[^》\n]{1,200}》"
+                     r"|‘[^’\n]{1,200}’")
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A clause part: ``text`` is ``sentence.text[start:end]``; ``end_mark`` is what cut it off (",", ":", "")."""
+
+    text: str
+    start: int
+    end: int
+    end_mark: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sentence:
+    text: str
+    start: int                      # offset in the normalised reply
+    parts: tuple[Part, ...]
+    quotes: tuple[tuple[int, int], ...]  # quoted spans, offsets in ``text``
+
+    def quoted(self, start: int, end: int) -> bool:
+        return any(qs <= start and end <= qe for qs, qe in self.quotes)
+
+
+def sentences(text: str, breaks: re.Pattern[str] | None = None) -> list[Sentence]:
+    """The sentences of ``text`` in order (empty ones dropped); cut into parts only when ``breaks`` is given
+    (else ``cut`` does it, for the sentences a grammar reads)."""
+    out: list[Sentence] = []
+    start = 0
+    quoted = any(q in text for q in _QUOTE_OPENERS)
+    protected = _protect_quotes(text) if quoted else text
+    for m in _SENTENCE_END.finditer(protected):
+        _add(out, text, start, m.end(), breaks, quoted)
+        start = m.end()
+    _add(out, text, start, len(text), breaks, quoted)
+    return out
+
+
+def _protect_quotes(text: str) -> str:
+    """``text`` with sentence ends inside short quotes blanked (same length), so a quote stays in one sentence."""
+    return _QUOTES.sub(lambda m: re.sub(r"[。！？!?；;.…\n]", "_", m.group(0)), text)
+
+
+def _add(out: list[Sentence], text: str, start: int, end: int, breaks: re.Pattern[str] | None,
+         quoted: bool) -> None:
+    chunk = text[start:end]
+    marker = _LIST_MARKER.match(chunk)
+    lead = marker.end() if marker else len(chunk) - len(chunk.lstrip())
+    body = chunk[lead:].rstrip()
+    if not body.strip(" \t.。!！?？;；…"):
+        return
+    out.append(Sentence(body, start + lead, tuple(parts(body, breaks)) if breaks is not None else (),
+                        _quotes(body) if quoted else ()))
+
+
+def cut(sentence: Sentence, breaks: re.Pattern[str] | None) -> Sentence:
+    """The same sentence cut with a language's own part breaks."""
+    return Sentence(sentence.text, sentence.start, tuple(parts(sentence.text, breaks)), sentence.quotes)
+
+
+def _quotes(text: str) -> tuple[tuple[int, int], ...]:
+    if not any(q in text for q in "\"“「『《‘"):
+        return ()
+    return tuple(m.span() for m in _QUOTES.finditer(text))
+
+
+def parts(sentence: str, breaks: re.Pattern[str] | None = None) -> list[Part]:
+    """The clause parts of one sentence (a break inside a quote does not cut)."""
+    cuts: list[tuple[int, int, str]] = [(m.start(), m.end(), m.group(0).strip()[:1]) for m in
+                                        _PART_BREAK.finditer(sentence)]
+    if breaks is not None:
+        words = [(m.start(), m.start(), m.group(0)) for m in breaks.finditer(sentence) if m.group(0)]
+        if words:
+            cuts = sorted(cuts + words)
+    quotes = _quotes(sentence)
+    if quotes:
+        cuts = [c for c in cuts if not any(qs < c[0] < qe for qs, qe in quotes)]
+    out: list[Part] = []
+    start = 0
+    for cs, ce, mark in cuts:
+        if cs > start and sentence[start:cs].strip():
+            out.append(Part(sentence[start:cs], start, cs, mark))
+        start = max(start, ce)
+    if sentence[start:].strip():
+        out.append(Part(sentence[start:], start, len(sentence), ""))
+    return out

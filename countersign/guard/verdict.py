@@ -1,0 +1,200 @@
+"""The reply guard (DESIGN §2 I5 "no receipt, no success", §9): one orchestrator, no I/O after ``load``.
+
+``ReplyGuard.check(reply, locale, evidence)`` runs the stages in order and returns a ``Verdict``:
+
+    normalise (normalise.py) -> sentences (segment.py) -> language of each (language.py)
+    -> candidates of each lexicon's grammar (claims_en.py, claims_zh.py) -> exclusions (exclusions.py)
+    -> the receipts (receipts.py): every remaining claim must be backed by a succeeded receipt of its verb
+
+Reasons: NO_CLAIM; BACKED_BY_RECEIPT; NO_SUCCEEDED_RECEIPT (a claim, no receipt); CLAIM_CONTRADICTS_RECEIPT
+(a claim, and the receipts failed or are of another verb); UNSUPPORTED_LANGUAGE (no claim found, but part of
+the reply is in a language without a lexicon: passed and counted with ``unsupported="flag"``, replaced with
+``"replace"`` unless a receipt succeeded). The whole reply is read, up to ``SCAN_LIMIT`` characters (the
+sidecar's request limit is lower). The replacement sentence follows the caller's locale; every lexicon reads.
+``check`` never raises: an internal error fails closed unless a receipt succeeded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from countersign.guard import exclusions, segment
+from countersign.guard.claims import Candidate, verb_class
+from countersign.guard.claims_en import EnglishGrammar
+from countersign.guard.claims_zh import ChineseGrammar
+from countersign.guard.language import Detector
+from countersign.guard.lexicon import Lexicon, load_folder
+from countersign.guard.normalise import Normaliser
+from countersign.guard.receipts import Evidence, backs, well_formed
+
+REASONS = ("NO_CLAIM", "BACKED_BY_RECEIPT", "NO_SUCCEEDED_RECEIPT", "CLAIM_CONTRADICTS_RECEIPT",
+           "UNSUPPORTED_LANGUAGE")
+REPLACED_REASONS = ("NO_SUCCEEDED_RECEIPT", "CLAIM_CONTRADICTS_RECEIPT", "UNSUPPORTED_LANGUAGE")
+UNSUPPORTED_MODES = ("flag", "replace")
+SCAN_LIMIT = 256 * 1024
+DEFAULT_LEXICON = "en"
+_EN_UNSUPPORTED = ("This reply could not be checked (its language has no lexicon) and no succeeded receipt backs "
+                   "it, so it was withheld.")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim the guard read: the clause it stands in, the grammar rule, its verb and the receipt verb."""
+
+    clause: str
+    rule: str
+    verb: str
+    verb_class: str
+    lexicon: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    replaced: bool
+    text: str                       # the original reply, or the deterministic replacement
+    matched_claims: tuple[str, ...]  # the clauses read as success claims (normalised)
+    reason: str                     # one of REASONS
+    explanation: str                # one human sentence for the agent's logs
+    claims: tuple[Claim, ...] = ()
+    excluded: tuple[tuple[str, str, str], ...] = ()  # (clause, exclusion rule, cue) of candidates set aside
+    language: str = ""              # a language without a lexicon found in the reply ("" when none)
+
+
+@dataclass
+class ReplyGuard:
+    lexicons_by_name: dict[str, Lexicon]
+    detector: Detector
+    normaliser: Normaliser
+    unsupported: str = "flag"
+    grammars: dict[str, EnglishGrammar | ChineseGrammar] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, folder: str | Path | None = None, unsupported: str = "flag") -> ReplyGuard:
+        """Read and check the lexicons (LexiconError names the file and the fault)."""
+        if unsupported not in UNSUPPORTED_MODES:
+            raise ValueError(f"unsupported must be one of {', '.join(UNSUPPORTED_MODES)}, not {unsupported!r}")
+        lexicons, languages = load_folder(folder)
+        grammars: dict[str, EnglishGrammar | ChineseGrammar] = {
+            name: EnglishGrammar(lex) if lex.grammar == "en" else ChineseGrammar(lex)
+            for name, lex in lexicons.items()}
+        known = {f for lex in lexicons.values() if lex.grammar == "en" for f in lex.verb_forms}
+        return cls(lexicons, Detector(lexicons, languages), Normaliser(known.__contains__), unsupported, grammars)
+
+    @property
+    def lexicons(self) -> tuple[str, ...]:
+        return tuple(sorted(self.lexicons_by_name))
+
+    def lexicon_for(self, locale: object) -> str:
+        """The lexicon whose replacement a caller's locale gets: "zh-CN"/"zh-TW"/"zh" → zh, else en."""
+        if isinstance(locale, str):
+            primary = re.split(r"[-_]", locale.strip().lower(), maxsplit=1)[0]
+            if primary in self.lexicons_by_name:
+                return primary
+        return DEFAULT_LEXICON if DEFAULT_LEXICON in self.lexicons_by_name else min(self.lexicons_by_name)
+
+    # -- check ---------------------------------------------------------------------------------------
+
+    def check(self, reply: str, locale: str, evidence: Sequence[Evidence]) -> Verdict:
+        """The verdict on one reply. Never raises."""
+        text = reply if isinstance(reply, str) else ("" if reply is None else str(reply))
+        try:
+            return self._check(text, locale, evidence)
+        except Exception as exc:  # pragma: no cover - defensive: check must never raise
+            if any(e.succeeded for e in well_formed(evidence)):
+                return Verdict(False, text, (), "BACKED_BY_RECEIPT",
+                               f"Reply guard error ({type(exc).__name__}); passed because a receipt succeeded.")
+            return Verdict(True, self._replacement(locale, "NO_SUCCEEDED_RECEIPT"), (), "NO_SUCCEEDED_RECEIPT",
+                           f"Reply guard error ({type(exc).__name__}); replaced because no receipt succeeded.")
+
+    def read(self, reply: str, *, skip_steps: frozenset[str] = frozenset(), disabled_rules: frozenset[str] = frozenset()
+             ) -> tuple[list[Candidate], list[tuple[Candidate, exclusions.Exclusion]], str]:
+        """The claims in ``reply``, the candidates set aside (with the rule), and an unsupported language.
+        ``skip_steps`` and ``disabled_rules`` switch normalisation steps and exclusion rules off (for tests)."""
+        norm = self.normaliser.normalise(reply[:SCAN_LIMIT], skip_steps)
+        claims: list[Candidate] = []
+        dropped: list[tuple[Candidate, exclusions.Exclusion]] = []
+        unsupported = ""
+        memo: dict[tuple[int, int, str], tuple[int, str, str] | None] = {}
+        for sentence in segment.sentences(norm):
+            reading = self.detector.read(sentence.text)
+            if reading.unsupported and not unsupported:
+                unsupported = reading.unsupported
+            for lex in reading.lexicons:
+                grammar = self.grammars[lex.name]
+                if not grammar.may_claim(sentence.text, reading.words):
+                    continue
+                cut = segment.cut(sentence, lex.part_breaks)
+                for cand in grammar.candidates(cut):
+                    why = exclusions.exclude(cand, disabled_rules, memo)
+                    if why is None:
+                        claims.append(cand)
+                    else:
+                        dropped.append((cand, why))
+        return claims, dropped, unsupported
+
+    def _check(self, reply: str, locale: str, evidence: Sequence[Evidence]) -> Verdict:
+        found, dropped, unsupported = self.read(reply)
+        excluded = tuple((c.clause, why.rule, why.cue) for c, why in dropped)
+        claims = _dedupe(Claim(c.clause, c.rule, c.verb, verb_class(c.lexicon, c.verb, c.text), c.lexicon.name)
+                         for c in found)
+        evs = well_formed(evidence)
+        succeeded = [e for e in evs if e.succeeded]
+        if not claims:
+            if unsupported:
+                return self._unsupported(reply, locale, unsupported, bool(succeeded), excluded)
+            note = ""
+            if excluded:
+                shown = "; ".join(f"{c!r} set aside by {r} ({cue!r})" for c, r, cue in excluded[:3])
+                note = f" ({len(excluded)} candidate(s) not read as claims: {shown})"
+            return Verdict(False, reply, (), "NO_CLAIM", f"No confident success claim found{note}.",
+                           (), excluded, "")
+        matched = tuple(dict.fromkeys(c.clause for c in claims))
+        unbacked = [c for c in claims if not any(backs(e, c.verb_class) for e in succeeded)]
+        said = "; ".join(f"{c.clause!r} ({c.rule}, {c.verb or 'phrase'} -> {c.verb_class})" for c in
+                         (unbacked or claims)[:5])
+        if not unbacked:
+            by = ", ".join(f"{e.action_id} {e.tool_name}" for e in succeeded[:5])
+            return Verdict(False, reply, matched, "BACKED_BY_RECEIPT",
+                           f"Every success claim is backed by a succeeded receipt ({by}): {said}.",
+                           claims, excluded, unsupported)
+        if evs:
+            receipts = ", ".join(f"{e.action_id} {e.tool_name} {'SUCCEEDED' if e.succeeded else 'not succeeded'}"
+                                 f" [{','.join(sorted(e.verbs)) or '-'}]" for e in evs[:5])
+            reason = "CLAIM_CONTRADICTS_RECEIPT"
+            why = (f"Claim {said} is not backed by a succeeded receipt of a matching verb; the receipts say: "
+                   f"{receipts}; reply replaced.")
+        else:
+            reason = "NO_SUCCEEDED_RECEIPT"
+            why = f"Claim {said} has no succeeded receipt in this request; reply replaced."
+        return Verdict(True, self._replacement(locale, reason), matched, reason, why, claims, excluded,
+                       unsupported)
+
+    def _unsupported(self, reply: str, locale: str, language: str, succeeded: bool,
+                     excluded: tuple[tuple[str, str, str], ...]) -> Verdict:
+        if self.unsupported == "replace" and not succeeded:
+            return Verdict(True, self._replacement(locale, "UNSUPPORTED_LANGUAGE"), (), "UNSUPPORTED_LANGUAGE",
+                           f"Part of the reply is in a language the guard has no lexicon for ({language}) and no "
+                           "receipt succeeded; replaced (--guard-unsupported replace).", (), excluded, language)
+        return Verdict(False, reply, (), "UNSUPPORTED_LANGUAGE",
+                       f"Part of the reply is in a language the guard has no lexicon for ({language}); it could "
+                       "not be checked for success claims and is passed flagged (--guard-unsupported flag).",
+                       (), excluded, language)
+
+    def _replacement(self, locale: object, reason: str) -> str:
+        lex = self.lexicons_by_name[self.lexicon_for(locale)]
+        if reason in lex.replacements:
+            return lex.replacements[reason]
+        if reason == "UNSUPPORTED_LANGUAGE":
+            return _EN_UNSUPPORTED if lex.name == "en" else lex.replacements["NO_SUCCEEDED_RECEIPT"]
+        return lex.replacements["NO_SUCCEEDED_RECEIPT"]
+
+
+def _dedupe(claims: Iterable[Claim]) -> tuple[Claim, ...]:
+    """One claim per clause and receipt verb: two rules that read the same claim name it once (the first)."""
+    seen: dict[tuple[str, str], Claim] = {}
+    for claim in claims:
+        seen.setdefault((claim.clause, claim.verb_class), claim)
+    return tuple(seen.values())

@@ -1,0 +1,158 @@
+"""English words as the grammar of claims reads them: tokens with a tag and a lemma.
+
+A token is (word, start, end, tag, lemma). Tags: P the assistant (I, we), U you, T a third person, H have,
+B be, N been, G get/got, M a modal, X a negation, d did, D a determiner, A an adverb, # a number, V a past
+form or participle of a write verb, R one of a verb the lexicon says never writes (find, check ...), O other.
+Contractions are opened ("I've" -> I + have, "isn't" -> is + not). A past form is found in the generated verb
+table, else by regular morphology: a known prefix (un-, re-, ...) on a table verb, then -ed, -ied, a doubled
+consonant, and as a last resort any -ed word of five letters or more ("texted").
+"""
+
+from __future__ import annotations
+
+import re
+
+from countersign.guard.lexicon import Lexicon
+from countersign.guard.segment import Part, Sentence
+
+_TOKEN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*|\d+(?:[.,:]\d+)*(?:%|(?i:am|pm|st|nd|rd|th)\b)?|[$#@]")
+_NOT = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "hasn't": "has", "haven't": "have",
+        "hadn't": "had", "didn't": "did", "don't": "do", "doesn't": "does", "couldn't": "could",
+        "wouldn't": "would", "shouldn't": "should", "won't": "will", "can't": "can", "mustn't": "must",
+        "needn't": "need", "ain't": "is"}
+_SUFFIX = {"'ve": "have", "'re": "are", "'m": "am", "'ll": "will", "'d": "'d"}
+_IS_AFTER = frozenset({"it", "that", "what", "there", "here", "he", "she", "who", "everything", "all", "this",
+                       "nothing", "something", "one", "which", "where", "today"})
+_TAGS = {"have": "H", "has": "H", "had": "H", "is": "B", "are": "B", "was": "B", "were": "B", "am": "B",
+         "be": "B", "being": "B", "been": "N", "get": "G", "got": "G", "gets": "G", "gotten": "G", "did": "d",
+         "not": "X", "never": "X", "no": "X"}
+OBJECT_PRONOUNS = frozenset({"it", "them", "him", "her", "me", "us", "you", "everything", "that", "this",
+                              "those", "these", "all", "both", "one"})
+_ED_NOT_VERBS = frozenset({"hundred", "sacred", "naked", "wicked", "rugged", "beloved", "kindred", "shed",
+                           "embed", "bed", "red", "wed", "bred", "fled", "sled", "led", "fed", "sped"})
+
+Token = tuple[str, int, int, str, str]  # word, start, end (in sentence.text), tag, lemma
+
+
+class EnglishWords:
+    """The lexicon's word classes and verb table, and the tokeniser that tags a clause part with them."""
+
+    def __init__(self, lex: Lexicon) -> None:
+        self.lex = lex
+        self.subjects = lex.word("assistant_subjects")
+        self.third = lex.word("third_person")
+        self.modals = lex.word("modals")
+        self.determiners = lex.word("determiners")
+        self.adverbs = lex.word("adverbs")
+        self.openers = lex.word("openers")
+        self.preps = lex.word("prepositions")
+        self.prefixes = tuple(sorted(lex.word("prefixes"), key=len, reverse=True))
+        self._cache: dict[str, tuple[str, str]] = {}
+        self._forms = frozenset(lex.verb_forms)
+
+
+    def tokens(self, sentence: Sentence, part: Part) -> list[Token]:
+        out: list[Token] = []
+        for m in _TOKEN.finditer(part.text):
+            word, s, e = m.group(0).lower(), part.start + m.start(), part.start + m.end()
+            if "'" in word:
+                if word in _NOT:
+                    out.append(self._tag(_NOT[word], s, e))
+                    out.append((word, s, e, "X", ""))
+                    continue
+                head, _, tail = word.partition("'")
+                tail = "'" + tail
+                if tail in _SUFFIX:
+                    out.append(self._tag(head, s, e))
+                    out.append(self._tag(_SUFFIX[tail], s, e))
+                    continue
+                if tail == "'s":
+                    out.append(self._tag(head, s, e))
+                    if head in _IS_AFTER:
+                        out.append(self._tag("is", s, e))
+                    continue
+            out.append(self._tag(word, s, e))
+        # "'d" is "had" before a participle ("I'd already deleted it"), else "would"
+        for i, t in enumerate(out):
+            if t[0] == "'d":
+                nxt = next((u for u in out[i + 1:] if u[3] != "A"), None)
+                out[i] = (t[0], t[1], t[2], "H" if nxt is not None and nxt[3] in "VR" else "M", "")
+        return out
+
+    def _tag(self, word: str, s: int, e: int) -> Token:
+        cached = self._cache.get(word)
+        if cached is None:
+            cached = self._cache[word] = self._classify(word)
+            if len(self._cache) > 20000:
+                self._cache.clear()
+        return word, s, e, cached[0], cached[1]
+
+    def _classify(self, word: str) -> tuple[str, str]:
+        if word in self.subjects:
+            return "P", ""
+        if word == "you":
+            return "U", ""
+        if word in self.third:
+            return "T", ""
+        if word in _TAGS:
+            return _TAGS[word], ""
+        if word in self.modals:
+            return "M", ""
+        if word in self.determiners:
+            return "D", ""
+        if word in self.adverbs:
+            return "A", ""
+        if word[0].isdigit():
+            return "#", ""
+        lemma = self.past_lemma(word)
+        if lemma:
+            return ("R" if self._not_write(lemma) else "V"), lemma
+        return "O", ""
+
+    def _not_write(self, lemma: str) -> bool:
+        """A read verb, also under a prefix: "double-checked", "rechecked", "re-read"."""
+        if lemma in self.lex.not_writes:
+            return True
+        if lemma in self.lex.verb_lemmas:
+            return False  # a verb of its own ("update", "restart"), not a prefix on a read verb
+        return any(lemma.startswith(p) and lemma[len(p):].lstrip("-") in self.lex.not_writes
+                   for p in self.prefixes if len(lemma) > len(p) + 2)
+
+    def past_lemma(self, word: str) -> str:
+        """The lemma of a past form or participle ("" when ``word`` is none): the table, else morphology."""
+        forms = self.lex.verb_forms
+        if word in forms:
+            return forms[word]
+        for prefix in ("", *self.prefixes):
+            if prefix and not (word.startswith(prefix) and len(word) > len(prefix) + 3):
+                continue
+            rest = word[len(prefix):].lstrip("-")
+            if rest in forms:
+                return prefix + forms[rest] if prefix else forms[rest]
+            if not rest.endswith("ed"):
+                continue
+            stem = rest[:-2]
+            for lemma in (stem, stem + "e", stem[:-1] if len(stem) > 2 and stem[-1] == stem[-2] else "",
+                          stem[:-1] + "y" if stem.endswith("i") else ""):
+                if lemma and lemma in self.lex.verb_lemmas:
+                    return prefix + lemma
+        if word.endswith("ed") and len(word) >= 5 and word not in _ED_NOT_VERBS and not word.endswith("eed"):
+            return word[:-2]  # a verb the table lacks ("texted", "venmoed"): regular morphology
+        return ""
+
+    def _base(self, word: str) -> str:
+        """The lemma of a base form, also under a prefix ("rebook"), or ""."""
+        if word in self.lex.verb_lemmas:
+            return word
+        for prefix in self.prefixes:
+            if word.startswith(prefix) and word[len(prefix):].lstrip("-") in self.lex.verb_lemmas:
+                return word
+        return ""
+
+    def _present(self, word: str) -> str:
+        """The lemma of a third-person present form ("points" -> point), or ""."""
+        lemmas = self.lex.verb_lemmas
+        for lemma in (word[:-1], word[:-2], word[:-3] + "y"):
+            if word.endswith("s") and lemma in lemmas and lemma not in self.lex.not_writes:
+                return lemma
+        return ""

@@ -1,0 +1,103 @@
+"""Normalisation (countersign/guard/normalise.py): each step, and a claim that is missed without it.
+
+Pure tests: no Redis, no gRPC.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from countersign.guard import ReplyGuard
+from countersign.guard.normalise import STEPS
+
+DATA = Path(__file__).resolve().parent.parent / "countersign" / "guard" / "data"
+
+
+@pytest.fixture(scope="module")
+def guard() -> ReplyGuard:
+    return ReplyGuard.load()
+
+
+# one disguised claim per step: read as a claim with every step, missed with that step left out
+DISGUISED = {
+    "entities": "I&#39;ve dele&#116;ed the note.",
+    "comments": "Your order has <!-- not --> been cancelled.",
+    "nfkc": "Ｉ'ｖｅ ｃａｎｃｅｌｌｅｄ ｙｏｕｒ ｏｒｄｅｒ.",
+    "format": "I've can\u200bcel\u2060led your or\u00adder.",
+    "marks": "I've de\u0353leted the note.",
+    "struck": "The meeting has ~~not~~ been moved.",
+    "tags": "I've <em>del</em>eted the old note.",
+    "markdown": "I've dele**ted** the old note.",
+    "confusables": "I've d\u0435leted the note.",
+    "traditional": "提醒設好了。",
+    "lines": "I've dele\nted the note.",
+    "spacing": "I've d e l e t e d your account.",
+}
+
+
+def test_every_step_has_its_disguised_claim() -> None:
+    assert set(DISGUISED) == set(STEPS)
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_claim_disguised_against_one_step_is_read_only_with_that_step(guard: ReplyGuard, step: str) -> None:
+    reply = DISGUISED[step]
+    claims, _dropped, _lang = guard.read(reply)
+    assert claims, f"{step}: {reply!r} should be read as a claim"
+    without, _dropped, _lang = guard.read(reply, skip_steps=frozenset({step}))
+    assert not without, f"{step}: {reply!r} is read as a claim even without the step: the test proves nothing"
+    assert guard.check(reply, "en", []).replaced
+
+
+@pytest.mark.parametrize(
+    ("raw", "seen"),
+    [
+        ("I&#39;ve &amp; 已&#21024;除 &nosuch;", "I've & 已删除 &nosuch;"),   # character references
+        ("已\u200b取\u200d消\u2060了\u00ad", "已取消了"),                    # zero-width, ZWJ, word joiner, soft hyphen
+        ("已\ufe0f保存\U000e0041", "已保存"),                               # variation selector, tag character
+        ("\u202eI've sent it\u202c", "I've sent it"),                      # bidi override
+        ("ＯＫ了，ｄｏｎｅ", "OK了,done"),                                   # full-width forms
+        ("has ~~not~~ been moved", "has  been moved"),                     # strike-through is deleted text
+        ("<del>not</del> moved <s>x</s>", " moved "),
+        ("n\u0336o\u0336t\u0336 sent", " sent"),                           # letters under a strike overlay
+        ("a <!-- hidden --> b <!-- open to the end", "a  b "),
+        ("<b>Saved</b><br>next<p>Then", "Saved next\nThen"),
+        ("**Done** _now_ `code` [link](http://x)", "Done now code link"),
+        ("snake_case_name stays", "snake_case_name stays"),
+        ("# Heading\n> Quoted", "Heading\nQuoted"),
+        ("I\u2019ve", "I've"),
+        ("d\u0435leted удалено", "deleted удалено"),                        # fold only where the word is Latin
+        ("ᴅᴇʟᴇᴛᴇᴅ \u0441\u043e\u0440\u0443", "deleted \u0441\u043e\u0440\u0443"),  # small capitals fold; a
+        # word of Cyrillic look-alikes folds only when it is then an English verb form the lexicon knows
+        ("d e l e t e d 已 经 删 除 a b", "deleted 已经删除 a b"),              # letters spaced out
+        ("déleted café", "deleted café"),                                  # a diacritic goes only off a known word
+        ("已經幫您刪除這封郵件", "已经帮您删除这封邮件"),
+        ("I've\ncancelled the\nsubscription.", "I've cancelled the subscription."),
+        ("已经帮你\n取消了", "已经帮你取消了"),
+        ("Done:\n- one\n- two", "Done:\n- one\n- two"),                     # list items keep their lines
+        ("Message sent\nThe next one", "Message sent\nThe next one"),
+    ],
+)
+def test_what_the_reader_sees(guard: ReplyGuard, raw: str, seen: str) -> None:
+    assert guard.normaliser.normalise(raw) == seen
+
+
+def test_a_claim_in_the_middle_of_a_long_reply_is_read(guard: ReplyGuard) -> None:
+    filler = "你有 3 条待办。You have 3 open todos. " * 1500          # ~60 KB: the old guard read 8 KB at each end
+    middle = filler[: len(filler) // 2] + "另外，旧地址已经删除了。" + filler[len(filler) // 2:]
+    verdict = guard.check(middle, "zh-CN", [])
+    assert verdict.replaced and verdict.matched_claims == ("旧地址已经删除了。",)
+
+
+def test_the_generated_tables_have_their_shape() -> None:
+    verbs = (DATA / "en_verbs.tsv").read_text(encoding="utf-8").splitlines()
+    assert len(verbs) > 5000 and all(line.count("\t") == 2 for line in verbs)
+    assert "cancel\tcanceled|cancelled\tcanceled|cancelled" in verbs
+    zh = (DATA / "zh_verbs.txt").read_text(encoding="utf-8").splitlines()
+    assert len(zh) > 5000 and {"取消", "删除", "上传"} <= set(zh)
+    t2s = dict(line.split("\t") for line in (DATA / "t2s.tsv").read_text(encoding="utf-8").splitlines())
+    assert t2s["經"] == "经" and t2s["幫"] == "帮" and len(t2s) > 3000
+    conf = dict(line.split("\t") for line in (DATA / "confusables.tsv").read_text(encoding="utf-8").splitlines())
+    assert conf["\u0435"] == "e" and conf["\u03bf"] == "o"
