@@ -20,6 +20,7 @@ from countersign.approvals import (
     ApprovalSettingsError,
     ContextInvalid,
     GrantExpected,
+    Verifier,
     grant_covers,
     grant_id,
 )
@@ -31,6 +32,7 @@ from countersign.approvals.testing import (
     grant_claims,
     sign,
     write_jwks,
+    write_settings,
 )
 from tests.approvals_kit import ACTION, AUD, DIGEST, ISS, KEYS, MFA, NOW, AppIssuer, claims, expected, make_issuer
 
@@ -480,10 +482,30 @@ async def test_a_key_that_cannot_be_loaded_stops_the_start(tmp_path: Path) -> No
 
 async def make_issuer_over(work: Path) -> None:
     """Start a Verifier over the JWKS file already in ``work`` (it must fail)."""
-    from countersign.approvals import Verifier
-    from countersign.approvals.testing import write_settings
-
     settings = write_settings(work / "approvals.json", [{"issuer": ISS, "audience": AUD, "jwks": "app.jwks.json"}])
     verifier = await Verifier.load(settings)
     await verifier.close()
     raise AssertionError("the start should have failed")
+
+
+async def test_keys_without_an_alg_member_are_used_by_their_type_only(tmp_path: Path) -> None:
+    # many IdPs publish keys with kty/crv and no alg: the type alone decides which algorithms a key serves
+    ed, shared = KEYS["EdDSA"], SigningKey.generate("HS256", kid="shared")
+    published = [{k: v for k, v in key.public_jwk().items() if k != "alg"} for key in (ed, KEYS["RS256"], shared)]
+    (tmp_path / "app.jwks.json").write_text(json.dumps({"keys": published}))
+    settings = write_settings(
+        tmp_path / "approvals.json",
+        [{"issuer": ISS, "audience": AUD, "jwks": "app.jwks.json", "algorithms": ["EdDSA", "RS256", "PS256", "HS256"]}],
+    )
+    app = AppIssuer(tmp_path, tmp_path / "app.jwks.json", settings, await Verifier.load(settings))
+    try:
+        app.verifier.verify_approval(app.token("EdDSA"), expect=expected())
+        app.verifier.verify_approval(app.token("RS256"), expect=expected())
+        rsa_pss = sign(claims(), KEYS["RS256"], alg="PS256")  # the same RSA key, another RSA algorithm
+        app.verifier.verify_approval(rsa_pss, expect=expected())
+        assert refused(app, sign(claims(), ed, alg="HS256", secret=ed.public_pem())).check == "algorithm"
+        rsa_as_hmac = sign(claims(), KEYS["RS256"], alg="HS256", secret=KEYS["RS256"].public_pem())
+        assert refused(app, rsa_as_hmac).check == "algorithm"
+        assert refused(app, sign(claims(), KEYS["RS256"], alg="PS256", kid=ed.kid)).check == "algorithm"
+    finally:
+        await app.verifier.close()
