@@ -509,3 +509,14 @@ async def test_keys_without_an_alg_member_are_used_by_their_type_only(tmp_path: 
         assert refused(app, sign(claims(), KEYS["RS256"], alg="PS256", kid=ed.kid)).check == "algorithm"
     finally:
         await app.verifier.close()
+
+
+async def test_a_signature_spelt_another_way_in_base64url_is_malformed(app: AppIssuer) -> None:
+    # 64 signature bytes end in 2 unused bits: flipping one spells the same bytes differently (malleability)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    token = app.token()
+    respelt = token[:-1] + alphabet[alphabet.index(token[-1]) ^ 1]
+    assert base64.urlsafe_b64decode(respelt.split(".")[2] + "==") == base64.urlsafe_b64decode(
+        token.split(".")[2] + "=="
+    )
+    assert refused(app, respelt).check == "malformed"
