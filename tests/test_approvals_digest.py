@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +15,7 @@ import pytest
 from countersign.approvals.digest import approval_digest, digest_document, rfc3339_ms
 from countersign.v1 import common_pb2
 
+ROOT = Path(__file__).resolve().parent.parent
 # the worked example of docs/approvals.md, byte for byte
 TOOL = "create_todo"
 ARGS = {"title": "Buy milk", "dueAt": "2026-12-02T18:00:00+08:00", "priority": 1}
@@ -112,3 +116,20 @@ def test_inputs_that_are_not_json_are_refused() -> None:
     with pytest.raises(ValueError):
         approval_digest(TOOL, ARGS, PREVIEW, POLICY, -1)
     assert digest_document(TOOL, ARGS, PREVIEW, POLICY, EXPIRES_MS)["expires_at"] == "2026-12-01T09:30:00.250Z"
+
+
+def test_the_javascript_of_the_docs_computes_the_same_digest(tmp_path: Path) -> None:
+    node = shutil.which("node")
+    assert node is not None, "node is missing: install the Debian package 'nodejs' (make test-tools does)"
+    docs = (ROOT / "docs" / "approvals.md").read_text(encoding="utf-8")
+    block = docs.split("<!-- digest-js -->", 1)[1].split("```js\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "digest.mjs"
+    script.write_text(block, encoding="utf-8")
+    done = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == DIGEST
+
+
+def test_the_docs_show_the_pinned_example() -> None:
+    docs = (ROOT / "docs" / "approvals.md").read_text(encoding="utf-8")
+    assert DIGEST in docs and CANONICAL in docs
