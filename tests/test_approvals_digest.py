@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # the worked example of docs/approvals.md, byte for byte
 TOOL = "create_todo"
 ARGS = {"title": "Buy milk", "dueAt": "2026-12-02T18:00:00+08:00", "priority": 1}
-PREVIEW = {
+PREVIEW: dict[str, Any] = {
     "title": "创建待办",
     "target": "Buy milk",
     "impact": "确认后将创建一条截止于 2026-12-02T18:00:00+08:00 的待办。",
