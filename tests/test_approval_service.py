@@ -151,6 +151,25 @@ async def test_the_page_shows_the_card_escaped_and_its_form_approves_as_the_cook
     await verifier.verify_approval_async(answer["approval"], expect=alice_card())
 
 
+async def test_bad_or_expired_cards_are_not_signed(service: harness.Proc, inbox: Inbox) -> None:
+    no_expiry = {k: v for k, v in CARD.items() if k != "expires_at_ms"}
+    for body in (
+        {},
+        {"action_id": "never-shown"},
+        {**CARD, "preview": {"title": 1}},
+        {**no_expiry, "expires_at": "soon"},
+    ):
+        status, answer = await call(service, "POST", "/approve", json=body, headers=ALICE)
+        assert (status, answer["reason"]) == (400, "CARD_INVALID"), body
+    status, answer = await call(
+        service, "POST", "/approve", data=b"{", headers={**ALICE, "Content-Type": "application/json"}
+    )
+    assert (status, answer["reason"]) == (400, "REQUEST_INVALID")
+    expired = {**CARD, "expires_at_ms": int(time.time() * 1000) - 1}
+    status, answer = await call(service, "POST", "/approve", json=expired, headers=ALICE)
+    assert (status, answer["reason"]) == (409, "CARD_EXPIRED") and inbox.received == []
+
+
 async def test_nobody_signed_in_gets_nothing_signed(service: harness.Proc) -> None:
     for path, body in (("/approve", CARD), ("/grants", {"capability": "todo.create", "uses": 2}), ("/context", {})):
         status, answer = await call(service, "POST", path, json=body)
@@ -211,3 +230,12 @@ def test_the_service_keeps_its_key_across_restarts(tmp_path: Path) -> None:
         assert second.info["kid"] == kid and (tmp_path / "app.pem").stat().st_mode & 0o077 == 0
     finally:
         second.stop()
+
+
+async def test_a_card_in_proto_json_with_an_rfc3339_expiry_gives_the_same_digest(service: harness.Proc) -> None:
+    from countersign.approvals.digest import rfc3339_ms
+
+    as_proto_json = {k: v for k, v in CARD.items() if k != "expires_at_ms"}
+    as_proto_json["expires_at"] = rfc3339_ms(EXPIRES_MS)
+    status, posted = await call(service, "POST", "/cards", json=as_proto_json)
+    assert status == 200 and posted["digest"] == card_digest()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import json
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -120,10 +121,13 @@ async def approve(request: web.Request) -> web.Response:
         return _refuse(401, "NOT_SIGNED_IN", "sign in first (X-Demo-User: tenant/actor/session)")
     try:
         body = await _body(request)
-        card = request.app[CARDS].get(body["action_id"]) if set(body) <= {"action_id", "step_up"} else None
+        shown = set(body) <= {"action_id", "step_up"}  # the page's form names a card handed over before
+        card = request.app[CARDS].get(body.get("action_id")) if shown else None
         card = card or Card.from_json(body)
     except CardError as exc:
         return _refuse(400, exc.reason, str(exc))
+    if card.expires_at_ms <= time.time() * 1000:
+        return _refuse(409, "CARD_EXPIRED", "the card expired: ask the assistant again")
     digest = card.digest()
     sent = body.get("approval_digest")
     if sent is not None and sent != digest:  # the host showed one thing and asks us to sign another
