@@ -520,3 +520,8 @@ async def test_a_signature_spelt_another_way_in_base64url_is_malformed(app: AppI
         token.split(".")[2] + "=="
     )
     assert refused(app, respelt).check == "malformed"
+
+
+async def test_a_grant_covers_nothing_that_is_not_canonical_json(app: AppIssuer) -> None:
+    verified = app.verifier.verify_grant(sign(grant(), KEYS["EdDSA"]), expect=grant_expect())
+    assert not grant_covers(verified, "todo.create", {"title": "x", "priority": 2**60})

@@ -5,8 +5,9 @@ so a token that was not signed by a trusted key never gets a more precise answer
 
     malformed      not a compact JWS of JSON objects (or a claim of the wrong type, a repeated key)
     header         a jku / x5u / jwk / x5c header (keys are never taken from a token), crit or b64
+    algorithm      alg none (before anything else is read), then, once the issuer is known: an
+                   algorithm the issuer does not list, or one the named key does not fit
     issuer         iss is not a configured issuer
-    algorithm      alg none, an algorithm the issuer does not list, or one the named key does not fit
     key            the kid is not in the issuer's JWKS (the async variants re-fetch a URL's set first)
     signature      the signature does not verify
     audience       aud does not name this sidecar (as this issuer calls it)
@@ -179,7 +180,7 @@ class Verifier:
 
     def _approval(self, auth: _Authentic, expect: Expected) -> ApprovalEvidence:
         claims, issuer = auth.claims, auth.issuer.settings
-        fail = _failer(ApprovalInvalid, issuer.issuer)
+        fail = _Failer(ApprovalInvalid, issuer.issuer)
         kind = claims.get("kind", "approval")
         if kind != "approval":
             raise fail("kind", f"a token of kind {_show(kind)} is not an approval")
@@ -221,7 +222,7 @@ class Verifier:
 
     def _grant(self, auth: _Authentic, expect: GrantExpected) -> GrantClaims:
         claims, issuer = auth.claims, auth.issuer.settings
-        fail = _failer(ApprovalInvalid, issuer.issuer)
+        fail = _Failer(ApprovalInvalid, issuer.issuer)
         if claims.get("kind") != "grant":
             raise fail("kind", 'a grant must carry kind "grant"')
         _audience(claims, issuer.audience, fail)
@@ -271,7 +272,7 @@ class Verifier:
 
     def _context(self, auth: _Authentic, now: float) -> VerifiedContext:
         claims, issuer = auth.claims, auth.issuer.settings
-        fail = _failer(ContextInvalid, issuer.issuer)
+        fail = _Failer(ContextInvalid, issuer.issuer)
         if claims.get("kind") is not None or any(k in claims for k in ("act", "dig", "cap")) or _has_action(claims):
             raise fail("kind", "an approval or a grant is not a context assertion")
         _audience(claims, issuer.context_aud, fail)
@@ -301,7 +302,7 @@ class Verifier:
     def _authenticate(self, token: str, error: type[ApprovalError], missing: type[ApprovalError]) -> _Authentic:
         if not token:
             raise missing("missing", "no token was given")
-        fail = _failer(error, None)
+        fail = _Failer(error, None)
         if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
             raise fail("malformed", f"a token must be a string of at most {MAX_TOKEN_CHARS} characters")
         parts = token.split(".")
@@ -321,7 +322,7 @@ class Verifier:
         issuer = self.issuers.get(iss) if isinstance(iss, str) else None
         if issuer is None:
             raise fail("issuer", f"iss {_show(iss)} is not a configured issuer")
-        fail = _failer(error, issuer.settings.issuer)
+        fail = _Failer(error, issuer.settings.issuer)
         if alg not in issuer.settings.algorithms:
             raise fail("algorithm", f"alg {_show(alg)} is not one this issuer may use")
         key = issuer.keys.current().find(kid, alg)
@@ -361,10 +362,13 @@ def grant_covers(grant: GrantClaims, capability: str, arguments: Mapping[str, An
     """True when the grant is for this capability and every argument it pins has exactly that value."""
     if grant.capability != capability:
         return False
-    for name, value in (grant.args or {}).items():
-        if name not in arguments or rfc8785.dumps(arguments[name]) != rfc8785.dumps(value):
-            return False
-    return True
+    try:
+        return all(
+            name in arguments and rfc8785.dumps(arguments[name]) == rfc8785.dumps(value)
+            for name, value in (grant.args or {}).items()
+        )
+    except (rfc8785.CanonicalizationError, TypeError):
+        return False  # an argument that is not I-JSON matches nothing
 
 
 # helpers -------------------------------------------------------------------------------------------------------
@@ -376,10 +380,6 @@ class _Failer:
 
     def __call__(self, check: str, message: str) -> ApprovalError:
         return self.error(check, message, issuer=self.issuer)
-
-
-def _failer(error: type[ApprovalError], issuer: str | None) -> _Failer:
-    return _Failer(error, issuer)
 
 
 def _show(value: Any) -> str:
