@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from countersign.sidecar.observability import logs  # noqa: E402
-from countersign.sidecar.observability.metrics import Metrics  # noqa: E402
+from countersign.observability import logs  # noqa: E402
+from countersign.observability.metrics import Metrics  # noqa: E402
 
 
 def per_call_us(fn: object, calls: int) -> float:

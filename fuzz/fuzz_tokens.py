@@ -19,8 +19,8 @@ import atheris
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 with atheris.instrument_imports():
-    from countersign.sidecar.actions import Keyring
-    from countersign.sidecar.errors import InvalidArgument
+    from countersign.errors import InvalidArgument
+    from countersign.keyring import Keyring
 
 KEYRING = Keyring(active="k1", keys={"k1": bytes.fromhex("11" * 32), "k0": bytes.fromhex("22" * 32)})
 LABELS = ["confirm", "continue"]   # the confirmation and the continuation token labels

@@ -11,8 +11,9 @@ from typing import Any
 import grpc
 import pytest
 
-from countersign.sidecar.actions import MIN_KEY_BYTES, Keyring, canonical, is_action_id
-from countersign.sidecar.errors import InvalidArgument, SettingsError
+from countersign.canonical import canonical
+from countersign.errors import InvalidArgument, SettingsError
+from countersign.keyring import MIN_KEY_BYTES, Keyring, is_action_id
 
 K1 = bytes(range(32))
 K2 = bytes(range(100, 132))

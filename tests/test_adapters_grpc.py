@@ -19,10 +19,10 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from countersign import registry
 from countersign.adapters.base import MAX_ANSWER_BYTES, CallMeta, Kind, LookupKind, PrepareUnavailable
 from countersign.adapters.grpc import GrpcAdapter
-from countersign.sidecar import registry
-from countersign.sidecar.registry import Tool
+from countersign.registry import Tool
 from countersign.v1 import backend_pb2, backend_pb2_grpc
 
 KEY = "b" * 32

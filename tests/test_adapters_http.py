@@ -17,10 +17,10 @@ import pytest
 from aiohttp import web
 from downstreams import Raw, Seen, answer, registry_doc
 
+from countersign import registry
 from countersign.adapters import http
 from countersign.adapters.base import CallMeta, Kind, LookupKind
-from countersign.sidecar import registry
-from countersign.sidecar.registry import Registry
+from countersign.registry import Registry
 
 KEY = "a" * 32
 META = CallMeta(idempotency_key=KEY, policy_version="adapters.1")

@@ -19,8 +19,8 @@ from conftest import Stack, ctx, error_info
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from countersign.errors import ResourceExhausted
 from countersign.sidecar.admission import Gate, new_server
-from countersign.sidecar.errors import ResourceExhausted
 from countersign.sidecar.server import rich_status
 from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 

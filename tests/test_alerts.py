@@ -18,7 +18,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from countersign.sidecar.observability.metrics import RPCS
+from countersign.observability.metrics import RPCS
 from examples import harness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,7 +167,7 @@ def test_the_monitoring_charts_copies_are_identical() -> None:
 
 def test_the_families_listed_here_are_the_ones_the_sidecar_exports() -> None:
     """METRICS above is what dashboards and rules may use; it must not drift from metrics.py."""
-    from countersign.sidecar.observability.metrics import Metrics
+    from countersign.observability.metrics import Metrics
 
     families = list(Metrics(frozenset({"create_todo"})).registry.collect())
     exported = {f"{f.name}_total" if f.type == "counter" else f.name for f in families if f.type != "histogram"}

@@ -16,9 +16,9 @@ import yaml
 from conftest import ROOT, Stack, ctx
 from test_deploy import STANDALONE, render
 
-from countersign.sidecar import registry as registry_mod
-from countersign.sidecar.actions import Keyring
-from countersign.sidecar.errors import RegistryError
+from countersign import registry as registry_mod
+from countersign.errors import RegistryError
+from countersign.keyring import Keyring
 from countersign.v1 import gateway_pb2
 from examples import harness
 

@@ -12,7 +12,7 @@ import pytest
 import redis
 from conftest import Stack, ctx, error_info
 
-from countersign.sidecar.actions import Keyring
+from countersign.keyring import Keyring
 from countersign.sidecar.compensate import inverse_id
 from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 

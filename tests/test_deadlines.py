@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from countersign.sidecar import registry, settings
-from countersign.sidecar.errors import RegistryError
+from countersign import registry
+from countersign.errors import RegistryError
+from countersign.sidecar import settings
 from examples import harness
 
 SERVE = [sys.executable, "-m", "countersign.sidecar.cli", "serve", "--listen", "127.0.0.1:0",

@@ -14,8 +14,8 @@ import grpc
 import pytest
 from conftest import Stack, ctx
 
+from countersign.errors import SettingsError
 from countersign.sidecar import app, settings
-from countersign.sidecar.errors import SettingsError
 from countersign.v1 import guard_pb2, guard_pb2_grpc
 
 REPLY = "好的，订单已经帮你取消了，退款三天内到账。"

@@ -36,8 +36,8 @@ from grpc_status import rpc_status
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from countersign.sidecar import registry as registry_mod
-from countersign.sidecar.errors import RegistryError
+from countersign import registry as registry_mod
+from countersign.errors import RegistryError
 from countersign.v1 import (
     common_pb2,
     continuation_pb2,

@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT, ctx, error_info
 from downstreams import Raw, answer, registry_doc, sidecar_over
 
-from countersign.sidecar.observability import metrics
+from countersign.observability import metrics
 from countersign.v1 import gateway_pb2, gateway_pb2_grpc
 
 

@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from countersign.observability import logs, tracing
 from countersign.sidecar import app, settings
-from countersign.sidecar.observability import logs, tracing
 from countersign.v1 import common_pb2, continuation_pb2, continuation_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 from examples import harness
 

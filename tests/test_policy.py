@@ -12,16 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from countersign.sidecar import policy, registry
-from countersign.sidecar.errors import (
-    CountersignError,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-)
+from countersign import registry
+from countersign.errors import CountersignError, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from countersign.registry import Capability, Registry, Tool
+from countersign.sidecar import policy
 from countersign.sidecar.policy import Allowed, Phase
-from countersign.sidecar.registry import Capability, Registry, Tool
 from countersign.v1 import common_pb2
 
 ROOT = Path(__file__).resolve().parents[1]

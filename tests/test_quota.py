@@ -16,7 +16,7 @@ import pytest
 import redis
 from conftest import Stack, ctx, error_info
 
-from countersign.sidecar.actions import Keyring
+from countersign.keyring import Keyring
 from countersign.sidecar.store import quota_key
 from countersign.v1 import gateway_pb2, gateway_pb2_grpc
 

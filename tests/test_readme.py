@@ -105,7 +105,7 @@ def test_the_readme_runs_the_sidecar_and_calls_it_as_written(scratch: tuple[Path
 def test_the_runbook_searches_logs_with_the_spelling_the_sidecar_writes() -> None:
     import logging
 
-    from countersign.sidecar.observability import logs
+    from countersign.observability import logs
 
     runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
     record = logging.getLogger("countersign.decision").makeRecord(

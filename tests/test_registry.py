@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from countersign.sidecar import registry
-from countersign.sidecar.errors import RegistryError
-from countersign.sidecar.registry import Capability
+from countersign import registry
+from countersign.errors import RegistryError
+from countersign.registry import Capability
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "registry"

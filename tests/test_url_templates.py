@@ -76,8 +76,8 @@ async def test_a_receipt_id_of_dot_dot_is_never_compensated(tmp_path: Path) -> N
 @pytest.mark.parametrize("url", ["http://{host}/things", "http://api.{region}.example/things",
                                  "http://127.0.0.1:{port}/things", "https://{title}@example/things"])
 def test_no_argument_may_pick_the_host(url: str) -> None:
-    from countersign.sidecar import registry
-    from countersign.sidecar.errors import RegistryError
+    from countersign import registry
+    from countersign.errors import RegistryError
 
     doc = registry_doc("http://127.0.0.1:9")
     schema = {"type": "object", "additionalProperties": False,

@@ -181,7 +181,7 @@ def test_malformed_or_forged_token_is_invalid_argument(stack: Stack, mangle: obj
 
 
 def test_token_of_another_key_that_is_still_listed_verifies(stack: Stack) -> None:
-    from countersign.sidecar.actions import Keyring
+    from countersign.keyring import Keyring
 
     keys = Keyring.from_file(str(stack.keys))
     card = stack.card(request_id=turn())
@@ -192,7 +192,7 @@ def test_token_of_another_key_that_is_still_listed_verifies(stack: Stack) -> Non
 
 
 def test_never_issued_token_is_not_found(stack: Stack) -> None:
-    from countersign.sidecar.actions import Keyring
+    from countersign.keyring import Keyring
 
     token = Keyring.from_file(str(stack.keys)).token("0" * 32)
     err = rpc_error(lambda: confirm(stack, token))
@@ -337,7 +337,7 @@ def test_lapsed_lease_is_reported_and_stored_as_unknown_never_ready(stack: Stack
     r.delete(f"cs:{{{card.action_id}}}:card")
     err = rpc_error(lambda: confirm(stack, card.token))
     assert error_info(err).reason == "CONFIRMATION_BINDING_MISMATCH"  # b is not ours: refused, untouched
-    from countersign.sidecar.actions import Keyring
+    from countersign.keyring import Keyring
     from countersign.sidecar.cards import owner
 
     keys = Keyring.from_file(str(stack.keys))

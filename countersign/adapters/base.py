@@ -20,21 +20,19 @@ A read never holds a claim, so for a read the unusable answers above are FAILED 
 from __future__ import annotations
 
 import enum
-import functools
 import json
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from countersign.sidecar.observability import tracing
-from countersign.sidecar.registry import PLACEHOLDER, HttpCall, Tool
+from countersign.registry import HttpCall, Tool
+from countersign.registry.templates import PLACEHOLDER, path_problem, path_span, safe_url, text_of
 
 UPPER_SNAKE = re.compile(r"^[A-Z][A-Z0-9_]{1,63}$")
 MAX_ANSWER_BYTES = 1 << 20          # the largest answer an adapter reads (decoded); beyond it: unusable
 ANSWER_HEADROOM = 16 << 10          # what a reply needs besides a downstream's answer (it must fit in one message)
-MAX_PATH_VALUE_BYTES = 1024         # the longest argument a URL path segment takes, once percent-encoded
 # What an If-Match may carry: a strong entity-tag's characters (RFC 9110 §8.8.3, etagc without obs-text).
 _ETAG = re.compile(r'^[\x21\x23-\x7e]{1,256}$')
 
@@ -103,11 +101,13 @@ class CallMeta:
     subject_id: str = ""
     locale: str = ""
     if_match: str = ""                   # the prepared resource version the write expects to change
-    headers: dict[str, str] = field(default_factory=dict)    # propagation (traceparent, ...)
+    # propagation (traceparent, tracestate): asked for each request as it is sent, so it names the span current
+    # then. The caller hands it in (the executor: observability.tracing.outgoing_headers); adapters know no tracing.
+    trace_headers: Callable[[], Mapping[str, str]] = field(default=dict, compare=False)
 
     def wire_headers(self) -> dict[str, str]:
         """The headers of the call; raises NotSendable when the If-Match cannot be written safely."""
-        out = {**tracing.outgoing_headers(), **self.headers}
+        out = dict(self.trace_headers())
         if self.idempotency_key:
             out["Idempotency-Key"] = f'"{self.idempotency_key}"'
             out["X-Countersign-Action"] = self.idempotency_key
@@ -139,7 +139,7 @@ def address(tool: Tool, call: HttpCall | None = None) -> str:
     if tool.adapter.kind == "grpc":
         return tool.adapter.target
     call = call or tool.adapter.execute
-    return tracing.safe_url(call.url) if call is not None else ""
+    return safe_url(call.url) if call is not None else ""
 
 
 class NotSendable(Exception):
@@ -159,59 +159,10 @@ def entity_tag(version: str) -> str:
     return f'"{inner}"'
 
 
-def text_of(value: Any) -> str:
-    """A template value as text: a string as is, anything else as JSON ("" when absent)."""
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def render(template: str, values: Mapping[str, Any]) -> str:
-    """Fill ``{name}`` placeholders from values only (previews and summaries; URLs use render_url)."""
-    return PLACEHOLDER.sub(lambda m: text_of(values.get(m.group(1))), template)
-
-
-def _path_span(template: str) -> tuple[int, int]:
-    """Where a URL template's path lies: after scheme and authority, before the query or fragment."""
-    start = template.find("/", template.find("://") + 3) if "://" in template else 0
-    if start < 0:
-        start = len(template)
-    ends = [i for i in (template.find("?", start), template.find("#", start)) if i >= 0]
-    return start, min(ends, default=len(template))
-
-
-@functools.lru_cache(maxsize=1024)
-def path_fields(template: str) -> frozenset[str]:
-    """The placeholders a URL template binds into its path (where a value could change the path's shape)."""
-    start, end = _path_span(template)
-    return frozenset(m.group(1) for m in PLACEHOLDER.finditer(template) if start <= m.start() < end)
-
-
-def path_problem(text: str) -> str:
-    """Why a value may not fill a path segment ("" when it may). It is percent-encoded there; what it must
-    not be, also once a server decodes it (repeatedly), is a dot segment, a separator or nothing at all."""
-    if len(urllib.parse.quote(text, safe="")) > MAX_PATH_VALUE_BYTES:
-        return f"a value in a URL path may be at most {MAX_PATH_VALUE_BYTES} bytes once percent-encoded"
-    decoded = [text]
-    while "%" in decoded[-1] and len(decoded) < 4:
-        once = urllib.parse.unquote(decoded[-1])
-        if once == decoded[-1]:
-            break
-        decoded.append(once)
-    for form in decoded:
-        if form in ("", ".", ".."):
-            return f"a value in a URL path may not be {form!r}: it would change the path's shape"
-        if "/" in form or "\\" in form:
-            return "a value in a URL path may not contain '/' or '\\' (also percent-encoded)"
-        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in form):
-            return "a value in a URL path may not contain control characters"
-    return ""
-
-
 def render_url(template: str, values: Mapping[str, Any]) -> str:
     """A URL template filled with percent-encoded values; raises NotSendable when a value bound into the
     path would change its shape (policy refuses such arguments at Invoke; this is the last line)."""
-    start, end = _path_span(template)
+    start, end = path_span(template)
 
     def one(match: re.Match[str]) -> str:
         text = text_of(values.get(match.group(1)))

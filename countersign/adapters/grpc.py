@@ -34,7 +34,7 @@ from countersign.adapters.base import (
     PrepareUnavailable,
     deadline,
 )
-from countersign.sidecar.registry import Tool
+from countersign.registry import Tool
 from countersign.v1 import backend_pb2, backend_pb2_grpc
 
 # Answers that mean "the downstream looked at it and said no": nothing was applied.

@@ -34,7 +34,7 @@ from countersign.adapters.base import (
     receipt_problem,
     render_url,
 )
-from countersign.sidecar.registry import HttpCall, Tool
+from countersign.registry import HttpCall, Tool
 
 __all__ = ["MAX_ANSWER_BYTES", "HttpAdapter", "classify"]
 

@@ -37,7 +37,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 
-from countersign.sidecar.errors import ResourceExhausted
+from countersign.errors import ResourceExhausted
 
 log = logging.getLogger("countersign.admission")
 

@@ -15,18 +15,18 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from countersign import registry as registry_mod
 from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
+from countersign.errors import SettingsError, StoreUnavailable
 from countersign.guard import LexiconError, ReplyGuard
-from countersign.sidecar import registry as registry_mod
-from countersign.sidecar.actions import Keyring
+from countersign.keyring import Keyring
+from countersign.observability import logs, tracing
+from countersign.observability.metrics import Metrics
 from countersign.sidecar.admission import Gate, Health, new_server
 from countersign.sidecar.embedded_redis import EmbeddedRedis
-from countersign.sidecar.errors import SettingsError, StoreUnavailable
 from countersign.sidecar.execute import Timing
-from countersign.sidecar.observability import logs, tracing
-from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.pipeline import Pipeline
 from countersign.sidecar.probes import Probes, serve_probes
 from countersign.sidecar.server import (

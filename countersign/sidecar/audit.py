@@ -41,10 +41,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from countersign.errors import CountersignError
+from countersign.keyring import Keyring, is_action_id
+from countersign.observability.metrics import Metrics
 from countersign.sidecar import states
-from countersign.sidecar.actions import Keyring, is_action_id
-from countersign.sidecar.errors import CountersignError
-from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.store import Anchor, AuditEvidence, Store
 from countersign.v1 import common_pb2
 

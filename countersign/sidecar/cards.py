@@ -19,9 +19,10 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from countersign.sidecar.actions import Keyring, canonical
-from countersign.sidecar.errors import DataLoss, PermissionDenied
-from countersign.sidecar.registry import RISKS, Tool
+from countersign.canonical import canonical
+from countersign.errors import DataLoss, PermissionDenied
+from countersign.keyring import Keyring
+from countersign.registry import RISKS, Tool
 from countersign.sidecar.store import CardRecord, RunRecord
 from countersign.v1 import common_pb2, gateway_pb2
 

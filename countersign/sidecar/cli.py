@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from countersign.errors import CountersignError, RegistryError, SettingsError
 from countersign.sidecar import settings as settings_mod
-from countersign.sidecar.errors import CountersignError, RegistryError, SettingsError
 
 
 def _logging(level: str) -> None:
-    from countersign.sidecar.observability import logs
+    from countersign.observability import logs
 
     logs.configure(level)
 
@@ -151,8 +151,8 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 async def _operate(args: argparse.Namespace) -> int:
+    from countersign.keyring import Keyring
     from countersign.sidecar import operator
-    from countersign.sidecar.actions import Keyring
     from countersign.sidecar.store import Store
 
     if not args.redis_url or not args.keys_file:
@@ -187,11 +187,11 @@ async def _operate(args: argparse.Namespace) -> int:
 
 
 async def _resolve(args: argparse.Namespace, store: Any, keyring: Any) -> int:
+    from countersign import registry as registry_mod
     from countersign.adapters.base import Adapter
     from countersign.adapters.grpc import GrpcAdapter
     from countersign.adapters.http import HttpAdapter
     from countersign.sidecar import operator
-    from countersign.sidecar import registry as registry_mod
 
     try:
         window = settings_mod.duration(args.reconcile_window)

@@ -19,15 +19,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from countersign.adapters.base import deadline, render
+from countersign.adapters.base import deadline
+from countersign.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from countersign.keyring import Keyring, is_action_id
+from countersign.observability.logs import decision
+from countersign.observability.metrics import Metrics
+from countersign.registry import Capability, Registry
+from countersign.registry.templates import PLACEHOLDER, render
 from countersign.sidecar import cards, policy, states
-from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
-from countersign.sidecar.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from countersign.sidecar.execute import Executor, Timing, open_action
-from countersign.sidecar.observability.logs import decision
-from countersign.sidecar.observability.metrics import Metrics
-from countersign.sidecar.registry import PLACEHOLDER, Capability, Registry
 from countersign.sidecar.store import CardRecord, Refused, RunRecord, Store
 from countersign.v1 import common_pb2
 

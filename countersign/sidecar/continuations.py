@@ -20,15 +20,16 @@ from collections.abc import Callable, Sequence
 
 from google.protobuf import json_format
 
-from countersign.adapters.base import render
+from countersign.canonical import canonical
+from countersign.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from countersign.guard import Evidence, ReplyGuard, Verdict, verbs_of
+from countersign.keyring import Keyring, is_action_id
+from countersign.observability.metrics import Metrics
+from countersign.registry import Registry, Tool
+from countersign.registry.templates import render
 from countersign.sidecar import cards, policy
-from countersign.sidecar.actions import Keyring, canonical, is_action_id
 from countersign.sidecar.audit import Audit
-from countersign.sidecar.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from countersign.sidecar.execute import open_action
-from countersign.sidecar.observability.metrics import Metrics
-from countersign.sidecar.registry import Registry, Tool
 from countersign.sidecar.store import CardRecord, ContRecord, Refused, RunRecord, Store
 from countersign.v1 import common_pb2, continuation_pb2, guard_pb2
 

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from countersign.sidecar.errors import SettingsError
+from countersign.errors import SettingsError
 
 
 class EmbeddedRedis:

@@ -20,16 +20,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from countersign.adapters.base import Adapter, CallMeta, Kind, Outcome, address, render
+from countersign.adapters.base import Adapter, CallMeta, Kind, Outcome, address
+from countersign.canonical import canonical
+from countersign.errors import CountersignError, DataLoss, FailedPrecondition, Unavailable
+from countersign.keyring import Keyring
+from countersign.observability import tracing
+from countersign.observability.logs import decision
+from countersign.observability.metrics import Metrics
+from countersign.registry import Capability, Registry, Tool
+from countersign.registry.templates import render
 from countersign.sidecar import policy, states
-from countersign.sidecar.actions import Keyring, canonical
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.cards import Card, check_run, open_card
-from countersign.sidecar.errors import CountersignError, DataLoss, FailedPrecondition, Unavailable
-from countersign.sidecar.observability import tracing
-from countersign.sidecar.observability.logs import decision
-from countersign.sidecar.observability.metrics import Metrics
-from countersign.sidecar.registry import Capability, Registry, Tool
 from countersign.sidecar.store import CardRecord, RunRecord, Store
 from countersign.v1 import common_pb2
 
@@ -187,7 +189,8 @@ class Executor:
         # the prepared version travels as If-Match: a resource changed since the card was shown is not written
         meta = CallMeta(idempotency_key=action_id, attempt=1, policy_version=card.policy_version,
                         tenant_id=context.tenant_id, actor_id=context.actor_id,
-                        subject_id=context.subject_id, locale=context.locale, if_match=card.resource_version)
+                        subject_id=context.subject_id, locale=context.locale, if_match=card.resource_version,
+                        trace_headers=tracing.outgoing_headers)
         call = tool.adapter.execute
         with self.metrics.timed("execute", span=False), tracing.client_span(
                 tool.name, tool.adapter.kind, call.method if call else "Execute",

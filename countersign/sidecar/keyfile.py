@@ -16,8 +16,8 @@ import re
 import secrets
 import time
 
-from countersign.sidecar.actions import MIN_KEY_BYTES, Keyring
-from countersign.sidecar.errors import SettingsError
+from countersign.errors import SettingsError
+from countersign.keyring import MIN_KEY_BYTES, Keyring
 
 
 def generate(kid: str = "", previous: str = "") -> dict[str, object]:

@@ -17,15 +17,16 @@ from typing import Any, TextIO
 from google.protobuf import json_format
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, LookupKind, Outcome
+from countersign.errors import DataLoss
+from countersign.keyring import Keyring, is_action_id
+from countersign.observability import tracing
+from countersign.observability.metrics import Metrics
+from countersign.registry import Registry
 from countersign.sidecar import audit as audit_mod
 from countersign.sidecar import states
-from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.cards import open_card
-from countersign.sidecar.errors import DataLoss
 from countersign.sidecar.execute import seal_action
-from countersign.sidecar.observability.metrics import Metrics
-from countersign.sidecar.registry import Registry
 from countersign.sidecar.store import CardRecord, Store
 from countersign.v1 import common_pb2
 
@@ -156,7 +157,7 @@ async def _evidence(keyring: Keyring, action_id: str, record: dict[str, bytes],
         return "unproven", "the stored card does not verify", None
     fence = tool.adapter.can_fence
     meta = CallMeta(idempotency_key=action_id, attempt=int(record.get("ratt", b"0") or 0) + 1,
-                    policy_version=card.policy_version)
+                    policy_version=card.policy_version, trace_headers=tracing.outgoing_headers)
     found = await downstream.adapters[tool.adapter.kind].lookup(tool, meta, fence, downstream.deadline)
     asked = "the fence" if fence else "the lookup"
     if found.kind is LookupKind.APPLIED:

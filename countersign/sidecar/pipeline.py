@@ -15,13 +15,7 @@ import time
 from collections.abc import Callable
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, address
-from countersign.guard import ReplyGuard
-from countersign.sidecar import cards, policy, prepare
-from countersign.sidecar.actions import Keyring, is_action_id
-from countersign.sidecar.audit import Audit
-from countersign.sidecar.compensate import Compensator, overlay
-from countersign.sidecar.continuations import Continuations, action_entry, fact_entry, read_summary, request_key
-from countersign.sidecar.errors import (
+from countersign.errors import (
     CountersignError,
     FailedPrecondition,
     InvalidArgument,
@@ -30,13 +24,19 @@ from countersign.sidecar.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from countersign.guard import ReplyGuard
+from countersign.keyring import Keyring, is_action_id
+from countersign.observability import tracing
+from countersign.observability.logs import decision
+from countersign.observability.metrics import Metrics
+from countersign.registry import Capability, Registry
+from countersign.sidecar import cards, policy, prepare
+from countersign.sidecar.audit import Audit
+from countersign.sidecar.compensate import Compensator, overlay
+from countersign.sidecar.continuations import Continuations, action_entry, fact_entry, read_summary, request_key
 from countersign.sidecar.execute import Executor, Timing, open_action, seal_action
-from countersign.sidecar.observability import tracing
-from countersign.sidecar.observability.logs import decision
-from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.quota import Quota
 from countersign.sidecar.reconcile import Reconciler
-from countersign.sidecar.registry import Capability, Registry
 from countersign.sidecar.store import CardRecord, Refused, RunRecord, Store
 from countersign.v1 import common_pb2, gateway_pb2
 
@@ -83,7 +83,8 @@ class Pipeline:
         tool = allowed.tool
         tracing.annotate(tool=tool.name, capability=tool.capability, risk=tool.risk)
         meta = CallMeta(policy_version=registry.policy_version, tenant_id=context.tenant_id,
-                        actor_id=context.actor_id, subject_id=context.subject_id, locale=context.locale)
+                        actor_id=context.actor_id, subject_id=context.subject_id, locale=context.locale,
+                        trace_headers=tracing.outgoing_headers)
         adapter = self.adapters[tool.adapter.kind]
         label = self.metrics.tool(tool.name)
         turn = request_key(self.keyring, context)

@@ -22,16 +22,10 @@ from typing import Any
 
 import jsonschema_rs
 
-from countersign.adapters.base import path_fields, path_problem, text_of
-from countersign.sidecar.actions import canonical
-from countersign.sidecar.errors import (
-    FailedPrecondition,
-    FieldViolation,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-)
-from countersign.sidecar.registry import ACTION_FIELDS, Capability, Registry, Tool
+from countersign.canonical import canonical
+from countersign.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound, PermissionDenied
+from countersign.registry import Capability, Registry, Tool
+from countersign.registry.templates import ACTION_FIELDS, path_fields, path_problem, text_of
 from countersign.v1 import common_pb2
 
 MAX_ARGUMENTS_BYTES = 64 * 1024

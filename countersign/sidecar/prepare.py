@@ -20,11 +20,11 @@ from countersign.adapters.base import (
     PrepareUnavailable,
     address,
     entity_tag,
-    render,
 )
+from countersign.errors import FailedPrecondition, Unavailable
+from countersign.registry import Tool
+from countersign.registry.templates import render
 from countersign.sidecar import policy
-from countersign.sidecar.errors import FailedPrecondition, Unavailable
-from countersign.sidecar.registry import Tool
 from countersign.v1 import common_pb2
 
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from countersign.sidecar.errors import CountersignError, ResourceExhausted
+from countersign.errors import CountersignError, ResourceExhausted
 from countersign.sidecar.store import Store
 
 log = logging.getLogger("countersign.quota")

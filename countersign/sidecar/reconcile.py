@@ -25,15 +25,16 @@ import time
 from collections.abc import Callable
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, LookupKind, Outcome
+from countersign.errors import CountersignError, DataLoss, InvalidArgument, NotFound
+from countersign.keyring import Keyring, is_action_id
+from countersign.observability import tracing
+from countersign.observability.logs import decision
+from countersign.observability.metrics import Metrics
+from countersign.registry import Registry
 from countersign.sidecar import cards, policy
-from countersign.sidecar.actions import Keyring, is_action_id
 from countersign.sidecar.audit import Audit
 from countersign.sidecar.cards import open_card
-from countersign.sidecar.errors import CountersignError, DataLoss, InvalidArgument, NotFound
 from countersign.sidecar.execute import Executor, open_action, to_action, unknown_message
-from countersign.sidecar.observability.logs import decision
-from countersign.sidecar.observability.metrics import Metrics
-from countersign.sidecar.registry import Registry
 from countersign.sidecar.store import ReconcileWork, RunRecord, Store
 from countersign.v1 import common_pb2
 
@@ -120,7 +121,8 @@ class Reconciler:
         if tool is None or not tool.adapter.can_lookup:
             return await self._review(action_id, card.kid, card.tool, claim_id, "NO_LOOKUP",
                                       "the tool declares no lookup by idempotency key; a person must check")
-        meta = CallMeta(idempotency_key=action_id, attempt=work.attempts, policy_version=card.policy_version)
+        meta = CallMeta(idempotency_key=action_id, attempt=work.attempts, policy_version=card.policy_version,
+                        trace_headers=tracing.outgoing_headers)
         fence = tool.adapter.can_fence
         found = await self.adapters[tool.adapter.kind].lookup(tool, meta, fence, self.lookup_deadline)
         label = self.metrics.tool(tool.name)

@@ -13,8 +13,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from countersign.sidecar import registry as registry_mod
-from countersign.sidecar.errors import RegistryError
+from countersign import registry as registry_mod
+from countersign.errors import RegistryError
 
 
 def _registries(name: str, raw: bytes) -> list[tuple[str, bytes | str]] | None:

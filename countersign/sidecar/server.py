@@ -18,16 +18,10 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from countersign.errors import DOMAIN, CountersignError, InvalidArgument, ResourceExhausted, StoreUnavailable
+from countersign.observability import tracing
+from countersign.observability.metrics import Metrics
 from countersign.sidecar.admission import Gate
-from countersign.sidecar.errors import (
-    DOMAIN,
-    CountersignError,
-    InvalidArgument,
-    ResourceExhausted,
-    StoreUnavailable,
-)
-from countersign.sidecar.observability import tracing
-from countersign.sidecar.observability.metrics import Metrics
 from countersign.sidecar.pipeline import Pipeline
 from countersign.v1 import (
     continuation_pb2,

@@ -23,7 +23,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError
 
-from countersign.sidecar.errors import StoreUnavailable, Unavailable
+from countersign.errors import StoreUnavailable, Unavailable
 
 T = TypeVar("T")
 

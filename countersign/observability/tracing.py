@@ -35,6 +35,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from countersign.registry.templates import safe_url as safe_url  # shown in spans; filled in templates
+
 log = logging.getLogger("countersign.tracing")
 tracer = trace.get_tracer("countersign")
 _configured = False
@@ -193,21 +195,6 @@ def stage_span(name: str) -> Iterator[Span]:
         return
     with tracer.start_as_current_span(f"countersign.{name}", record_exception=False) as span:
         yield span
-
-
-def safe_url(template: str) -> str:
-    """A registry URL template as it may be shown in spans, logs and messages: scheme, host, port and the
-    path template ({placeholders} unfilled, so no argument value), without userinfo, query or fragment."""
-    parts = urllib.parse.urlsplit(template)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    netloc = f"{host}:{port}" if port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _server(url: str) -> tuple[str, int]:

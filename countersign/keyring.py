@@ -13,7 +13,7 @@
 * What leaves the process about arguments, outcomes and replies (logs, audit events, exports) is a
   keyed hash (``digest``), never a bare SHA-256 that a dictionary of likely values reverses.
 
-Canonical JSON is RFC 8785 (JCS) wherever something is hashed.
+Canonical JSON is RFC 8785 (JCS) wherever something is hashed (``countersign.canonical``).
 """
 
 from __future__ import annotations
@@ -26,23 +26,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import rfc8785
-
-from countersign.sidecar.errors import InvalidArgument, SettingsError
+from countersign.canonical import canonical
+from countersign.errors import InvalidArgument, SettingsError
 
 TOKEN_PREFIX = "cs1"
 MIN_KEY_BYTES = 32
 _KID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _ACTION_ID = re.compile(r"^[0-9a-f]{32}$")
 _TOKEN_MAX = 128
-
-
-def canonical(value: Any) -> bytes:
-    """RFC 8785 canonical JSON bytes of a JSON value (raises ValueError on non-I-JSON values)."""
-    try:
-        return rfc8785.dumps(value)
-    except (rfc8785.CanonicalizationError, TypeError) as exc:
-        raise ValueError(str(exc)) from exc
 
 
 def _b64(data: bytes) -> str:

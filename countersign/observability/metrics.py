@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from countersign.sidecar.observability import tracing
+from countersign.observability import tracing
 
 # Every reason the sidecar raises itself (tests/test_metric_labels.py scans the code for new ones). A reason
 # outside it, such as a downstream's refusal passed on to the caller, is counted as OTHER: a downstream

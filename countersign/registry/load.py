@@ -1,49 +1,32 @@
-"""The capability registry: load one YAML file, enforce the registration rules, freeze a snapshot.
-
-Every rule that fails stops the start with ``<file>: tool '<name>': <rule>: <detail>``. The
-rule names are stable (tests assert them, one bad fixture file per rule):
-
-    known-keys                         no misspelled or unknown keys
-    unique-names                       tool names and capability ids are unique
-    write-needs-enabled-capability     a write tool names an enabled capability
-    no-tool-for-disabled-capability    a planned/forbidden capability never reaches a tool
-    capability-exists                  a read tool's capability, when named, exists
-    capability-names-tool              the capability a tool names names that tool back
-    risk-matches-capability            a write tool's risk equals its capability's
-    confirmation-matches-capability    ... and so does its confirmation
-    write-needs-confirmation           a write may not set confirmation: none
-    schema-valid                       the schema is a valid JSON Schema of an object
-    schema-closed                      every object closed, every array's items closed, through every branch
-    alias-no-collision                 an alias is not a declared property and maps to one
-    template-fields                    templates name only arguments, the action or the receipt
-    adapter-valid                      the adapter is complete for its kind
-    compensation-is-write-tool         a compensation names a registered write tool
-
-One more rule depends on the settings too, so it is checked at start (``check_deadlines``), not by
-``load``: ``deadline-below-lease``, a write tool's deadline (adapter.timeout_ms, else
---downstream-deadline) plus a margin must fit within --lease.
-"""
+"""Loading a registry: the strict YAML loader, ``build`` and every registration rule (listed in the package
+docstring, ``countersign.registry``), and ``check_deadlines``, the one rule that needs the settings too."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jsonschema_rs
 import yaml
 
-from countersign.sidecar.errors import RegistryError
-
-STATUSES = ("enabled", "planned", "forbidden")
-RISKS = ("low", "medium", "high", "irreversible")
-CONFIRMATIONS = ("default", "always", "none")
-SCOPES = ("request", "session", "none")
-HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
-ACTION_FIELDS = frozenset({"action_id", "idempotency_key"})
-RECEIPT_FIELDS = frozenset({"receipt.resource_id", "receipt.resource_version"})
+from countersign.errors import RegistryError
+from countersign.registry.model import (
+    CONFIRMATIONS,
+    HTTP_METHODS,
+    RISKS,
+    SCOPES,
+    STATUSES,
+    VERBS,
+    AdapterSpec,
+    Capability,
+    Compensation,
+    HttpCall,
+    ReceiptSpec,
+    Registry,
+    Tool,
+)
+from countersign.registry.schema import open_objects
+from countersign.registry.templates import ACTION_FIELDS, PLACEHOLDER, RECEIPT_FIELDS
 
 _TOP_KEYS = {"policy_version", "capabilities", "tools"}
 _CAP_KEYS = {"id", "status", "tool", "risk", "confirmation", "guidance"}
@@ -51,118 +34,11 @@ _TOOL_KEYS = {
     "name", "capability", "is_write", "risk", "confirmation", "roles", "intent_scope", "aliases",
     "schema", "preview", "adapter", "receipt", "compensation", "description", "verbs",
 }
-VERBS = frozenset({"create", "delete", "add", "save", "update", "complete", "send"})
 _ADAPTER_KEYS = {"kind", "execute", "lookup", "fence", "prepare", "target", "timeout_ms"}
 _CALL_KEYS = {"method", "url"}
 _PREVIEW_KEYS = {"title", "target", "impact", "details"}
 _RECEIPT_KEYS = {"resource_id", "resource_version", "summary"}
 _COMP_KEYS = {"tool", "args"}
-
-
-@dataclass(frozen=True)
-class Capability:
-    id: str
-    status: str
-    tool: str
-    risk: str = ""
-    confirmation: str = ""
-    guidance: Mapping[str, str] = field(default_factory=dict)
-
-    def guidance_for(self, locale: str) -> str:
-        """Guidance in the caller's locale: exact tag, then its language, then en, then any."""
-        g = self.guidance
-        lang = locale.split("-")[0] if locale else ""
-        for key in (locale, lang):
-            if key and key in g:
-                return g[key]
-        for key, text in g.items():
-            if lang and key.split("-")[0] == lang:
-                return text
-        return g.get("en") or next(iter(g.values()), "")
-
-
-@dataclass(frozen=True)
-class HttpCall:
-    method: str
-    url: str
-
-
-@dataclass(frozen=True)
-class AdapterSpec:
-    kind: str                       # http | grpc
-    execute: HttpCall | None = None
-    lookup: HttpCall | None = None
-    fence: HttpCall | None = None
-    prepare: HttpCall | None = None
-    target: str = ""                # grpc: host:port or unix:/path
-    grpc_prepare: bool = False
-    grpc_lookup: bool = False
-    grpc_fence: bool = False
-    timeout_ms: int = 0             # 0: the sidecar's downstream deadline
-
-    @property
-    def can_fence(self) -> bool:
-        """A lookup that marks an absent key never-to-be-applied: the only proof of "not applied"."""
-        return self.fence is not None or self.grpc_fence
-
-    @property
-    def can_lookup(self) -> bool:
-        return self.can_fence or self.lookup is not None or self.grpc_lookup
-
-
-@dataclass(frozen=True)
-class ReceiptSpec:
-    resource_id: str = "id"
-    resource_version: str = "version"
-    summary: str = ""
-    # the fields the registry names (resource_id, resource_version): a 2xx without one is RECEIPT_INVALID
-    declared: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class Compensation:
-    tool: str
-    args: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    capability: str
-    is_write: bool
-    risk: str
-    confirmation: str
-    roles: frozenset[str]
-    intent_scope: str
-    aliases: Mapping[str, str]
-    schema: Mapping[str, Any]
-    validator: Any = field(repr=False, compare=False)
-    preview: Mapping[str, Any]
-    adapter: AdapterSpec
-    receipt: ReceiptSpec
-    compensation: Compensation | None
-    verbs: frozenset[str] = frozenset()     # what a success claim about this tool may say (reply guard)
-
-
-@dataclass(frozen=True)
-class Registry:
-    """One immutable snapshot; a request uses the snapshot it started with."""
-
-    path: str
-    policy_version: str
-    capabilities: Mapping[str, Capability]
-    tools: Mapping[str, Tool]
-    refusals: Mapping[str, Capability]          # tool name or capability id -> planned/forbidden
-    denied_by_role: Mapping[str, str]           # role -> ",tool,tool," write tools the role may not run
-    all_writes: str                             # ",tool,tool," every registered write tool
-
-    def denied_tools(self, role: str) -> str:
-        """What the claim script refuses for this role, leaving the card READY (DESIGN §5).
-
-        A tool that is no longer a registered write tool is not in this set: its claim goes
-        ahead and the re-check settles it FAILED with POLICY_CHANGED.
-        """
-        return self.denied_by_role.get(role, self.all_writes)
 
 
 def load(path: str) -> Registry:
@@ -360,7 +236,7 @@ def _tool(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Too
         validator = jsonschema_rs.validator_for(schema)
     except Exception as exc:  # the library raises several types for a bad schema
         raise fail(name, "schema-valid", str(exc).splitlines()[0]) from exc
-    for problem in _open_objects(schema, "schema"):
+    for problem in open_objects(schema, "schema"):
         raise fail(name, "schema-closed", problem)
 
     props = set(schema.get("properties", {}))
@@ -475,57 +351,6 @@ def _check_template(template: str, known: set[str] | frozenset[str], tool: str, 
 
 def _fields(tool: Tool) -> set[str]:
     return set(tool.schema.get("properties", {}))
-
-
-# What a tool schema may say (DESIGN §4, docs/registry.md). Closure is checked by walking every subschema these
-# keywords hold; anything else (references, conditionals, pattern- and evaluation-based keywords, negation) could
-# admit a key the walk cannot see, so it is refused by name rather than half-understood.
-_SUBSCHEMA_KEYWORDS = frozenset({"properties", "items", "anyOf", "oneOf", "allOf"})
-_VALUE_KEYWORDS = frozenset({
-    "type", "enum", "const", "required", "additionalProperties", "minProperties", "maxProperties",
-    "dependentRequired", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "multipleOf", "minItems", "maxItems", "uniqueItems",
-    "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment",
-})
-_SCHEMA_KEYWORDS = _SUBSCHEMA_KEYWORDS | _VALUE_KEYWORDS
-_ANY = "admits any value (an object with any keys): give it a type"
-
-
-def _open_objects(schema: Any, where: str) -> Iterator[str]:
-    """Every place where a value that passes the schema could carry a key the registry never declared.
-
-    Closed means: only supported keywords; every subschema says what it admits (a type, enum or const, or
-    branches that each do); every object sets additionalProperties: false; every array has closed items;
-    every property, item and anyOf/oneOf/allOf branch is closed in turn. ``false`` admits nothing: closed.
-    """
-    if schema is False:
-        return
-    if not isinstance(schema, dict):            # true (schema-valid refused every other non-schema)
-        yield f"{where} is true, which {_ANY}"
-        return
-    unsupported = sorted(str(key) for key in schema if key not in _SCHEMA_KEYWORDS)
-    if unsupported:
-        yield (f"{where} uses {', '.join(map(repr, unsupported))}, which a tool schema may not use: closure is "
-               "checked only through type, properties, items, enum, const, anyOf, oneOf and allOf")
-        return
-    kind = schema.get("type")
-    types = {kind} if isinstance(kind, str) else set(kind or ())
-    branches = [(f"{key}[{i}]", sub) for key in ("anyOf", "oneOf", "allOf")
-                for i, sub in enumerate(schema.get(key) or [])]
-    if not types and "enum" not in schema and "const" not in schema and not branches:
-        yield f"{where} {_ANY}, enum or const"
-        return
-    if ("object" in types or "properties" in schema or "additionalProperties" in schema) \
-            and schema.get("additionalProperties") is not False:
-        yield f"{where} must set additionalProperties: false"
-    if "array" in types and "items" not in schema:
-        yield f"{where} is an array without items: declare a closed schema for its items"
-    for name, sub in (schema.get("properties") or {}).items():
-        yield from _open_objects(sub, f"{where}.properties.{name}")
-    if "items" in schema:
-        yield from _open_objects(schema["items"], f"{where}.items")
-    for label, sub in branches:
-        yield from _open_objects(sub, f"{where}.{label}")
 
 
 def check_deadlines(registry: Registry, lease: float, default_deadline: float, margin: float) -> None:
