@@ -24,7 +24,7 @@ RUN python -m venv --without-pip /opt/venv \
  && python -m pip --python /opt/venv/bin/python install --require-hashes --no-deps --only-binary=:all: \
       -r requirements.lock
 # Only what the wheel needs: the package (generated stubs in countersign/v1 and the Lua scripts in
-# countersign/lua are package data), its metadata and the README it names as long description.
+# countersign/store/lua are package data), its metadata and the README it names as long description.
 COPY pyproject.toml README.md ./
 COPY countersign ./countersign
 RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \

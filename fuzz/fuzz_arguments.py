@@ -20,12 +20,11 @@ from pathlib import Path
 import atheris
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 with atheris.instrument_imports():
     from countersign import registry
     from countersign.errors import CountersignError
-    from countersign.sidecar import policy
+    from countersign.path import policy
     from countersign.v1 import common_pb2
 
 REGISTRY = registry.load(str(ROOT / "examples" / "registry.yaml"))

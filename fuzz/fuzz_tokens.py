@@ -16,8 +16,6 @@ from pathlib import Path
 
 import atheris
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 with atheris.instrument_imports():
     from countersign.errors import InvalidArgument
     from countersign.keyring import Keyring

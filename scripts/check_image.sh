@@ -89,7 +89,7 @@ mkdir -p "$work/run"
 cd "$work/run"
 where="$("$vpy" -c 'import countersign, pathlib; print(pathlib.Path(countersign.__file__).resolve().parent)')"
 case "$where" in "$work/venv/"*) ;; *) die "countersign imported from $where, not from the clean venv" ;; esac
-for f in lua/claim.lua lua/settle.lua v1/gateway_pb2.py v1/gateway_pb2_grpc.py; do
+for f in store/lua/claim.lua store/lua/settle.lua v1/gateway_pb2.py v1/gateway_pb2_grpc.py; do
   [ -f "$where/$f" ] || die "the wheel lacks countersign/$f"
 done
 "$vpy" -m pip --version >/dev/null 2>&1 && die "the venv has pip; the image's must not"

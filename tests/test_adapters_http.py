@@ -302,11 +302,11 @@ async def test_a_201_in_two_segments_confirms_with_its_id_and_an_empty_201_is_un
         assert got.state == common_pb2.ACTION_STATE_UNKNOWN
         # reconciliation asks by key; a lookup answer without the receipt fields is still no verdict
         raw.script = lambda s: answer(200, {"title": "t"})
-        again = await sidecar.pipeline.reconciler.reconcile(card.action_id)
+        again = await sidecar.parts.reconciler.reconcile(card.action_id)
         assert again.state == common_pb2.ACTION_STATE_UNKNOWN
         await asyncio.sleep(1.1)    # the reconciler's backoff
         raw.script = lambda s: answer(200, {"id": "t_8", "version": 1}, split=(2, 9))
-        settled = await sidecar.pipeline.reconciler.reconcile(card.action_id)
+        settled = await sidecar.parts.reconciler.reconcile(card.action_id)
         assert (settled.state, settled.receipt.resource_id) == (common_pb2.ACTION_STATE_SUCCEEDED, "t_8")
         writes = [s for s in raw.seen if s.method == "POST" and s.target == "/things"]
         assert len(writes) == 2, "one POST per action, none re-sent"
@@ -322,10 +322,10 @@ async def test_a_lookup_that_never_yields_a_receipt_goes_to_review_not_failed(ra
         card, action, _ = await _confirm(sidecar)
         assert (action.state, action.error.reason) == (common_pb2.ACTION_STATE_UNKNOWN, "RECEIPT_INVALID")
         raw.script = lambda s: answer(302, b"", headers={"Location": "http://127.0.0.1:1/x"})
-        first = await sidecar.pipeline.reconciler.reconcile(card.action_id)
+        first = await sidecar.parts.reconciler.reconcile(card.action_id)
         assert first.state == common_pb2.ACTION_STATE_UNKNOWN, "a redirect is never a verdict"
         await asyncio.sleep(1.1)    # past the backoff, and past the (tiny) window
-        settled = await sidecar.pipeline.reconciler.reconcile(card.action_id)
+        settled = await sidecar.parts.reconciler.reconcile(card.action_id)
         assert (settled.state, settled.error.reason) == (common_pb2.ACTION_STATE_NEEDS_MANUAL_REVIEW,
                                                          "RECEIPT_INVALID")
 
@@ -352,7 +352,7 @@ async def test_a_redirected_write_is_unknown_and_the_other_host_sees_nothing(
 async def test_a_large_answer_to_a_write_is_kept_as_its_hash(raw: Raw, tmp_path: Any) -> None:
     from downstreams import sidecar_over
 
-    from countersign.sidecar.execute import EVIDENCE_BYTES
+    from countersign.path.receipts import EVIDENCE_BYTES
     from countersign.v1 import common_pb2
 
     async with sidecar_over(tmp_path, registry_doc(raw.url)) as sidecar:

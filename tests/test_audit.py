@@ -24,7 +24,7 @@ import rfc8785
 import yaml
 from conftest import ROOT, Stack, ctx
 
-from countersign.sidecar.audit import chain_state, expiry
+from countersign.audit.chain import chain_state, expiry
 from countersign.v1 import common_pb2, continuation_pb2, continuation_pb2_grpc, gateway_pb2, guard_pb2, guard_pb2_grpc
 from examples.harness import TEST_KEYS
 

@@ -13,7 +13,7 @@ import redis
 from conftest import Stack, ctx, error_info
 
 from countersign.keyring import Keyring
-from countersign.sidecar.compensate import inverse_id
+from countersign.path.inverse import inverse_id
 from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 

@@ -592,11 +592,11 @@ def test_extra_volumes_mount_a_redis_ca_into_the_sidecar() -> None:
     ("rediss://n1:6379", "cluster"),
 ])
 def test_the_schema_accepts_every_redis_url_the_sidecar_accepts(url: str, mode: str) -> None:
-    from countersign.sidecar.store import Store
+    from countersign.store.redis_store import RedisStore
 
     side = env(sidecar(render({**STANDALONE, "redis": {"url": url, "mode": mode}})))
     assert side["COUNTERSIGN_REDIS_URL"] == url and side["COUNTERSIGN_REDIS_MODE"] == mode
-    Store.from_url(url, socket_timeout=1, connect_timeout=1, retries=0, mode=mode)  # parses: the sidecar starts
+    RedisStore.from_url(url, socket_timeout=1, connect_timeout=1, retries=0, mode=mode)  # parses: the sidecar starts
 
 
 def test_a_cluster_or_sentinel_url_sets_its_mode_and_a_contradicting_mode_is_refused() -> None:

@@ -40,11 +40,11 @@ def test_the_protocol_model_checks() -> None:
 def test_the_transition_table_names_the_scripts_that_enforce_it() -> None:
     import re
 
-    from countersign.sidecar import states
+    from countersign.store import states
 
     named = {m for targets in states.TRANSITIONS.values() for how in targets.values()
              for m in re.findall(r"[a-z_]+\.lua", how)}
-    scripts = {p.name for p in (ROOT / "countersign" / "lua").glob("*.lua")}
+    scripts = {p.name for p in (ROOT / "countersign" / "store" / "lua").glob("*.lua")}
     assert named <= scripts, named - scripts
     # the continuation, audit and quota scripts keep state of their own, outside the action state machine
     action_scripts = {s for s in scripts if not s.startswith(("cont_", "audit", "quota"))} - {"issue.lua"}

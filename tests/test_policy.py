@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from countersign import registry
 from countersign.errors import CountersignError, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from countersign.path import policy
+from countersign.path.policy import Allowed, Phase
 from countersign.registry import Capability, Registry, Tool
-from countersign.sidecar import policy
-from countersign.sidecar.policy import Allowed, Phase
 from countersign.v1 import common_pb2
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ import redis
 from conftest import Stack, ctx, error_info
 
 from countersign.keyring import Keyring
-from countersign.sidecar.store import quota_key
+from countersign.store.keys import quota_key
 from countersign.v1 import gateway_pb2, gateway_pb2_grpc
 
 

@@ -338,7 +338,7 @@ def test_lapsed_lease_is_reported_and_stored_as_unknown_never_ready(stack: Stack
     err = rpc_error(lambda: confirm(stack, card.token))
     assert error_info(err).reason == "CONFIRMATION_BINDING_MISMATCH"  # b is not ours: refused, untouched
     from countersign.keyring import Keyring
-    from countersign.sidecar.cards import owner
+    from countersign.path.cards import owner
 
     keys = Keyring.from_file(str(stack.keys))
     r.hset(run, "b", keys.binding("k1", owner(ctx())))

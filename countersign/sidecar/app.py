@@ -19,15 +19,24 @@ from countersign import registry as registry_mod
 from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
+from countersign.audit import Audit
 from countersign.errors import SettingsError, StoreUnavailable
 from countersign.guard import LexiconError, ReplyGuard
 from countersign.keyring import Keyring
 from countersign.observability import logs, tracing
 from countersign.observability.metrics import Metrics
+from countersign.path.claim import Claims
+from countersign.path.execute import Executor
+from countersign.path.pipeline import Pipeline
+from countersign.path.quota import Quota
+from countersign.path.settle import Settler, Timing
+from countersign.recovery.compensate import Compensator
+from countersign.recovery.reconcile import Reconciler
+from countersign.registry import Registry
+from countersign.reply.check import ReplyCheck
+from countersign.reply.continuations import Continuations
 from countersign.sidecar.admission import Gate, Health, new_server
 from countersign.sidecar.embedded_redis import EmbeddedRedis
-from countersign.sidecar.execute import Timing
-from countersign.sidecar.pipeline import Pipeline
 from countersign.sidecar.probes import Probes, serve_probes
 from countersign.sidecar.server import (
     SERVICES,
@@ -37,7 +46,7 @@ from countersign.sidecar.server import (
     register,
 )
 from countersign.sidecar.settings import LEASE_MARGIN, Settings
-from countersign.sidecar.store import Store
+from countersign.store.redis_store import RedisStore
 from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
 
 log = logging.getLogger("countersign")
@@ -51,13 +60,30 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 
 @dataclass
+class Components:
+    """Everything the sidecar built, each once: what the servicers call, and what shutdown waits for."""
+
+    registry: Registry
+    store: RedisStore
+    adapters: dict[str, Adapter]
+    metrics: Metrics
+    audit: Audit
+    quota: Quota
+    settler: Settler
+    executor: Executor
+    pipeline: Pipeline
+    reconciler: Reconciler
+    compensator: Compensator
+    continuations: Continuations
+    checker: ReplyCheck
+
+
+@dataclass
 class Sidecar:
     settings: Settings
+    parts: Components
     server: grpc.aio.Server
     health: HealthServicer
-    pipeline: Pipeline
-    store: Store
-    adapters: dict[str, Adapter]
     address: str
     metrics_address: str = ""
     probes: Probes | None = None
@@ -75,14 +101,15 @@ class Sidecar:
         await self.server.stop(self.settings.grace if grace is None else grace)
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=self.settings.grace)
-        pending = list(self.pipeline.executor.background)
+        parts = self.parts
+        pending = [*parts.executor.background, *parts.settler.background]
         if pending:
             await asyncio.wait(pending, timeout=self.settings.grace)
-        await self.pipeline.quota.drain(self.settings.grace)
-        await self.pipeline.audit.drain(self.settings.grace)
-        for adapter in self.adapters.values():
+        await parts.quota.drain(self.settings.grace)
+        await parts.audit.drain(self.settings.grace)
+        for adapter in parts.adapters.values():
             await adapter.close()
-        await self.store.close()
+        await parts.store.close()
         for close in self.closers:
             close()
         if self.embedded is not None:
@@ -98,9 +125,9 @@ def load_keys(settings: Settings) -> Keyring:
     return Keyring.generate()
 
 
-async def check_id_key(store: Store, keyring: Keyring) -> None:
+async def check_id_key(store: RedisStore, keyring: Keyring) -> None:
     """Refuse to start when this keys file derives action ids with another id key than the sidecars that used
-    this Redis before (DESIGN §7): one call would become two actions, and could run twice."""
+    this Redis before (docs/design.md §7): one call would become two actions, and could run twice."""
     if keyring.generated:
         return
     mine = keyring.id_fingerprint()
@@ -140,13 +167,47 @@ async def start(settings: Settings) -> Sidecar:
         raise
 
 
-async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Registry, url: str,
+def build(settings: Settings, keyring: Keyring, registry: Registry, store: RedisStore,
+          guard: ReplyGuard) -> Components:
+    """The one place components are made: each once, each handed what it calls."""
+    metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on",
+                      reads=frozenset(name for name, tool in registry.tools.items() if not tool.is_write))
+    store.observe = metrics.redis_observer()
+    # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)
+    cap = max(min(MAX_ANSWER_BYTES, settings.max_message_bytes - ANSWER_HEADROOM), 1024)
+    adapters: dict[str, Adapter] = {"http": HttpAdapter(max_answer_bytes=cap),
+                                    "grpc": GrpcAdapter(max_answer_bytes=cap)}
+    timing = Timing(lease_ms=int(settings.lease * 1000), replay_ttl_ms=int(settings.replay_ttl * 1000),
+                    downstream_deadline=settings.downstream_deadline)
+    audit = Audit(store, keyring, metrics, int(settings.audit_ttl * 1000))
+    quota = Quota(store, settings.tenant_quota, timing.replay_ttl_ms)
+    settler = Settler(store, keyring, audit, metrics, timing)
+    executor = Executor(store, keyring, adapters, settler, timing, metrics, audit)
+    claims = Claims(store, keyring, metrics, lease_ms=timing.lease_ms, max_wait=settings.max_wait)
+    pipeline = Pipeline(registry=registry, store=store, keyring=keyring, adapters=adapters, quota=quota,
+                        claims=claims, executor=executor, audit=audit, metrics=metrics, timing=timing,
+                        confirm_ttl_ms=int(settings.confirm_ttl * 1000))
+    reconciler = Reconciler(store=store, keyring=keyring, adapters=adapters, settler=settler, registry=registry,
+                            metrics=metrics, audit=audit, work_lease_ms=timing.lease_ms,
+                            window_ms=int(settings.reconcile_window * 1000),
+                            lookup_deadline=timing.downstream_deadline)
+    compensator = Compensator(store=store, keyring=keyring, executor=executor, registry=registry, timing=timing,
+                              metrics=metrics, audit=audit)
+    continuations = Continuations(store=store, keyring=keyring, registry=registry, guard=guard, audit=audit,
+                                  metrics=metrics, lease_ms=int(settings.continuation_lease * 1000),
+                                  ttl_ms=timing.replay_ttl_ms)
+    checker = ReplyCheck(store=store, keyring=keyring, registry=registry, guard=guard, audit=audit, metrics=metrics)
+    return Components(registry, store, adapters, metrics, audit, quota, settler, executor, pipeline, reconciler,
+                      compensator, continuations, checker)
+
+
+async def _start(settings: Settings, keyring: Keyring, registry: Registry, url: str,
                  embedded: EmbeddedRedis | None) -> Sidecar:
     try:
-        store = Store.from_url(url, socket_timeout=settings.redis_timeout,
-                               connect_timeout=settings.redis_connect_timeout, retries=settings.redis_retries,
-                               mode=settings.redis_mode, wait_replicas=settings.redis_wait_replicas,
-                               wait_timeout_ms=int(settings.redis_wait_timeout * 1000))
+        store = RedisStore.from_url(url, socket_timeout=settings.redis_timeout,
+                                    connect_timeout=settings.redis_connect_timeout, retries=settings.redis_retries,
+                                    mode=settings.redis_mode, wait_replicas=settings.redis_wait_replicas,
+                                    wait_timeout_ms=int(settings.redis_wait_timeout * 1000))
     except ValueError as exc:
         raise SettingsError(f"--redis-url: {exc}") from exc
     try:
@@ -158,20 +219,8 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
     except SettingsError:
         await store.close()
         raise
-    metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on",
-                      reads=frozenset(name for name, tool in registry.tools.items() if not tool.is_write))
-    # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)
-    cap = max(min(MAX_ANSWER_BYTES, settings.max_message_bytes - ANSWER_HEADROOM), 1024)
-    adapters: dict[str, Adapter] = {"http": HttpAdapter(max_answer_bytes=cap),
-                                    "grpc": GrpcAdapter(max_answer_bytes=cap)}
-    timing = Timing(lease_ms=int(settings.lease * 1000), replay_ms=int(settings.replay_ttl * 1000),
-                    downstream_deadline=settings.downstream_deadline)
-    pipeline = Pipeline(registry=registry, store=store, keyring=keyring, adapters=adapters, timing=timing,
-                        confirm_ttl_ms=int(settings.confirm_ttl * 1000), max_wait=settings.max_wait,
-                        metrics=metrics, guard=guard,
-                        continuation_lease_ms=int(settings.continuation_lease * 1000),
-                        reconcile_window_ms=int(settings.reconcile_window * 1000), tenant_quota=settings.tenant_quota,
-                        audit_ttl_ms=int(settings.audit_ttl * 1000))
+    parts = build(settings, keyring, registry, store, guard)
+    metrics = parts.metrics
 
     options = [("grpc.max_receive_message_length", settings.max_message_bytes),
                ("grpc.max_send_message_length", settings.max_message_bytes),
@@ -179,11 +228,12 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
     server, open_calls = new_server(options)
     gate = Gate(settings.max_in_flight, open_calls)
     metrics.watch_admission(lambda: gate.holding, settings.max_in_flight)
-    store.observe = metrics.redis_observer()
-    register(gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server, GatewayServicer(pipeline, gate), server)
-    register(continuation_pb2_grpc.add_ContinuationServiceServicer_to_server, ContinuationServicer(pipeline, gate),
+    register(gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server,
+             GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, metrics, gate), server)
+    register(continuation_pb2_grpc.add_ContinuationServiceServicer_to_server,
+             ContinuationServicer(parts.continuations, metrics, gate), server)
+    register(guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server, ReplyGuardServicer(parts.checker, metrics, gate),
              server)
-    register(guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server, ReplyGuardServicer(pipeline, gate), server)
     health = Health(gate)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection(
@@ -198,7 +248,7 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
         if bound == 0:
             raise SettingsError(f"cannot listen on {settings.listen}")
         address = f"{host}:{bound}"
-    sidecar = Sidecar(settings, server, health, pipeline, store, adapters, address, embedded=embedded)
+    sidecar = Sidecar(settings, parts, server, health, address, embedded=embedded)
     if settings.metrics_listen:
         host, port = split_addr(settings.metrics_listen)
         sidecar.probes = Probes(asyncio.get_running_loop(), store.ping, policy_version=registry.policy_version,
@@ -208,7 +258,7 @@ async def _start(settings: Settings, keyring: Keyring, registry: registry_mod.Re
         sidecar.closers.append(httpd.shutdown)
     await server.start()
     sidecar.tasks.append(asyncio.ensure_future(
-        pipeline.reconciler.run_forever(settings.reconcile_interval, sidecar.stopping)))
+        parts.reconciler.run_forever(settings.reconcile_interval, sidecar.stopping)))
     for name in ("", *SERVICES):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     if sidecar.probes is not None:
@@ -235,7 +285,7 @@ async def serve(settings: Settings) -> None:
     tune_gc()
     print(json.dumps({"event": "listening", "grpc": sidecar.address, "metrics": sidecar.metrics_address,
                       "redis": "embedded" if sidecar.embedded else "external",
-                      "policy_version": sidecar.pipeline.registry.policy_version}), flush=True)
+                      "policy_version": sidecar.parts.registry.policy_version}), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -152,8 +152,8 @@ def _keys(args: argparse.Namespace) -> int:
 
 async def _operate(args: argparse.Namespace) -> int:
     from countersign.keyring import Keyring
-    from countersign.sidecar import operator
-    from countersign.sidecar.store import Store
+    from countersign.recovery import operator
+    from countersign.store.redis_store import RedisStore
 
     if not args.redis_url or not args.keys_file:
         print("countersign: --redis-url and --keys-file (or COUNTERSIGN_REDIS_URL / COUNTERSIGN_KEYS_FILE) are "
@@ -162,7 +162,7 @@ async def _operate(args: argparse.Namespace) -> int:
     try:
         grace = settings_mod.duration(args.event_grace) if hasattr(args, "event_grace") else 0.0
         keyring = Keyring.from_file(args.keys_file)
-        store = Store.from_url(args.redis_url, socket_timeout=5, connect_timeout=2, retries=1)
+        store = RedisStore.from_url(args.redis_url, socket_timeout=5, connect_timeout=2, retries=1)
     except (SettingsError, ValueError) as exc:
         print(f"countersign: {exc}", file=sys.stderr)
         return 2
@@ -191,7 +191,7 @@ async def _resolve(args: argparse.Namespace, store: Any, keyring: Any) -> int:
     from countersign.adapters.base import Adapter
     from countersign.adapters.grpc import GrpcAdapter
     from countersign.adapters.http import HttpAdapter
-    from countersign.sidecar import operator
+    from countersign.recovery import operator
 
     try:
         window = settings_mod.duration(args.reconcile_window)

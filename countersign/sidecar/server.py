@@ -21,8 +21,12 @@ from grpc_status import rpc_status
 from countersign.errors import DOMAIN, CountersignError, InvalidArgument, ResourceExhausted, StoreUnavailable
 from countersign.observability import tracing
 from countersign.observability.metrics import Metrics
+from countersign.path.pipeline import Pipeline
+from countersign.recovery.compensate import Compensator
+from countersign.recovery.reconcile import Reconciler
+from countersign.reply.check import ReplyCheck
+from countersign.reply.continuations import Continuations
 from countersign.sidecar.admission import Gate
-from countersign.sidecar.pipeline import Pipeline
 from countersign.v1 import (
     continuation_pb2,
     continuation_pb2_grpc,
@@ -214,8 +218,10 @@ def _token(token: str) -> str:
 
 
 class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
-    def __init__(self, pipeline: Pipeline, gate: Gate) -> None:
-        self.pipeline, self.metrics, self.gate = pipeline, pipeline.metrics, gate
+    def __init__(self, pipeline: Pipeline, compensator: Compensator, reconciler: Reconciler, metrics: Metrics,
+                 gate: Gate) -> None:
+        self.pipeline, self.compensator, self.reconciler = pipeline, compensator, reconciler
+        self.metrics, self.gate = metrics, gate
 
     @rpc("Invoke")
     async def Invoke(self, request: gateway_pb2.InvokeRequest,
@@ -242,19 +248,19 @@ class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
     @rpc("Compensate")
     async def Compensate(self, request: gateway_pb2.CompensateRequest,
                          context: Ctx) -> gateway_pb2.CompensateResponse:
-        action = await self.pipeline.compensator.compensate(request.context, request.action_id)
+        action = await self.compensator.compensate(request.context, request.action_id)
         return gateway_pb2.CompensateResponse(action=action)
 
     @rpc("Reconcile")
     async def Reconcile(self, request: gateway_pb2.ReconcileRequest,
                         context: Ctx) -> gateway_pb2.ReconcileResponse:
-        action = await self.pipeline.reconciler.reconcile_rpc(request.context, request.action_id)
+        action = await self.reconciler.reconcile_rpc(request.context, request.action_id)
         return gateway_pb2.ReconcileResponse(action=action)
 
 
 class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):
-    def __init__(self, pipeline: Pipeline, gate: Gate) -> None:
-        self.continuations, self.metrics, self.gate = pipeline.continuations, pipeline.metrics, gate
+    def __init__(self, continuations: Continuations, metrics: Metrics, gate: Gate) -> None:
+        self.continuations, self.metrics, self.gate = continuations, metrics, gate
 
     @rpc("OpenContinuation")
     async def OpenContinuation(self, request: continuation_pb2.OpenContinuationRequest,
@@ -282,10 +288,10 @@ class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):
 
 
 class ReplyGuardServicer(guard_pb2_grpc.ReplyGuardServiceServicer):
-    def __init__(self, pipeline: Pipeline, gate: Gate) -> None:
-        self.continuations, self.metrics, self.gate = pipeline.continuations, pipeline.metrics, gate
+    def __init__(self, checker: ReplyCheck, metrics: Metrics, gate: Gate) -> None:
+        self.checker, self.metrics, self.gate = checker, metrics, gate
 
     @rpc("CheckReply")
     async def CheckReply(self, request: guard_pb2.CheckReplyRequest,
                          context: Ctx) -> guard_pb2.CheckReplyResponse:
-        return await self.continuations.check_reply(request.context, request.reply_text, request.action_ids)
+        return await self.checker.check_reply(request.context, request.reply_text, request.action_ids)

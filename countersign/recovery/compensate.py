@@ -5,11 +5,7 @@ lands on the same one) and its own idempotency key. It is issued and claimed thr
 scripts as any write, passes the same policy (the caller must be allowed to run the inverse, under
 the registry in force), and its outcome is reconciled like any action when it is UNKNOWN.
 
-The original's state is derived from the inverse's record, never stored twice:
-
-    inverse running or UNKNOWN  -> COMPENSATING
-    inverse SUCCEEDED           -> COMPENSATED
-    inverse FAILED / review     -> COMPENSATION_FAILED (with the inverse's reason; never retried in a loop)
+The original's state is derived from the inverse's record, never stored twice (path/inverse.py).
 """
 
 from __future__ import annotations
@@ -17,73 +13,39 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from countersign.adapters.base import deadline
-from countersign.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from countersign.keyring import Keyring, is_action_id
+from countersign.audit import Audit
+from countersign.errors import FailedPrecondition, InvalidArgument
+from countersign.keyring import Keyring
 from countersign.observability.logs import decision
 from countersign.observability.metrics import Metrics
+from countersign.path import cards, policy
+from countersign.path.execute import Executor
+from countersign.path.inverse import inverse_id, overlay
+from countersign.path.receipts import open_action
+from countersign.path.settle import Timing
 from countersign.registry import Capability, Registry
 from countersign.registry.templates import PLACEHOLDER, render
-from countersign.sidecar import cards, policy, states
-from countersign.sidecar.audit import Audit
-from countersign.sidecar.execute import Executor, Timing, open_action
-from countersign.sidecar.store import CardRecord, Refused, RunRecord, Store
+from countersign.store import Issued, Refused, RunRecord, Won, states
+from countersign.store.protocols import CardStore, ClaimStore
 from countersign.v1 import common_pb2
 
-LABEL = "compensate"
 
-
-def inverse_id(keyring: Keyring, action_id: str) -> str:
-    return keyring.derived_id(LABEL, action_id)
-
-
-def overlay(original: common_pb2.Action, inverse: common_pb2.Action | None) -> common_pb2.Action:
-    """The original action as seen through its compensation."""
-    if inverse is None or original.state != common_pb2.ACTION_STATE_SUCCEEDED:
-        return original
-    out = common_pb2.Action()
-    out.CopyFrom(original)
-    if inverse.state == common_pb2.ACTION_STATE_SUCCEEDED:
-        out.state = common_pb2.ACTION_STATE_COMPENSATED
-    elif inverse.state in (common_pb2.ACTION_STATE_RUNNING, common_pb2.ACTION_STATE_UNKNOWN,
-                           common_pb2.ACTION_STATE_READY):
-        out.state = common_pb2.ACTION_STATE_COMPENSATING
-        if inverse.state == common_pb2.ACTION_STATE_UNKNOWN:       # say what UNKNOWN means, here too
-            out.error.reason = inverse.error.reason
-            out.error.message = f"the inverse ({inverse.tool_name}) is UNKNOWN: {inverse.error.message}"
-    else:
-        out.state = common_pb2.ACTION_STATE_COMPENSATION_FAILED
-        out.error.reason = inverse.error.reason or "COMPENSATION_FAILED"
-        out.error.message = f"the inverse ({inverse.tool_name}) did not succeed: {inverse.error.message}"
-    return out
+class CompensateStore(CardStore, ClaimStore, Protocol):
+    """Compensate issues and claims the inverse like any write."""
 
 
 class Compensator:
-    def __init__(self, *, store: Store, keyring: Keyring, executor: Executor, registry: Callable[[], Registry],
+    def __init__(self, *, store: CompensateStore, keyring: Keyring, executor: Executor, registry: Registry,
                  timing: Timing, metrics: Metrics, audit: Audit, clock: Callable[[], float] = time.time) -> None:
         self.store, self.keyring, self.executor, self.registry = store, keyring, executor, registry
         self.timing, self.metrics, self.audit, self.clock = timing, metrics, audit, clock
 
-    async def inverse_of(self, action_id: str) -> common_pb2.Action | None:
-        comp_id = inverse_id(self.keyring, action_id)
-        found = await self.store.peek(comp_id)
-        if isinstance(found, RunRecord):
-            return open_action(self.keyring, comp_id, found, replayed=False)
-        if isinstance(found, CardRecord):
-            return common_pb2.Action(state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
-        return None
-
     async def compensate(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
-        policy.check_context(context)
-        if not is_action_id(action_id):
-            raise InvalidArgument("REQUEST_INVALID", "action_id must be 32 lower-case hex characters")
-        registry = self.registry()
-        found = await self.store.peek(action_id)
-        if found is None:
-            raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its records expired")
-        cards.require_owner(self.keyring, action_id, found, context)
+        registry = self.registry
+        found = await cards.owned_action(self.store, self.keyring, context, action_id)
         original = open_action(self.keyring, action_id, found, replayed=False) if isinstance(found, RunRecord) \
             else common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         if original.state != common_pb2.ACTION_STATE_SUCCEEDED:
@@ -115,7 +77,7 @@ class Compensator:
                             now_ms=int(self.clock() * 1000), ttl_ms=self.timing.lease_ms,
                             extra={"compensates": action_id})
         existing = await self.store.issue(comp_id, record, self.timing.lease_ms)
-        if existing is None:
+        if isinstance(existing, Issued):
             # the inverse is an action like any other: its chain starts with its card (audit.verify expects it)
             self.audit.event(comp_id, "issued", tool=inverse.name, capability=inverse.capability,
                              policy_version=registry.policy_version, compensates=action_id,
@@ -126,10 +88,9 @@ class Compensator:
         claimed = await self.store.claim(comp_id, binding, registry.denied_tools(context.role), claim_id,
                                          self.timing.lease_ms)
         if isinstance(claimed, Refused):
-            raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH" if claimed.why == "forbidden" else
-                                   "ROLE_NOT_ALLOWED", "the compensation belongs to another caller")
-        if isinstance(claimed, CardRecord):
-            result = await self.executor.run(registry, context, comp_id, claim_id, claimed)
+            raise cards.refusal_error(claimed)
+        if isinstance(claimed, Won):
+            result = await self.executor.run(registry, context, comp_id, claim_id, claimed.card)
             outcome = {common_pb2.ACTION_STATE_SUCCEEDED: "compensated"}.get(result.state, "failed")
             if result.state == common_pb2.ACTION_STATE_UNKNOWN:
                 outcome = "unknown"
@@ -143,7 +104,7 @@ class Compensator:
                                                     deadline(inverse, self.timing.downstream_deadline) + 1)
             result = open_action(self.keyring, comp_id, settled, replayed=True)
         out = overlay(original, result)
-        out.replayed = not isinstance(claimed, CardRecord)
+        out.replayed = not isinstance(claimed, Won)
         return out
 
     def _arguments(self, templates: Any, found: Any, original: common_pb2.Action) -> dict[str, Any]:

@@ -11,7 +11,7 @@
     tool not in this registry            -> left alone (counted): during a rolling registry change another
                                             sidecar knows the tool and reconciles it
 
-The work of one action is claimed like a card (lua/reconcile_claim.lua), fenced by a claim id, so
+The work of one action is claimed like a card (store/lua/reconcile_claim.lua), fenced by a claim id, so
 any number of sidecars may reconcile at once and one outcome is recorded.
 """
 
@@ -22,20 +22,22 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, LookupKind, Outcome
-from countersign.errors import CountersignError, DataLoss, InvalidArgument, NotFound
-from countersign.keyring import Keyring, is_action_id
+from countersign.audit import Audit
+from countersign.errors import CountersignError, DataLoss, NotFound
+from countersign.keyring import Keyring
 from countersign.observability import tracing
 from countersign.observability.logs import decision
 from countersign.observability.metrics import Metrics
+from countersign.path import cards
+from countersign.path.cards import open_card
+from countersign.path.receipts import open_action, to_action, unknown_message
+from countersign.path.settle import Settler
+from countersign.reasons import Reason
 from countersign.registry import Registry
-from countersign.sidecar import cards, policy
-from countersign.sidecar.audit import Audit
-from countersign.sidecar.cards import open_card
-from countersign.sidecar.execute import Executor, open_action, to_action, unknown_message
-from countersign.sidecar.store import ReconcileWork, RunRecord, Store
+from countersign.store import Busy, ReconcileWork, RunRecord
+from countersign.store.protocols import ReconcileStore
 from countersign.v1 import common_pb2
 
 log = logging.getLogger("countersign.reconcile")
@@ -44,11 +46,10 @@ FOREIGN_MEMORY = 10_000    # at most this many remembered (forgotten all at once
 
 
 class Reconciler:
-    def __init__(self, *, store: Store, keyring: Keyring, adapters: dict[str, Adapter], executor: Executor,
-                 registry: Callable[[], Registry], metrics: Metrics, audit: Audit, work_lease_ms: int,
-                 window_ms: int,
+    def __init__(self, *, store: ReconcileStore, keyring: Keyring, adapters: dict[str, Adapter], settler: Settler,
+                 registry: Registry, metrics: Metrics, audit: Audit, work_lease_ms: int, window_ms: int,
                  lookup_deadline: float, backoff_ms: int = 1000) -> None:
-        self.store, self.keyring, self.adapters, self.executor = store, keyring, adapters, executor
+        self.store, self.keyring, self.adapters, self.settler = store, keyring, adapters, settler
         self.registry, self.metrics, self.audit = registry, metrics, audit
         self.work_lease_ms, self.window_ms, self.lookup_deadline = work_lease_ms, window_ms, lookup_deadline
         self.backoff_ms = backoff_ms
@@ -58,14 +59,7 @@ class Reconciler:
 
     async def reconcile_rpc(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
         """Reconcile(A): the action's owner, or an admin in MAINTAIN mode, may ask."""
-        policy.check_context(context)
-        if not is_action_id(action_id):
-            raise InvalidArgument("REQUEST_INVALID", "action_id must be 32 lower-case hex characters")
-        found = await self.store.peek(action_id)
-        if found is None:
-            raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its records expired")
-        if not (context.admin_context_id and context.admin_mode == common_pb2.ADMIN_MODE_MAINTAIN):
-            cards.require_owner(self.keyring, action_id, found, context)
+        found = await cards.owned_action(self.store, self.keyring, context, action_id, admin_may=True)
         if not isinstance(found, RunRecord):
             return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         return await self.reconcile(action_id)
@@ -75,7 +69,7 @@ class Reconciler:
         if self._foreign(await self.store.run_tool(action_id)):
             found = await self.store.peek(action_id)
             if not isinstance(found, RunRecord):
-                raise NotFound("ACTION_NOT_FOUND", "no such action")
+                raise NotFound(Reason.ACTION_NOT_FOUND, "no such action")
             return open_action(self.keyring, action_id, found, replayed=True)
         claim_id = "r" + os.urandom(11).hex()
         with self.metrics.timed("reconcile"):
@@ -83,8 +77,8 @@ class Reconciler:
         if isinstance(work, RunRecord):
             return open_action(self.keyring, action_id, work, replayed=True)
         if not isinstance(work, ReconcileWork):
-            if work == "none":
-                raise NotFound("ACTION_NOT_FOUND", "no such action")
+            if not isinstance(work, Busy):
+                raise NotFound(Reason.ACTION_NOT_FOUND, "no such action")
             found = await self.store.peek(action_id)
             assert isinstance(found, RunRecord)
             return open_action(self.keyring, action_id, found, replayed=True)
@@ -94,7 +88,7 @@ class Reconciler:
         """A tool this sidecar's registry does not know (a rolling registry change): not ours to judge. Without
         the tool there is no lookup, and "no lookup" would send another sidecar's action to manual review; so
         it is left alone (unclaimed, untouched) for a sidecar that knows the tool, and counted."""
-        if not tool or tool in self.registry().tools:
+        if not tool or tool in self.registry.tools:
             return False
         self.metrics.reconciliations.labels(self.metrics.tool(tool), "tool_not_in_registry").inc()
         return True
@@ -108,7 +102,7 @@ class Reconciler:
             await self.store.reconcile_defer(action_id, claim_id, 0)      # due again at once, for the others
             action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_UNKNOWN,
                                        tool_name=work.card.tool, replayed=True)
-            action.error.reason = "KEY_NOT_IN_KEYS_FILE"    # the operator CLI's word for it too
+            action.error.reason = Reason.KEY_NOT_IN_KEYS_FILE    # the operator CLI's word for it too
             action.error.message = unknown_message(f"This sidecar does not list key {work.card.kid[:32]!r}, which "
                                                    "sealed the action; a sidecar that does will reconcile it")
             return action
@@ -117,7 +111,7 @@ class Reconciler:
         except DataLoss:
             return await self._review(action_id, work.card.kid, work.card.tool, claim_id, "RECORD_TAMPERED",
                                       "the stored card does not verify; a person must check the downstream")
-        tool = self.registry().tools.get(card.tool)
+        tool = self.registry.tools.get(card.tool)
         if tool is None or not tool.adapter.can_lookup:
             return await self._review(action_id, card.kid, card.tool, claim_id, "NO_LOOKUP",
                                       "the tool declares no lookup by idempotency key; a person must check")
@@ -153,7 +147,7 @@ class Reconciler:
             found_run = await self.store.peek(action_id)
             assert isinstance(found_run, RunRecord)
             return open_action(self.keyring, action_id, found_run, replayed=True)
-        await self.executor.settle(action_id, card.kid, claim_id, action)
+        await self.settler.settle(action_id, card.kid, claim_id, action)
         self.metrics.reconciliations.labels(label, result).inc()
         self.audit.event(action_id, "reconciled", result=result, lookup=found.kind.value, attempts=work.attempts)
         decision(action_id, tool.name, "reconciled", action.error.reason or result.upper())
@@ -164,7 +158,7 @@ class Reconciler:
         action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_NEEDS_MANUAL_REVIEW,
                                    tool_name=tool)
         action.error.reason, action.error.message = reason, message
-        await self.executor.settle(action_id, kid, claim_id, action, state="review")
+        await self.settler.settle(action_id, kid, claim_id, action, state="review")
         self.metrics.reconciliations.labels(self.metrics.tool(tool), "manual_review").inc()
         self.audit.event(action_id, "needs_manual_review", reason=reason)
         decision(action_id, tool, "manual_review", reason)
@@ -218,9 +212,10 @@ class Reconciler:
     async def sweep(self, cursor: int = 0, count: int = 2000) -> int:
         cursor, ids = await self.store.scan_runs(cursor, count)
         now_ms = int(time.time() * 1000)
-        states = await self.store.run_states(ids)
+        summaries = await self.store.run_states(ids)
         unknown = running = review = lapsed_count = foreign = 0
-        for action_id, (state, lease, due, tool) in zip(ids, states, strict=True):
+        for action_id, summary in zip(ids, summaries, strict=True):
+            state, lease, due, tool = summary.state, summary.lease_ms, summary.due_ms, summary.tool
             unknown += state == "unknown"
             running += state == "running"
             review += state == "review"

@@ -22,9 +22,9 @@ from countersign.adapters.base import (
     entity_tag,
 )
 from countersign.errors import FailedPrecondition, Unavailable
+from countersign.path import policy
 from countersign.registry import Tool
 from countersign.registry.templates import render
-from countersign.sidecar import policy
 from countersign.v1 import common_pb2
 
 

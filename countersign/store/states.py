@@ -8,9 +8,9 @@ r"""Action states: the protobuf enum mirrored once, with the transitions the Lua
                                                                    reconciler --> NEEDS_MANUAL_REVIEW
                                                                    operator (resolve) --> SUCCEEDED | FAILED
     COMPENSATING / COMPENSATED / COMPENSATION_FAILED are not stored: they are derived from the
-    inverse action's own record (compensate.py).
+    inverse action's own record (recovery/compensate.py, path/inverse.py).
 
-A claimed card goes back to READY only through ``lua/release.lua``, by the claim holder that never
+A claimed card goes back to READY only through ``store/lua/release.lua``, by the claim holder that never
 sent the request (its claim's WAIT was not acknowledged, or the downstream refused the connection);
 once a request may have left, never (model/: never_ready_after_send). Expiry is the card's TTL and
 its sealed ``expires_at_ms``, whichever comes first.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from countersign.v1 import common_pb2
 
-# record state in Redis (cs:{A}:run "st") -> what it may become, by which script
+# record state in Redis (cs:{A}:run "st") -> what it may become, by which script (tests/store drives each one)
 TRANSITIONS: dict[str, dict[str, str]] = {
     "ready": {"running": "claim.lua", "rejected": "reject.lua", "expired": "(card TTL)"},
     "running": {"settled": "settle.lua", "unknown": "settle.lua / claim.lua / peek.lua / reconcile_claim.lua "

@@ -2,7 +2,7 @@
 
 What a tenant keeps in Redis is counted in records: actions (a card, then its run record and continuation; each
 bounded in size) and turns (the list of one turn's read facts and proposed actions). Each is a member of the
-tenant's own sorted set (``lua/quota.lua``), scored by when its record is gone at the latest (``--replay-ttl``),
+tenant's own sorted set (``store/lua/quota.lua``), scored by when its record is gone at the latest (``--replay-ttl``),
 so the count needs no bookkeeping when records expire, and a member added twice counts once.
 
 The set lives in the tenant's slot, not the action's: the check cannot be one atomic step with the action's
@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from countersign.errors import CountersignError, ResourceExhausted
-from countersign.sidecar.store import Store
+from countersign.reasons import Reason
+from countersign.store import QuotaCount
+from countersign.store.protocols import QuotaStore
 
 log = logging.getLogger("countersign.quota")
 FLUSH_EVERY = 0.05      # seconds a far-from-the-cap member may wait before it is sent (in one batch per tenant)
@@ -52,7 +54,7 @@ class _Tenant:
 
 
 class Quota:
-    def __init__(self, store: Store, cap: int, ttl_ms: int, *, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, store: QuotaStore, cap: int, ttl_ms: int, *, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
         self.store, self.cap, self.ttl_ms, self.clock, self.wall = store, cap, ttl_ms, clock, wall
         self.far = cap // 2     # below half the cap a tenant is admitted at once (the batched path)
@@ -67,12 +69,12 @@ class Quota:
             if t.flusher is None:
                 t.flusher = asyncio.ensure_future(self._flush_later(tenant, t))
             return
-        counted, held, first_gone_ms = await self._send(t, tenant, members)
-        if not counted:
-            wait = max(0.0, first_gone_ms / 1000 - self.wall())
+        heard = await self._send(t, tenant, members)
+        if not heard.counted:
+            wait = max(0.0, heard.first_gone_ms / 1000 - self.wall())
             raise ResourceExhausted(
-                "QUOTA_EXCEEDED", f"this tenant keeps {held} records in the sidecar's store (actions and turns, "
-                f"each counted for --replay-ttl), as many as --tenant-quota allows ({self.cap}); nothing was "
+                Reason.QUOTA_EXCEEDED, f"this tenant keeps {heard.held} records in the sidecar's store (actions and "
+                f"turns, each counted for --replay-ttl), as many as --tenant-quota allows ({self.cap}); nothing was "
                 f"stored. The oldest stops counting in {wait:.0f} s", metadata={"cap": str(self.cap)},
                 retry_after=wait)
 
@@ -92,20 +94,20 @@ class Quota:
         if pending:
             await asyncio.wait(pending, timeout=timeout)
 
-    async def _send(self, t: _Tenant, tenant: str, members: list[str]) -> tuple[bool, int, int]:
+    async def _send(self, t: _Tenant, tenant: str, members: list[str]) -> QuotaCount:
         """One round trip: the unsent members (counted whatever the cap), then these (checked)."""
         stored = list(t.unsent)
         t.unsent.clear()
         t.sending += len(stored) + len(members)
         try:
-            counted, held, first_gone_ms = await self.store.quota(tenant, stored, members, self.cap, self.ttl_ms)
+            heard = await self.store.quota(tenant, stored, members, self.cap, self.ttl_ms)
         except CountersignError:
             t.unsent.update(dict.fromkeys(stored))     # sent again with the next batch
             raise
         finally:
             t.sending -= len(stored) + len(members)
-        t.known, t.heard_at = held, self.clock()
-        return counted, held, first_gone_ms
+        t.known, t.heard_at = heard.held, self.clock()
+        return heard
 
     async def _flush_later(self, tenant: str, t: _Tenant) -> None:
         delay = FLUSH_EVERY

@@ -20,10 +20,13 @@ from typing import Any
 from google.protobuf import json_format
 
 from countersign.canonical import canonical
-from countersign.errors import DataLoss, PermissionDenied
-from countersign.keyring import Keyring
+from countersign.errors import CountersignError, DataLoss, InvalidArgument, NotFound, PermissionDenied
+from countersign.keyring import Keyring, is_action_id
+from countersign.path import policy
+from countersign.reasons import Reason
 from countersign.registry import RISKS, Tool
-from countersign.sidecar.store import CardRecord, RunRecord
+from countersign.store import CardRecord, Refused, RunRecord
+from countersign.store.protocols import Peek
 from countersign.v1 import common_pb2, gateway_pb2
 
 VERSION = 1
@@ -65,7 +68,7 @@ def check_run(keyring: Keyring, action_id: str, run: RunRecord) -> None:
     """DATA_LOSS unless the run record's binding, key id and tool are those of the card it was claimed from,
     and that card is this action's and verifies (I2: the binding is MAC'd too). A card that does not verify is
     CONFIRMATION_TAMPERED (what its claim answered too); a record that disagrees with it is RECORD_TAMPERED."""
-    tampered = DataLoss("RECORD_TAMPERED", "the stored record of this action was changed; it is not trusted")
+    tampered = DataLoss(Reason.RECORD_TAMPERED, "the stored record of this action was changed; it is not trusted")
     try:
         body = json.loads(run.card)
     except ValueError as exc:
@@ -74,11 +77,11 @@ def check_run(keyring: Keyring, action_id: str, run: RunRecord) -> None:
             action_id, run.kid, run.tool, run.binding):
         raise tampered
     if run.kid not in keyring.keys:
-        raise DataLoss("RECORD_TAMPERED", f"the record was sealed with key {run.kid[:32]!r}, which this "
+        raise DataLoss(Reason.RECORD_TAMPERED, f"the record was sealed with key {run.kid[:32]!r}, which this "
                        "sidecar's keys file does not list (changed by hand, or a key removed while records it "
                        "sealed are live)")
     if not keyring.verify(run.kid, "card", run.card, run.cmac):
-        raise DataLoss("CONFIRMATION_TAMPERED", "the stored confirmation was changed; nothing was executed")
+        raise DataLoss(Reason.CONFIRMATION_TAMPERED, "the stored confirmation was changed; nothing was executed")
 
 
 def require_owner(keyring: Keyring, action_id: str, record: CardRecord | RunRecord,
@@ -89,7 +92,37 @@ def require_owner(keyring: Keyring, action_id: str, record: CardRecord | RunReco
     else:
         open_card(keyring, action_id, record)
     if record.binding != binding_of(keyring, record, context):
-        raise PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "the action belongs to another owner or session")
+        raise PermissionDenied(Reason.CONFIRMATION_BINDING_MISMATCH, "the action belongs to another owner or session")
+
+
+async def owned_action(store: Peek, keyring: Keyring, context: common_pb2.CallContext, action_id: str, *,
+                       admin_may: bool = False) -> CardRecord | RunRecord:
+    """The action a caller names by id, checked once for every entry that takes an id (GetAction, Compensate,
+    Reconcile, OpenContinuation): a valid context, a well-formed id, an action that exists, records that verify,
+    and the caller its owner (``admin_may``: or an admin context in MAINTAIN mode)."""
+    policy.check_context(context)
+    if not is_action_id(action_id):
+        raise InvalidArgument(Reason.REQUEST_INVALID, "action_id must be 32 lower-case hex characters")
+    found = await store.peek(action_id)
+    if found is None:
+        raise NotFound(Reason.ACTION_NOT_FOUND, "no such action: never issued, or its records expired")
+    if not (admin_may and context.admin_context_id and context.admin_mode == common_pb2.ADMIN_MODE_MAINTAIN):
+        require_owner(keyring, action_id, found, context)
+    return found
+
+
+def refusal_error(refused: Refused) -> CountersignError:
+    """What a caller hears when a transition was refused and nothing changed (the one mapping of every
+    ``Refused``: a card's claim or reject, a compensation's claim, a continuation's transitions)."""
+    if refused.why == "expired":
+        return NotFound(Reason.CONFIRMATION_EXPIRED, "the confirmation expired or was never issued")
+    if refused.why == "none":
+        return NotFound(Reason.CONTINUATION_NOT_FOUND, "no continuation (or action) by that id: never opened, or "
+                        "expired")
+    if refused.why == "role":
+        return PermissionDenied(Reason.ROLE_NOT_ALLOWED, f"your role may not run {refused.tool!r}; the card is "
+                                "still waiting")
+    return PermissionDenied(Reason.CONFIRMATION_BINDING_MISMATCH, "this belongs to another owner or session")
 
 
 def seal(
@@ -111,9 +144,9 @@ def seal(
 
 def open_card(keyring: Keyring, action_id: str, record: CardRecord) -> Card:
     """Verify the record's MAC and that it is this action's; raise CONFIRMATION_TAMPERED if not."""
-    tampered = DataLoss("CONFIRMATION_TAMPERED", "the stored confirmation was changed; nothing was executed")
+    tampered = DataLoss(Reason.CONFIRMATION_TAMPERED, "the stored confirmation was changed; nothing was executed")
     if record.kid not in keyring.keys:
-        raise DataLoss("CONFIRMATION_TAMPERED", f"the stored confirmation names key {record.kid[:32]!r}, which "
+        raise DataLoss(Reason.CONFIRMATION_TAMPERED, f"the stored confirmation names key {record.kid[:32]!r}, which "
                        "this sidecar's keys file does not list (changed by hand, or a key removed while cards it "
                        "sealed were live); nothing was executed")
     if not keyring.verify(record.kid, "card", record.body, record.mac):

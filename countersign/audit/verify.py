@@ -1,8 +1,10 @@
-"""Tamper-evident audit: every transition of an action is an event in the action's own chain.
+"""Verifying the audit: every chain walked, every record cross-checked against its chain.
+
+Tamper-evident audit: every transition of an action is an event in the action's own chain.
 
 One chain per action (many sidecars write at once, so a single global chain would serialise them
 all): each event carries its sequence number, the MAC of the event before it, and its own MAC under
-the server key; ``lua/audit.lua`` appends it and advances the action's anchor (seq, head, MAC'd
+the server key; ``store/lua/audit.lua`` appends it and advances the action's anchor (seq, head, MAC'd
 under a key id, so keys rotate) in one atomic step. An edited event fails its MAC, a deleted one
 leaves a gap, a reordered one breaks the prev links, a truncated tail disagrees with the anchor, and
 an anchor rewritten to fit a shorter chain fails its own MAC.
@@ -16,7 +18,7 @@ the audit trail"):
                                                        outcome_hmac is that very outcome
     a run record without one (running, lease lapsed)   a ``claimed`` event
     a chain that ends unresolved (RUNNING, UNKNOWN,    a run record or card (an unresolved action is never
-      NEEDS_MANUAL_REVIEW)                             forgotten, DESIGN §7)
+      NEEDS_MANUAL_REVIEW)                             forgotten, docs/design.md §7)
     an entry in the unresolved index (cs:{open})       a run record or a chain
 
 A transition that gives a claim back (the card READY again) must write a ``released`` event, or
@@ -34,133 +36,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from countersign.errors import CountersignError
+from countersign.audit.chain import OUTCOME_EVENTS, UNRESOLVED, chain_state, encode, unknown_key
 from countersign.keyring import Keyring, is_action_id
-from countersign.observability.metrics import Metrics
-from countersign.sidecar import states
-from countersign.sidecar.store import Anchor, AuditEvidence, Store
+from countersign.store import AuditEvidence, states
+from countersign.store.protocols import AuditReader
 from countersign.v1 import common_pb2
-
-log = logging.getLogger("countersign.audit")
-
-UNRESOLVED = frozenset({"RUNNING", "UNKNOWN", "NEEDS_MANUAL_REVIEW"})
-OUTCOME_EVENTS = ("settled", "rejected", "resolved")     # events that record the outcome a run record holds
-
-
-def encode(event: dict[str, Any]) -> bytes:
-    """An event's bytes: sorted keys, no spaces. Events hold only strings, integers and booleans, for which
-    this is as deterministic as RFC 8785 and several times cheaper (it runs twice per event)."""
-    return json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def anchor_mac(keyring: Keyring, kid: str, action_id: str, seq: int, head: str) -> str:
-    return keyring.mac(kid, "audit-anchor", f"{action_id}:{seq}:{head}".encode())
-
-
-def state_after(kind: str, fields: dict[str, Any]) -> str | None:
-    """The action state an event records, or None for an event that changes none (continuations, guard)."""
-    if kind in ("issued", "released"):      # released: a claim given back, its card READY again
-        return "READY"
-    if kind == "claimed":
-        return "RUNNING"
-    if kind == "settled":
-        return str(fields.get("state", "")) or None
-    if kind == "needs_manual_review":
-        return "NEEDS_MANUAL_REVIEW"
-    if kind == "rejected":
-        return "REJECTED"
-    if kind == "resolved":
-        return str(fields.get("outcome", "")).upper() or None
-    return None
-
-
-def expiry(batch: list[tuple[str, int, dict[str, Any]]]) -> str:
-    """keep (the batch leaves the action unresolved), expire, or same (no event in it changes a state)."""
-    for kind, _, fields in reversed(batch):
-        state = state_after(kind, fields)
-        if state is not None:
-            return "keep" if state in UNRESOLVED else "expire"
-    return "same"
-
-
-class Audit:
-    """Writes events in the background: one writer per action at a time, events batched per call."""
-
-    def __init__(self, store: Store, keyring: Keyring, metrics: Metrics, ttl_ms: int) -> None:
-        self.store, self.keyring, self.metrics, self.ttl_ms = store, keyring, metrics, ttl_ms
-        self.pending: set[asyncio.Task[Any]] = set()
-        self._queues: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
-        self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()   # the last chain state we wrote
-        self.batch_delay = 0.02
-
-    def event(self, action_id: str, kind: str, **fields: Any) -> None:
-        """Record an event in the background (never raises, never waits)."""
-        queue = self._queues.get(action_id)
-        entry = (kind, int(time.time() * 1000), fields)
-        if queue is not None:            # a writer for this action is running: it takes this one too
-            queue.append(entry)
-            return
-        self._queues[action_id] = [entry]
-        task = asyncio.ensure_future(self._writer(action_id))
-        self.pending.add(task)
-        task.add_done_callback(self.pending.discard)
-
-    async def _writer(self, action_id: str) -> None:
-        try:
-            # A short wait lets the events of one step travel together (claimed + settled of a quick
-            # Confirm become one script call).
-            await asyncio.sleep(self.batch_delay)
-            while self._queues[action_id]:
-                batch, self._queues[action_id] = self._queues[action_id], []
-                await self._append(action_id, batch)
-        finally:
-            self._queues.pop(action_id, None)
-
-    async def _append(self, action_id: str, batch: list[tuple[str, int, dict[str, Any]]]) -> None:
-        try:
-            # Optimistic: chain to the head we last wrote (or to nothing, for a new action); on a conflict the
-            # script answers the real head and we chain again.
-            kid, keep = self.keyring.active, expiry(batch)
-            state = self._heads.pop(action_id, None) or (0, "")
-            for _ in range(8):
-                seq, head = state
-                events, prev = [], head
-                for n, (kind, at, fields) in enumerate(batch, start=1):
-                    body = {"a": action_id, "seq": seq + n, "prev": prev, "t": kind, "at": at,
-                            "kid": kid, "f": fields}
-                    prev = self.keyring.mac(kid, "audit", encode(body))
-                    events.append((encode({**body, "mac": prev}), prev))
-                anchor = Anchor(kid, anchor_mac(self.keyring, kid, action_id, seq + len(batch), prev))
-                ok, seq_now, head_now = await self.store.audit_append(action_id, state, events, anchor, keep,
-                                                                      self.ttl_ms)
-                state = (seq_now, head_now)
-                if ok:
-                    self._heads[action_id] = state
-                    while len(self._heads) > 10_000:
-                        self._heads.popitem(last=False)
-                    return
-            raise RuntimeError("the chain kept moving")
-        except (CountersignError, RuntimeError, OSError) as exc:
-            self.metrics.audit_write_failures.inc(len(batch))
-            log.warning(json.dumps({"event": "audit_write_failed", "action_id": action_id,
-                                    "kinds": [k for k, _, _ in batch], "error": str(exc)[:200]}))
-
-    async def drain(self, timeout: float) -> None:
-        if self.pending:
-            await asyncio.wait(list(self.pending), timeout=timeout)
-
-
-def unknown_key(kid: str) -> str:
-    """Why a record cannot be checked: its key id is not in this keys file (not the same as edited)."""
-    return (f"key {kid!r} is not in the keys file: written by a sidecar with other keys"
-            + (" (a generated key: that sidecar ran without COUNTERSIGN_KEYS_FILE)" if kid == "gen" else ""))
 
 
 @dataclass(frozen=True)
@@ -239,17 +123,6 @@ def _chain(keyring: Keyring, evidence: AuditEvidence) -> list[dict[str, Any]] | 
     return events
 
 
-def chain_state(events: list[dict[str, Any]]) -> str | None:
-    """Where the chain says the action stands. A settled outcome is final: a late event of the losing settle
-    (fenced by a reconciler) does not reopen it."""
-    state: str | None = None
-    for event in events:
-        found = state_after(str(event.get("t", "")), event.get("f") or {})
-        if found is not None and (state is None or state in UNRESOLVED or state == "READY"):
-            state = found
-    return state
-
-
 def _records(keyring: Keyring, evidence: AuditEvidence, events: list[dict[str, Any]]) -> Problem | None:
     """Each record is owed an event (the table in the module docstring)."""
     action_id, run = evidence.action_id, evidence.run
@@ -301,7 +174,7 @@ class Report:
     looked_again: int           # actions found wrong at first and looked at again after the grace period
 
 
-async def verify(store: Store, keyring: Keyring, grace: float, batch: int = 500,
+async def verify(store: AuditReader, keyring: Keyring, grace: float, batch: int = 500,
                  waiting: Callable[[int], None] = lambda n: None) -> Report:
     """Cross-check every action Redis knows of; what is wrong is looked at again once, ``grace`` later
     (``waiting`` is told how many actions before the wait)."""
@@ -329,7 +202,7 @@ async def verify(store: Store, keyring: Keyring, grace: float, batch: int = 500,
     return Report(len(ids), events, list(problems.values()), looked_again)
 
 
-async def check_one(store: Store, keyring: Keyring, action_id: str, grace: float) -> tuple[AuditEvidence,
+async def check_one(store: AuditReader, keyring: Keyring, action_id: str, grace: float) -> tuple[AuditEvidence,
                                                                                            Problem | None]:
     """One action's evidence and what is wrong with it (looked at again after ``grace`` if anything is)."""
     evidence = (await store.audit_evidence([action_id]))[0]
@@ -341,7 +214,7 @@ async def check_one(store: Store, keyring: Keyring, action_id: str, grace: float
     return evidence, problem
 
 
-async def export(store: Store) -> AsyncIterator[dict[str, Any]]:
+async def export(store: AuditReader) -> AsyncIterator[dict[str, Any]]:
     """Every action's events, actions ordered by their first event's time."""
     chains = []
     for action_id in await store.audit_actions():

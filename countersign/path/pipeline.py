@@ -1,9 +1,10 @@
-"""The path of one call, stage by stage (DESIGN §3). No I/O of its own: stages and the store do it.
+"""The path of one call, stage by stage (docs/design.md §3). No I/O of its own: stages and the store do it.
 
-    Invoke   registry -> policy -> (read: adapter now) | (write: action id -> prepare -> preview -> issue)
-    Confirm  token -> context may write -> claim -> (won: execute) | (else: replay / RUNNING)
-    Reject   token -> reject
-    GetAction          peek
+    Invoke     registry -> policy -> (read: quota -> adapter now -> the turn's fact)
+                                   | (write: action id -> quota -> prepare -> preview -> card -> issue)
+    Confirm    claim (token, context may write, claim.lua) -> (won: execute -> settle) | (else: replay / RUNNING)
+    Reject     token -> reject.lua
+    GetAction  the owned action -> its outcome, seen through its compensation
 """
 
 from __future__ import annotations
@@ -13,59 +14,44 @@ import json
 import os
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, address
-from countersign.errors import (
-    CountersignError,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    ResourceExhausted,
-    Unavailable,
-)
-from countersign.guard import ReplyGuard
-from countersign.keyring import Keyring, is_action_id
+from countersign.audit import Audit
+from countersign.errors import CountersignError, FailedPrecondition, ResourceExhausted, Unavailable
+from countersign.keyring import Keyring
 from countersign.observability import tracing
 from countersign.observability.logs import decision
 from countersign.observability.metrics import Metrics
+from countersign.path import cards, policy, prepare
+from countersign.path.claim import Claims
+from countersign.path.execute import Executor
+from countersign.path.inverse import inverse_of, overlay
+from countersign.path.quota import Quota
+from countersign.path.receipts import open_action, seal_action
+from countersign.path.settle import Timing
+from countersign.path.turn import action_entry, fact_entry, read_summary, turn_key
+from countersign.reasons import Reason
 from countersign.registry import Capability, Registry
-from countersign.sidecar import cards, policy, prepare
-from countersign.sidecar.audit import Audit
-from countersign.sidecar.compensate import Compensator, overlay
-from countersign.sidecar.continuations import Continuations, action_entry, fact_entry, read_summary, request_key
-from countersign.sidecar.execute import Executor, Timing, open_action, seal_action
-from countersign.sidecar.quota import Quota
-from countersign.sidecar.reconcile import Reconciler
-from countersign.sidecar.store import CardRecord, Refused, RunRecord, Store
+from countersign.store import CardRecord, Issued, Refused, Rejected, RunRecord
+from countersign.store.protocols import CardStore, RejectStore, TurnStore
 from countersign.v1 import common_pb2, gateway_pb2
 
 _CAP_STATUS = {"enabled": common_pb2.CAPABILITY_STATUS_ENABLED, "planned": common_pb2.CAPABILITY_STATUS_PLANNED,
                "forbidden": common_pb2.CAPABILITY_STATUS_FORBIDDEN}
 
 
+class PipelineStore(CardStore, RejectStore, TurnStore, Protocol):
+    """What the pipeline itself does to the store (its stages have their own)."""
+
+
 class Pipeline:
-    def __init__(self, *, registry: Registry, store: Store, keyring: Keyring, adapters: dict[str, Adapter],
-                 timing: Timing, confirm_ttl_ms: int, max_wait: float, metrics: Metrics, guard: ReplyGuard,
-                 continuation_lease_ms: int, reconcile_window_ms: int = 600_000, audit_ttl_ms: int = 30 * 86_400_000,
-                 tenant_quota: int = 100_000, clock: Callable[[], float] = time.time) -> None:
-        self.registry = registry
-        self.quota = Quota(store, tenant_quota, timing.replay_ms)
-        self.store, self.keyring, self.adapters = store, keyring, adapters
-        self.timing, self.confirm_ttl_ms, self.max_wait = timing, confirm_ttl_ms, max_wait
-        self.metrics, self.clock = metrics, clock
-        self.audit = Audit(store, keyring, metrics, audit_ttl_ms)
-        self.executor = Executor(store, keyring, adapters, timing, metrics, self.audit, clock)
-        self.reconciler = Reconciler(store=store, keyring=keyring, adapters=adapters, executor=self.executor,
-                                     registry=lambda: self.registry, metrics=metrics, audit=self.audit,
-                                     work_lease_ms=timing.lease_ms,
-                                     window_ms=reconcile_window_ms, lookup_deadline=timing.downstream_deadline)
-        self.compensator = Compensator(store=store, keyring=keyring, executor=self.executor,
-                                       registry=lambda: self.registry, timing=timing, metrics=metrics,
-                                       audit=self.audit, clock=clock)
-        self.continuations = Continuations(store=store, keyring=keyring, registry=lambda: self.registry, guard=guard,
-                                           audit=self.audit,
-                                           lease_ms=continuation_lease_ms, ttl_ms=timing.replay_ms, metrics=metrics)
+    def __init__(self, *, registry: Registry, store: PipelineStore, keyring: Keyring, adapters: dict[str, Adapter],
+                 quota: Quota, claims: Claims, executor: Executor, audit: Audit, metrics: Metrics, timing: Timing,
+                 confirm_ttl_ms: int, clock: Callable[[], float] = time.time) -> None:
+        self.registry, self.store, self.keyring, self.adapters = registry, store, keyring, adapters
+        self.quota, self.claims, self.executor, self.audit = quota, claims, executor, audit
+        self.metrics, self.timing, self.confirm_ttl_ms, self.clock = metrics, timing, confirm_ttl_ms, clock
 
     # -- Invoke --------------------------------------------------------------------------------
 
@@ -87,7 +73,7 @@ class Pipeline:
                         trace_headers=tracing.outgoing_headers)
         adapter = self.adapters[tool.adapter.kind]
         label = self.metrics.tool(tool.name)
-        turn = request_key(self.keyring, context)
+        turn = turn_key(self.keyring, context)
         if not tool.is_write:
             await self._quota(context, ["r:" + turn])
             with self.metrics.timed("read"):
@@ -95,14 +81,14 @@ class Pipeline:
             self.metrics.invocations.labels(label, "read", outcome.kind.value).inc()
             await self.store.remember(turn, fact_entry(
                 tool.name, outcome.kind.value, read_summary(tool, outcome.body, outcome.message)),
-                self.timing.replay_ms)
+                self.timing.replay_ttl_ms)
             if outcome.kind is Kind.SUCCEEDED:
                 return gateway_pb2.InvokeResponse(result=gateway_pb2.ToolResult(
                     tool_name=tool.name, result_json=json.dumps(outcome.body, ensure_ascii=False)))
-            if outcome.kind is Kind.FAILED and outcome.reason != "NOT_SENT":
+            if outcome.kind is Kind.FAILED and outcome.reason != Reason.NOT_SENT:
                 raise FailedPrecondition(outcome.reason, outcome.message)
             where = address(tool)
-            raise Unavailable("DOWNSTREAM_UNAVAILABLE", f"the read {tool.name!r} at {where} got no answer: "
+            raise Unavailable(Reason.DOWNSTREAM_UNAVAILABLE, f"the read {tool.name!r} at {where} got no answer: "
                               f"{outcome.reason} ({outcome.message})", metadata={"tool": tool.name,
                                                                                  "downstream": where})
 
@@ -119,7 +105,7 @@ class Pipeline:
                     # turn's actions); over the quota it is still answered, only not remembered
                     with contextlib.suppress(ResourceExhausted):
                         await self._quota(context, ["r:" + turn])
-                        await self.store.remember(turn, action_entry(action_id), self.timing.replay_ms)
+                        await self.store.remember(turn, action_entry(action_id), self.timing.replay_ttl_ms)
                 return self._existing(action_id, existing, label)
         tenant = await self._quota(context, ["a:" + action_id, "r:" + turn])
         try:
@@ -139,7 +125,7 @@ class Pipeline:
             now_ms=int(self.clock() * 1000), ttl_ms=self.confirm_ttl_ms)
         with self.metrics.timed("issue"):
             found = await self.store.issue(action_id, record, self.confirm_ttl_ms)
-        if found is not None:
+        if not isinstance(found, Issued):
             return self._existing(action_id, found, label)
         # the event before any other await: a card whose Invoke fails or is cancelled now still has it
         args_hmac = self.keyring.digest("args", allowed.canonical_args)
@@ -147,7 +133,7 @@ class Pipeline:
                          policy_version=registry.policy_version, args_hmac=args_hmac)
         self.metrics.invocations.labels(label, "write", "card").inc()
         decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_hmac=args_hmac)
-        await self.store.remember(turn, action_entry(action_id), self.timing.replay_ms)
+        await self.store.remember(turn, action_entry(action_id), self.timing.replay_ttl_ms)
         return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(
             self.keyring, cards.open_card(self.keyring, action_id, record)))
 
@@ -171,31 +157,11 @@ class Pipeline:
     # -- Confirm -------------------------------------------------------------------------------
 
     async def confirm(self, context: common_pb2.CallContext, token: str, wait_ms: int) -> common_pb2.Action:
-        kid, action_id = self.keyring.parse_token(token)          # constant time, before Redis
-        policy.check_context(context)
-        policy.may_write_now(context)                              # refused here: the card stays READY
         registry = self.registry
-        binding = self.keyring.binding(kid, cards.owner(context))
-        claim_id = os.urandom(12).hex()
-        with self.metrics.timed("claim"):
-            found = await self.store.claim(action_id, binding, registry.denied_tools(context.role), claim_id,
-                                           self.timing.lease_ms)
-        tracing.annotate(action_id=action_id)
-        if isinstance(found, Refused):
-            self.metrics.claims.labels("other", found.why).inc()
-            raise _refusal(found)
-        if isinstance(found, RunRecord):
-            label = self.metrics.tool(found.tool)
-            tracing.annotate(tool=found.tool, replayed=True)
-            self.metrics.claims.labels(label, "running" if found.state == "running" else "replayed").inc()
-            found = await self.store.wait_settled(action_id, found, min(wait_ms / 1000, self.max_wait))
-            action = open_action(self.keyring, action_id, found, replayed=True)
-            if found.state != "running":
-                self.metrics.replay_hits.labels(label, "confirm").inc()
-            decision(action_id, found.tool, "replayed", found.reason or found.state.upper())
-            return action
-        self.metrics.claims.labels(self.metrics.tool(found.tool), "won").inc()
-        return await self.executor.run(registry, context, action_id, claim_id, found)
+        claimed = await self.claims.claim(registry, context, token, wait_ms)
+        if isinstance(claimed, common_pb2.Action):
+            return claimed
+        return await self.executor.run(registry, context, claimed.action_id, claimed.claim_id, claimed.card)
 
     # -- Reject / GetAction --------------------------------------------------------------------
 
@@ -206,37 +172,21 @@ class Pipeline:
         found = await self.store.peek(action_id)
         tool = found.tool if found is not None else ""
         action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_REJECTED, tool_name=tool)
-        action.error.reason, action.error.message = "REJECTED", "the user declined the confirmation"
+        action.error.reason, action.error.message = Reason.REJECTED, "the user declined the confirmation"
         out, omac = seal_action(self.keyring, kid, action)
-        result = await self.store.reject(action_id, binding, out, omac, self.timing.replay_ms)
-        if result is None:
+        result = await self.store.reject(action_id, binding, out, omac, self.timing.replay_ttl_ms)
+        if isinstance(result, Rejected):
             self.audit.event(action_id, "rejected", tool=tool, outcome_hmac=self.keyring.digest("outcome", out))
             return action
         if isinstance(result, Refused):
-            raise _refusal(result)
+            raise cards.refusal_error(result)
         return open_action(self.keyring, action_id, result, replayed=True)
 
     async def get_action(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
-        policy.check_context(context)
-        if not is_action_id(action_id):
-            raise InvalidArgument("REQUEST_INVALID", "action_id must be 32 lower-case hex characters")
-        found = await self.store.peek(action_id)
-        if found is None:
-            raise NotFound("ACTION_NOT_FOUND", "no such action: never issued, or its card expired")
-        cards.require_owner(self.keyring, action_id, found, context)
+        found = await cards.owned_action(self.store, self.keyring, context, action_id)
         if isinstance(found, CardRecord):
             return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         action = open_action(self.keyring, action_id, found, replayed=False)
         if action.state == common_pb2.ACTION_STATE_SUCCEEDED:
-            action = overlay(action, await self.compensator.inverse_of(action_id))
+            action = overlay(action, await inverse_of(self.store, self.keyring, action_id))
         return action
-
-
-def _refusal(refused: Refused) -> Exception:
-    if refused.why == "expired":
-        return NotFound("CONFIRMATION_EXPIRED", "the confirmation expired or was never issued")
-    if refused.why == "role":
-        return PermissionDenied("ROLE_NOT_ALLOWED", f"your role may not run {refused.tool!r}; the card is "
-                                "still waiting")
-    return PermissionDenied("CONFIRMATION_BINDING_MISMATCH", "this confirmation belongs to another owner "
-                            "or session")

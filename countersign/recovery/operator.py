@@ -17,17 +17,19 @@ from typing import Any, TextIO
 from google.protobuf import json_format
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, LookupKind, Outcome
+from countersign.audit import Audit
+from countersign.audit import verify as audit_mod
+from countersign.audit.chain import unknown_key
 from countersign.errors import DataLoss
 from countersign.keyring import Keyring, is_action_id
 from countersign.observability import tracing
 from countersign.observability.metrics import Metrics
+from countersign.path.cards import open_card
+from countersign.path.receipts import seal_action
+from countersign.reasons import Reason
 from countersign.registry import Registry
-from countersign.sidecar import audit as audit_mod
-from countersign.sidecar import states
-from countersign.sidecar.audit import Audit
-from countersign.sidecar.cards import open_card
-from countersign.sidecar.execute import seal_action
-from countersign.sidecar.store import CardRecord, Store
+from countersign.store import CardRecord, states
+from countersign.store.protocols import OperatorStore
 from countersign.v1 import common_pb2
 
 STATES = {"unknown": "unknown", "needs-manual-review": "review", "compensation-failed": "settled",
@@ -41,10 +43,10 @@ def _action(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> commo
     kid = record.get("kid", b"").decode()
     if kid not in keyring.keys:
         return common_pb2.Action(action_id=action_id, error=common_pb2.ActionError(
-            reason="KEY_NOT_IN_KEYS_FILE", message=audit_mod.unknown_key(kid)))
+            reason=Reason.KEY_NOT_IN_KEYS_FILE, message=unknown_key(kid)))
     if not keyring.verify(kid, "outcome:" + action_id, out, record.get("omac", b"").decode()):
         return common_pb2.Action(action_id=action_id, error=common_pb2.ActionError(
-            reason="RECORD_TAMPERED", message="the stored outcome does not verify"))
+            reason=Reason.RECORD_TAMPERED, message="the stored outcome does not verify"))
     return common_pb2.Action.FromString(out)
 
 
@@ -61,7 +63,8 @@ def _row(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> dict[str
             "compensates": card.get("compensates", "")}
 
 
-async def list_actions(store: Store, keyring: Keyring, state: str, as_json: bool, out: TextIO = sys.stdout) -> int:
+async def list_actions(store: OperatorStore, keyring: Keyring, state: str, as_json: bool,
+                       out: TextIO = sys.stdout) -> int:
     wanted = STATES[state]
     rows = []
     cursor = 0
@@ -88,7 +91,7 @@ async def list_actions(store: Store, keyring: Keyring, state: str, as_json: bool
     return 0
 
 
-async def show(store: Store, keyring: Keyring, action_id: str, as_json: bool, out: TextIO = sys.stdout,
+async def show(store: OperatorStore, keyring: Keyring, action_id: str, as_json: bool, out: TextIO = sys.stdout,
                grace: float = 5.0) -> int:
     if not is_action_id(action_id):
         print(f"not an action id: {action_id!r}", file=sys.stderr)
@@ -169,7 +172,7 @@ async def _evidence(keyring: Keyring, action_id: str, record: dict[str, bytes],
     return "unproven", f"the downstream did not answer {asked} ({found.message or 'no answer'})", None
 
 
-async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, reason: str, operator: str,
+async def resolve(store: OperatorStore, keyring: Keyring, action_id: str, outcome: str, reason: str, operator: str,
                   resource_id: str, *, downstream: Downstream, window_ms: int, force: bool = False,
                   out: TextIO = sys.stdout, replay_ttl_ms: int = 86_400_000) -> int:
     """Settle an unknown / needs-manual-review action by hand. Inside the reconcile window the request may still
@@ -185,7 +188,7 @@ async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, 
         return 1
     kid = record.get("kid", b"").decode() or keyring.active
     if kid not in keyring.keys:       # first: without its key nothing in the record can be checked, its state neither
-        print(f"action {action_id}: {audit_mod.unknown_key(kid)}; resolve it with the keys file of the sidecars "
+        print(f"action {action_id}: {unknown_key(kid)}; resolve it with the keys file of the sidecars "
               "that wrote it", file=sys.stderr)
         return 1
     state = record.get("st", b"").decode()
@@ -226,13 +229,13 @@ async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, 
         action.state, receipt.status = common_pb2.ACTION_STATE_SUCCEEDED, common_pb2.RECEIPT_STATUS_SUCCEEDED
     else:
         action.state, receipt.status = common_pb2.ACTION_STATE_FAILED, common_pb2.RECEIPT_STATUS_FAILED
-        action.error.reason, action.error.message = "RESOLVED_BY_OPERATOR", reason
+        action.error.reason, action.error.message = Reason.RESOLVED_BY_OPERATOR, reason
     blob, omac = seal_action(keyring, kid, action)
     result = await store.resolve(action_id, blob, omac, action.error.reason,
                                  "SUCCEEDED" if outcome == "succeeded" else "", replay_ttl_ms)
-    if result != "ok":
-        print(f"action {action_id} is {result}: only unknown or needs-manual-review actions are resolved by hand",
-              file=sys.stderr)
+    if not result.ok:
+        print(f"action {action_id} is {result.state}: only unknown or needs-manual-review actions are resolved by "
+              "hand", file=sys.stderr)
         return 1
     forced = verdict == "unproven"
     trail = Audit(store, keyring, Metrics(), 30 * 86_400_000)
@@ -245,7 +248,7 @@ async def resolve(store: Store, keyring: Keyring, action_id: str, outcome: str, 
     return 0
 
 
-async def verify(store: Store, keyring: Keyring, out: TextIO = sys.stdout, grace: float = 5.0) -> int:
+async def verify(store: OperatorStore, keyring: Keyring, out: TextIO = sys.stdout, grace: float = 5.0) -> int:
     def waiting(count: int) -> None:
         print(f"{count} action(s) look wrong; looking at them again in {grace:g}s (audit events are written "
               "asynchronously and may still be on their way)", file=sys.stderr, flush=True)
@@ -268,7 +271,7 @@ async def verify(store: Store, keyring: Keyring, out: TextIO = sys.stdout, grace
     return 0
 
 
-async def export(store: Store, out: TextIO) -> int:
+async def export(store: OperatorStore, out: TextIO) -> int:
     count = 0
     async for event in audit_mod.export(store):
         out.write(json.dumps(event, ensure_ascii=False) + "\n")

@@ -1,0 +1,86 @@
+"""The audit writer: events of each action appended to its own chain in the background, never on the caller's
+path (a failure is counted and logged, never raised)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+from countersign.audit.chain import anchor_mac, encode, expiry
+from countersign.errors import CountersignError
+from countersign.keyring import Keyring
+from countersign.observability.metrics import Metrics
+from countersign.store import Anchor
+from countersign.store.protocols import AuditStore
+
+log = logging.getLogger("countersign.audit")
+
+
+class Audit:
+    """Writes events in the background: one writer per action at a time, events batched per call."""
+
+    def __init__(self, store: AuditStore, keyring: Keyring, metrics: Metrics, ttl_ms: int) -> None:
+        self.store, self.keyring, self.metrics, self.ttl_ms = store, keyring, metrics, ttl_ms
+        self.pending: set[asyncio.Task[Any]] = set()
+        self._queues: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
+        self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()   # the last chain state we wrote
+        self.batch_delay = 0.02
+
+    def event(self, action_id: str, kind: str, **fields: Any) -> None:
+        """Record an event in the background (never raises, never waits)."""
+        queue = self._queues.get(action_id)
+        entry = (kind, int(time.time() * 1000), fields)
+        if queue is not None:            # a writer for this action is running: it takes this one too
+            queue.append(entry)
+            return
+        self._queues[action_id] = [entry]
+        task = asyncio.ensure_future(self._writer(action_id))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def _writer(self, action_id: str) -> None:
+        try:
+            # A short wait lets the events of one step travel together (claimed + settled of a quick
+            # Confirm become one script call).
+            await asyncio.sleep(self.batch_delay)
+            while self._queues[action_id]:
+                batch, self._queues[action_id] = self._queues[action_id], []
+                await self._append(action_id, batch)
+        finally:
+            self._queues.pop(action_id, None)
+
+    async def _append(self, action_id: str, batch: list[tuple[str, int, dict[str, Any]]]) -> None:
+        try:
+            # Optimistic: chain to the head we last wrote (or to nothing, for a new action); on a conflict the
+            # script answers the real head and we chain again.
+            kid, keep = self.keyring.active, expiry(batch)
+            state = self._heads.pop(action_id, None) or (0, "")
+            for _ in range(8):
+                seq, head = state
+                events, prev = [], head
+                for n, (kind, at, fields) in enumerate(batch, start=1):
+                    body = {"a": action_id, "seq": seq + n, "prev": prev, "t": kind, "at": at,
+                            "kid": kid, "f": fields}
+                    prev = self.keyring.mac(kid, "audit", encode(body))
+                    events.append((encode({**body, "mac": prev}), prev))
+                anchor = Anchor(kid, anchor_mac(self.keyring, kid, action_id, seq + len(batch), prev))
+                appended = await self.store.audit_append(action_id, state, events, anchor, keep, self.ttl_ms)
+                state = (appended.seq, appended.head)
+                if appended.ok:
+                    self._heads[action_id] = state
+                    while len(self._heads) > 10_000:
+                        self._heads.popitem(last=False)
+                    return
+            raise RuntimeError("the chain kept moving")
+        except (CountersignError, RuntimeError, OSError) as exc:
+            self.metrics.audit_write_failures.inc(len(batch))
+            log.warning(json.dumps({"event": "audit_write_failed", "action_id": action_id,
+                                    "kinds": [k for k, _, _ in batch], "error": str(exc)[:200]}))
+
+    async def drain(self, timeout: float) -> None:
+        if self.pending:
+            await asyncio.wait(list(self.pending), timeout=timeout)

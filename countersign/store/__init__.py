@@ -1,0 +1,44 @@
+"""The store: every record of an action, a continuation, a turn and a tenant, behind a typed boundary.
+
+``records`` and ``results`` are plain typed values (no Redis); ``protocols`` says what each consumer may do;
+``redis_store.RedisStore`` is the one implementation (imported by the wiring root only), one Lua script per
+transition (``lua/``), replies named by ``replies``; ``connect`` turns a URL into a client; ``keys`` names the
+keys; ``states`` is the state machine. Only this package imports redis (redis_store and connect).
+"""
+
+from countersign.store.records import (
+    Anchor,
+    AuditEvidence,
+    CardRecord,
+    ContRecord,
+    ContState,
+    RunRecord,
+    RunState,
+    RunSummary,
+)
+from countersign.store.results import (
+    Appended,
+    Busy,
+    ContBusy,
+    ContReleased,
+    ContSettled,
+    ContWon,
+    Defer,
+    Issued,
+    LeaseLost,
+    NotClaimed,
+    NotReady,
+    QuotaCount,
+    ReconcileWork,
+    Refused,
+    Rejected,
+    Release,
+    Resolved,
+    Settle,
+    Won,
+)
+
+__all__ = ["Anchor", "Appended", "AuditEvidence", "Busy", "CardRecord", "ContBusy", "ContRecord", "ContReleased",
+           "ContSettled", "ContState", "ContWon", "Defer", "Issued", "LeaseLost", "NotClaimed", "NotReady",
+           "QuotaCount", "ReconcileWork", "Refused", "Rejected", "Release", "Resolved", "RunRecord", "RunState",
+           "RunSummary", "Settle", "Won"]

@@ -1,0 +1,432 @@
+"""The only module that talks to Redis: runs the scripts in ``store/lua`` and names their replies (replies.py).
+
+Each transition is one script, one atomic step (docs/design.md §7); its reply is decoded by name into a record or
+a typed result (results.py). Any Redis failure (refused, timed out, lost) raises ``StoreUnavailable``: the caller
+fails closed (I7) and nothing executes. Consumers see this class through the small protocols of protocols.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisClusterException, RedisError
+
+from countersign.errors import StoreUnavailable, Unavailable
+from countersign.reasons import Reason
+from countersign.store import keys
+from countersign.store.connect import connect
+from countersign.store.keys import card_key, cont_key, run_key
+from countersign.store.records import Anchor, AuditEvidence, CardRecord, ContRecord, RunRecord, RunSummary, cont_state
+from countersign.store.replies import SCRIPTS, card_record, decode, raw, run_record, text
+from countersign.store.results import (
+    Appended,
+    Busy,
+    ContBusy,
+    ContReleased,
+    ContSettled,
+    ContWon,
+    Defer,
+    Issued,
+    LeaseLost,
+    NotClaimed,
+    NotReady,
+    QuotaCount,
+    ReconcileWork,
+    Refused,
+    Rejected,
+    Release,
+    Resolved,
+    Settle,
+    Won,
+)
+
+T = TypeVar("T")
+
+
+class RedisStore:
+    """Card, run, continuation and audit records in Redis, one Lua script per transition."""
+
+    wait_replicas = 0
+    wait_timeout_ms = 100
+    # called with (script, seconds) after every script's round trip, failed ones included (app.py wires the
+    # countersign_redis_duration_seconds histogram here; None: not timed)
+    observe: Callable[[str, float], None] | None = None
+
+    def __init__(self, client: Any, *, op_timeout: float) -> None:
+        self.client = client
+        self.op_timeout = op_timeout
+        lua = resources.files("countersign.store").joinpath("lua")
+        self._scripts = {name: client.register_script(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"))
+                         for name in SCRIPTS}
+
+    @classmethod
+    def from_url(cls, url: str, *, socket_timeout: float, connect_timeout: float, retries: int,
+                 mode: str = "auto", wait_replicas: int = 0, wait_timeout_ms: int = 100) -> RedisStore:
+        """A store over the client connect.py builds for ``url`` (raises ValueError for a URL it cannot use)."""
+        client = connect(url, socket_timeout=socket_timeout, connect_timeout=connect_timeout, retries=retries,
+                         mode=mode, wait_replicas=wait_replicas)
+        store = cls(client, op_timeout=(socket_timeout + connect_timeout) * (retries + 1))
+        store.wait_replicas, store.wait_timeout_ms = wait_replicas, wait_timeout_ms
+        return store
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless Redis answers a PING (the readiness probe)."""
+        await self._call(self.client.ping())
+
+    async def _call(self, awaitable: Awaitable[T]) -> T:
+        try:
+            async with asyncio.timeout(self.op_timeout):
+                return await awaitable
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+            raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}") from exc
+
+    async def _script(self, name: str, keys_: list[str], args: list[Any]) -> tuple[str, dict[str, Any]]:
+        if self.observe is None:
+            return decode(name, await self._call(self._scripts[name](keys=keys_, args=args)))
+        start = time.perf_counter()
+        try:
+            reply = await self._call(self._scripts[name](keys=keys_, args=args))
+        finally:
+            self.observe(name, time.perf_counter() - start)
+        return decode(name, reply)
+
+    async def _acknowledged(self, name: str, keys_: list[str], args: list[Any]) -> tuple[str, dict[str, Any], int]:
+        """Run a script; with --redis-wait-replicas, WAIT on the same connection: (kind, fields, replicas that
+        acked)."""
+        if not self.wait_replicas:
+            return *await self._script(name, keys_, args), self.wait_replicas
+        pipe = self.client.pipeline(transaction=False)
+        await self._scripts[name](keys=keys_, args=args, client=pipe)
+        pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+        start = time.perf_counter()
+        try:
+            reply, acked = await self._call(pipe.execute())
+        finally:
+            if self.observe is not None:
+                self.observe(name, time.perf_counter() - start)   # the script and its WAIT: one round trip
+        return *decode(name, reply), int(acked)
+
+    def _not_acknowledged(self, name: str, acked: int) -> Unavailable:
+        return Unavailable(Reason.REPLICAS_NOT_ACKNOWLEDGED,
+                           f"{acked} of {self.wait_replicas} replicas acknowledged the {name}; not acting on it",
+                           retry_after=1.0)
+
+    async def _durable_script(self, name: str, keys_: list[str], args: list[Any]) -> tuple[str, dict[str, Any]]:
+        """A transition the sidecar acts on: refused (UNAVAILABLE) when too few replicas acknowledged it
+        (docs/design.md §7)."""
+        kind, fields, acked = await self._acknowledged(name, keys_, args)
+        if acked < self.wait_replicas:
+            raise self._not_acknowledged(name, acked)
+        return kind, fields
+
+    # -- the action: issue, claim, release, settle, reject, peek ------------------------------------
+
+    async def issue(self, action_id: str, card: CardRecord, ttl_ms: int) -> Issued | CardRecord | RunRecord:
+        """Create the card: Issued, or the card or record that exists already."""
+        kind, f = await self._script("issue", [card_key(action_id), run_key(action_id)],
+                                     [card.binding, card.tool, card.body, card.mac, card.kid, ttl_ms])
+        if kind == "issued":
+            return Issued()
+        if kind == "card":
+            return card_record(f, tool=card.tool, binding=card.binding)
+        return run_record(f)
+
+    async def claim(self, action_id: str, binding: str, denied: str, claim_id: str,
+                    lease_ms: int) -> Won | RunRecord | Refused:
+        """ready -> running. Won: the caller holds the claim and must settle (or release) it. A RunRecord: someone
+        claimed it before (replay, or RUNNING).
+
+        With --redis-wait-replicas, a won claim too few replicas acknowledged is put back (release.lua; the
+        request was never sent) and the caller gets UNAVAILABLE REPLICAS_NOT_ACKNOWLEDGED: a failover must not
+        lose the claim and let a second caller execute the same action."""
+        keys_ = [card_key(action_id), run_key(action_id)]
+        kind, f, acked = await self._acknowledged("claim", keys_, [binding, denied, claim_id, lease_ms])
+        if acked < self.wait_replicas and kind == "won":
+            await self._script("release", keys_, [claim_id])
+            raise self._not_acknowledged("claim", acked)
+        if kind == "won":
+            return Won(card_record(f, binding=binding))
+        if kind == "run":
+            return run_record(f)
+        return Refused(kind, text(f.get("tool", "")))  # type: ignore[arg-type]   # expired | forbidden | role
+
+    async def release(self, action_id: str, claim_id: str) -> Release:
+        """running -> ready by the claim holder that never sent the request: ready, expired or lost."""
+        kind, _ = await self._script("release", [card_key(action_id), run_key(action_id)], [claim_id])
+        return kind  # type: ignore[return-value]
+
+    async def settle(self, action_id: str, claim_id: str, state: str, out: bytes, omac: str, reason: str,
+                     receipt_status: str, replay_ttl_ms: int) -> Settle:
+        """running|unknown -> settled|unknown|review by the claim holder: ok, lost or gone."""
+        kind, _ = await self._durable_script(
+            "settle", [run_key(action_id), cont_key(action_id)],
+            [claim_id, state, out, omac, reason, receipt_status, replay_ttl_ms])
+        return kind  # type: ignore[return-value]
+
+    async def reject(self, action_id: str, binding: str, out: bytes, omac: str,
+                     replay_ttl_ms: int) -> Rejected | RunRecord | Refused:
+        """ready -> rejected."""
+        kind, f = await self._script("reject", [card_key(action_id), run_key(action_id)],
+                                     [binding, out, omac, replay_ttl_ms])
+        if kind == "rejected":
+            return Rejected()
+        if kind == "run":
+            return run_record(f)
+        return Refused(kind)  # type: ignore[arg-type]   # expired | forbidden
+
+    async def peek(self, action_id: str) -> CardRecord | RunRecord | None:
+        """Where the action stands (a lapsed lease is turned into unknown on the way)."""
+        kind, f = await self._script("peek", [card_key(action_id), run_key(action_id)], [])
+        if kind == "run":
+            return run_record(f)
+        if kind == "card":
+            return card_record(f)
+        return None
+
+    async def wait_settled(self, action_id: str, run: RunRecord, seconds: float) -> RunRecord:
+        """Poll (bounded, with backoff) until a running action settles; the last record seen."""
+        deadline = time.monotonic() + seconds
+        delay = 0.005
+        while run.state == "running" and time.monotonic() < deadline:
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.1)
+            found = await self.peek(action_id)
+            if not isinstance(found, RunRecord):
+                break
+            run = found
+        return run
+
+    # -- continuations (one state machine per action, under the action's hash tag) --------------
+
+    async def cont_open(self, action_id: str, binding: str, kid: str, snapshot: bytes, turn: str, mac: str,
+                        ttl_ms: int) -> ContRecord | Refused:
+        kind, f = await self._script("cont_open", [cont_key(action_id), run_key(action_id), card_key(action_id)],
+                                     [binding, kid, snapshot, turn, mac, ttl_ms])
+        if kind != "cont":
+            return Refused(kind)  # type: ignore[arg-type]   # none | forbidden
+        return ContRecord(cont_state(text(f["state"])), text(f["kid"]), raw(f["snapshot"]), text(f["turn"]),
+                          text(f["mac"]))
+
+    async def cont_claim(self, action_id: str, binding: str, lease_ms: int,
+                         claim_id: str) -> ContWon | ContRecord | ContBusy | NotReady | Refused:
+        """ready -> running under claim_id (a lapsed lease is claimed again). ContWon for the winner, the settled
+        ContRecord, ContBusy while another generator holds it, NotReady while the action has no receipt."""
+        kind, f = await self._script("cont_claim", [cont_key(action_id), run_key(action_id)],
+                                     [binding, lease_ms, claim_id])
+        if kind == "won":
+            cont = ContRecord("running", text(f["kid"]), raw(f["snapshot"]), text(f["turn"]), text(f["mac"]))
+            run = RunRecord("settled", text(f["run_kid"]), raw(f["out"]), text(f["omac"]),
+                            binding=text(f["run_binding"]), tool=text(f["run_tool"]), card=raw(f["run_card"]),
+                            cmac=text(f["run_cmac"]))
+            return ContWon(cont, run)
+        if kind == "settled":
+            return ContRecord("settled", text(f["kid"]), raw(f["snapshot"]), text(f["turn"]), text(f["mac"]),
+                              raw(f["reply"]), text(f["rmac"]), raw(f["verdict"]))
+        if kind == "running":
+            return ContBusy()
+        if kind == "not_ready":
+            return NotReady(text(f["run_state"]), text(f["reason"]))
+        return Refused(kind)  # type: ignore[arg-type]   # none | forbidden
+
+    async def cont_settle(self, action_id: str, binding: str, reply_text: bytes, rmac: str, verdict: bytes,
+                          claim_id: str) -> ContSettled | LeaseLost | NotClaimed | Refused:
+        """running -> settled by the holder of claim_id; ContSettled(replayed) when this holder settled it
+        before."""
+        kind, f = await self._script("cont_settle", [cont_key(action_id)],
+                                     [binding, reply_text, rmac, verdict, claim_id])
+        if kind == "ok":
+            return ContSettled(reply_text, rmac, verdict, replayed=False)
+        if kind == "settled":
+            return ContSettled(raw(f["reply"]), text(f["rmac"]), raw(f["verdict"]), replayed=True)
+        if kind == "lost":
+            return LeaseLost(text(f["state"]))
+        if kind == "not_running":
+            return NotClaimed(text(f["state"]))
+        return Refused(kind)  # type: ignore[arg-type]   # none | forbidden
+
+    async def cont_release(self, action_id: str, binding: str,
+                           claim_id: str) -> ContReleased | LeaseLost | NotClaimed | Refused:
+        """running -> ready by the holder of claim_id."""
+        kind, f = await self._script("cont_release", [cont_key(action_id)], [binding, claim_id])
+        if kind == "ok":
+            return ContReleased()
+        if kind == "lost":
+            return LeaseLost("running")
+        if kind == "state":
+            return NotClaimed(text(f["state"]))
+        return Refused(kind)  # type: ignore[arg-type]   # none | forbidden
+
+    # -- what one user turn did: read facts and proposed actions -------------------------------
+
+    async def remember(self, turn: str, entry: bytes, ttl_ms: int, keep: int = 64) -> None:
+        key = keys.turn_list_key(turn)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.rpush(key, entry)
+        pipe.ltrim(key, -keep, -1)
+        pipe.pexpire(key, ttl_ms)
+        await self._call(pipe.execute())
+
+    async def recall(self, turn: str) -> list[bytes]:
+        entries: list[bytes] = await self._call(self.client.lrange(keys.turn_list_key(turn), 0, -1))
+        return entries
+
+    # -- the tenant's quota (its own slot: one more round trip, and it runs on Cluster) ------------
+
+    async def quota(self, tenant: str, stored: list[str], members: list[str], cap: int, ttl_ms: int) -> QuotaCount:
+        """Count what a tenant keeps: the stored members always, the new ones only within the cap (not counted:
+        they were not added)."""
+        kind, f = await self._script("quota", [keys.quota_key(tenant)],
+                                     [cap, ttl_ms, len(stored), *stored, *members])
+        return QuotaCount(kind == "ok", int(f["count"]), int(f.get("first_gone", 0)))
+
+    async def quota_forget(self, tenant: str, members: list[str]) -> None:
+        """Stop counting members whose records were never stored (a prepare refused: no card)."""
+        await self._call(self.client.zrem(keys.quota_key(tenant), *members))
+
+    # -- reconciliation ------------------------------------------------------------------------
+
+    async def reconcile_claim(self, action_id: str, claim_id: str,
+                              work_lease_ms: int) -> ReconcileWork | RunRecord | Busy | None:
+        """unknown -> (this reconciler holds it). ReconcileWork, the record when there is nothing to reconcile,
+        Busy when another holds it or it is not due, None when there is no record."""
+        kind, f = await self._durable_script("reconcile_claim", [run_key(action_id)], [claim_id, work_lease_ms])
+        if kind == "won":
+            card = CardRecord(text(f["kid"]), text(f["tool"]), raw(f["card"]), text(f["cmac"]))
+            return ReconcileWork(card, int(f["attempts"]), int(f["unknown_since_ms"]), int(f["now_ms"]))
+        if kind == "run":
+            return run_record(f)
+        if kind == "busy":
+            return Busy(text(f["state"]))
+        return None
+
+    async def reconcile_defer(self, action_id: str, claim_id: str, delay_ms: int) -> Defer:
+        kind, _ = await self._script("reconcile_defer", [run_key(action_id)], [claim_id, delay_ms])
+        return kind  # type: ignore[return-value]
+
+    async def run_tool(self, action_id: str) -> str:
+        """The tool of an action's run record ("" when there is none); read-only."""
+        tool = await self._call(self.client.hget(run_key(action_id), "tool"))
+        return text(tool) if tool is not None else ""
+
+    async def open_add(self, action_id: str, due_ms: int) -> None:
+        """Index an action that may need reconciling (running now, or unknown), by when to look at it."""
+        await self._call(self.client.zadd(keys.OPEN_KEY, {action_id: due_ms}))
+
+    async def open_remove(self, action_id: str) -> None:
+        await self._call(self.client.zrem(keys.OPEN_KEY, action_id))
+
+    async def open_due(self, now_ms: int, count: int) -> list[str]:
+        rows = await self._call(self.client.zrangebyscore(keys.OPEN_KEY, "-inf", now_ms, start=0, num=count))
+        return [text(r) for r in rows]
+
+    async def scan_runs(self, cursor: int, count: int) -> tuple[int, list[str]]:
+        """One step of a SCAN over run records; returns the next cursor and action ids seen."""
+        if not isinstance(self.client, aioredis.Redis):      # a cluster: one full pass over every node
+            async def every() -> list[str]:
+                return [keys.action_of(text(k), "run")
+                        async for k in self.client.scan_iter(match=keys.RUN_PATTERN, count=count)]
+
+            return 0, await self._call(every())
+        nxt, found = await self._call(self.client.scan(cursor=cursor, match=keys.RUN_PATTERN, count=count))
+        return int(nxt), [keys.action_of(text(k), "run") for k in found]
+
+    async def run_states(self, action_ids: list[str]) -> list[RunSummary]:
+        """State, lease, next reconcile time and tool of each run record, in one round trip."""
+        if not action_ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for action_id in action_ids:
+            pipe.hmget(run_key(action_id), "st", "lease", "rdue", "tool")
+        rows = await self._call(pipe.execute())
+        return [RunSummary(text(st or b""), int(lease or 0), int(due or 0), text(tool or b""))
+                for st, lease, due, tool in rows]
+
+    # -- audit chains and operator resolution ----------------------------------------------------
+
+    async def audit_append(self, action_id: str, after: tuple[int, str], events: list[tuple[bytes, str]],
+                           anchor: Anchor, expiry: str, ttl_ms: int) -> Appended:
+        """Append chained events if the action's chain still ends at ``after`` (seq, head), and set the anchor
+        (MAC'd by the caller) in the same step. expiry: keep | expire | same (lua/audit.lua)."""
+        args: list[Any] = [after[0], after[1], anchor.kid, anchor.mac, expiry, ttl_ms]
+        for event, mac in events:
+            args += [event, mac]
+        kind, f = await self._script("audit", [keys.audit_key(action_id), keys.events_key(action_id)], args)
+        if kind == "ok":
+            return Appended(True, int(f["seq"]), events[-1][1])
+        return Appended(False, int(f["seq"]), text(f["head"]))
+
+    async def events(self, action_id: str) -> list[tuple[str, bytes]]:
+        rows = await self._call(self.client.xrange(keys.events_key(action_id)))
+        return [(text(entry_id), fields[b"e"]) for entry_id, fields in rows]
+
+    async def audit_actions(self) -> list[str]:
+        """Every action that has an audit chain."""
+        async def every() -> list[str]:
+            return [keys.action_of(text(key), "events")
+                    async for key in self.client.scan_iter(match=keys.EVENTS_PATTERN, count=1000)]
+
+        return await self._call(every())
+
+    async def audited_ids(self) -> list[str]:
+        """Every action Redis knows anything about: a card, a run record, a chain or anchor, or an entry in
+        the unresolved index. What ``audit verify`` cross-checks (one SCAN pass; read-only)."""
+        async def every() -> set[str]:
+            ids = {text(member) for member in await self.client.zrange(keys.OPEN_KEY, 0, -1)}
+            async for key in self.client.scan_iter(match=keys.ACTION_PATTERN, count=1000):
+                name = text(key)
+                tag, _, kind = name[3:].rpartition(":")
+                if kind in ("card", "run", "audit", "events") and tag.startswith("{") and tag.endswith("}"):
+                    ids.add(tag[1:-1])
+            return ids
+
+        return sorted(await self._call(every()))
+
+    async def audit_evidence(self, action_ids: list[str]) -> list[AuditEvidence]:
+        """What Redis holds about each action, in one round trip (read-only: no transition is applied)."""
+        if not action_ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for action_id in action_ids:
+            pipe.xrange(keys.events_key(action_id))
+            pipe.hgetall(keys.audit_key(action_id))
+            pipe.hgetall(card_key(action_id))
+            pipe.hgetall(run_key(action_id))
+            pipe.zscore(keys.OPEN_KEY, action_id)
+        rows = await self._call(pipe.execute())
+        out = []
+        for i, action_id in enumerate(action_ids):
+            events, anchor, card, run, indexed = rows[5 * i:5 * i + 5]
+            out.append(AuditEvidence(
+                action_id, [(text(entry_id), fields.get(b"e", b"")) for entry_id, fields in events],
+                {text(k): text(v) for k, v in anchor.items()}, {text(k): v for k, v in card.items()},
+                {text(k): v for k, v in run.items()}, indexed is not None))
+        return out
+
+    async def record(self, action_id: str) -> dict[str, bytes]:
+        """The raw run record (read-only: no transition is applied)."""
+        found: dict[bytes, bytes] = await self._call(self.client.hgetall(run_key(action_id)))
+        return {text(k): v for k, v in found.items()}
+
+    async def resolve(self, action_id: str, out: bytes, omac: str, reason: str, receipt_status: str,
+                      replay_ttl_ms: int) -> Resolved:
+        """unknown|review -> settled by an operator; the record then gets the replay TTL."""
+        kind, f = await self._script("resolve", [run_key(action_id), cont_key(action_id)],
+                                     [out, omac, reason, receipt_status, replay_ttl_ms])
+        return Resolved(True) if kind == "ok" else Resolved(False, text(f["state"]))
+
+    # -- the id key ----------------------------------------------------------------------------
+
+    async def pin_id_key(self, fingerprint: str) -> str:
+        """The id key's fingerprint every sidecar on this Redis must share: the first one to start records its
+        own; later ones read it back."""
+        await self._call(self.client.set(keys.ID_KEY, fingerprint, nx=True))   # (SET NX GET needs Redis 7)
+        pinned = await self._call(self.client.get(keys.ID_KEY))
+        return fingerprint if pinned is None else text(pinned)
