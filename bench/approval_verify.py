@@ -1,6 +1,6 @@
 """Approval verification benchmark: Verifier.verify_approval per call, Ed25519 / ES256 / RS256 (issue 13).
 
-    /work/main/.venv/bin/python bench/approval_verify.py [--calls N] [--warmup N] [--rounds R]
+    .venv/bin/python bench/approval_verify.py [--calls N] [--warmup N] [--rounds R]
 
 What a Confirm of a ``signed`` tool pays on top of today's Confirm: the approval digest of the card
 (``approval_digest``) and the verification of the approval JWS against an issuer whose keys are cached
@@ -19,7 +19,6 @@ import json
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,19 +27,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from jwt import PyJWK
 
-from jwt import PyJWK  # noqa: E402
-
-from countersign.approvals import Expected, Verifier, approval_digest  # noqa: E402
-from countersign.approvals.testing import (  # noqa: E402
+from countersign.approvals import Expected, Verifier, approval_digest
+from countersign.testing.approvals import (
     SigningKey,
     approval_claims,
     sign,
     write_jwks,
     write_settings,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 ISS = "https://app.example"
 ACTION = "0123456789abcdef0123456789abcdef"

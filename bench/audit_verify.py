@@ -20,11 +20,10 @@ from pathlib import Path
 
 import grpc
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from countersign.testing import processes
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
-from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
-from examples import harness  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 async def settle(address: str, count: int, workers: int) -> None:
@@ -50,11 +49,11 @@ def main() -> int:
     parser.add_argument("--actions", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=16)
     args = parser.parse_args()
-    work = harness.workdir("audit-verify-")
-    redis, todo, registry, keys = harness.start_backends(work)
+    work = processes.workdir("audit-verify-")
+    redis, todo, registry, keys = processes.start_backends(work)
     sidecar = None
     try:
-        sidecar = harness.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
+        sidecar = processes.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
                                         flags=["--log-level", "warning"])
         start = time.monotonic()
         asyncio.run(settle(sidecar.info["grpc"], args.actions, args.workers))

@@ -23,11 +23,10 @@ from pathlib import Path
 
 import grpc
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from countersign.testing import processes
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
-from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
-from examples import harness  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -78,8 +77,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per cell and round")
     args = parser.parse_args()
-    work = harness.workdir("countersign-ab-")
-    redis, todo, registry, keys = harness.start_backends(work)
+    work = processes.workdir("countersign-ab-")
+    redis, todo, registry, keys = processes.start_backends(work)
     sidecars: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
     try:
         for name, root in (("base", args.base.resolve()), ("this", ROOT)):

@@ -1,6 +1,6 @@
 """Overload: does the sidecar shed beyond --max-in-flight instead of queueing until callers time out?
 
-    /work/main/.venv/bin/python bench/overload.py [--seconds 5] [--rounds 2] [--limits 256,32] [--concurrency 16,64,128]
+    .venv/bin/python bench/overload.py [--seconds 5] [--rounds 2] [--limits 256,32] [--concurrency 16,64,128]
 
 Starts redis-server (unix socket), the example todo service and one sidecar per --max-in-flight
 value (all on loopback, stopped by PID at the end), then drives each sidecar with closed-loop
@@ -40,14 +40,11 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from countersign.testing import processes
+from countersign.testing.faults import pct
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from faultkit import pct  # noqa: E402
-
-from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
-from examples import harness  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -252,19 +249,19 @@ def main(argv: list[str] | None = None) -> int:
           f"deadline {args.deadline:g} s, downstream +{args.slow_downstream:g} s; "
           f"cpus={os.cpu_count()} loadavg {os.getloadavg()[0]:.2f}", flush=True)
 
-    work = harness.workdir("countersign-overload-")
-    procs: list[harness.Proc] = []
+    work = processes.workdir("countersign-overload-")
+    procs: list[processes.Proc] = []
     try:
-        redis, todo, registry, keys = harness.start_backends(work)
+        redis, todo, registry, keys = processes.start_backends(work)
         procs += [redis, todo]
         if args.slow_downstream:
             body = json.dumps({"path": "/todos", "method": "POST", "mode": "hang_before_commit",
                                "seconds": args.slow_downstream, "times": 10_000_000}).encode()
             urllib.request.urlopen(urllib.request.Request(todo.info["url"] + "/_test/faults", data=body,
                                                           method="POST"), timeout=10).close()
-        sidecars: dict[int, harness.Proc] = {}
+        sidecars: dict[int, processes.Proc] = {}
         for limit in limits:
-            sidecars[limit] = harness.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
+            sidecars[limit] = processes.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
                                                     flags=["--log-level", "warning", "--max-in-flight", str(limit)])
             procs.append(sidecars[limit])
         print("pids: " + ", ".join(f"sidecar(max-in-flight {k}) {p.pid}" for k, p in sidecars.items())

@@ -1,6 +1,6 @@
 """The same race against Countersign and against AWS Powertools' idempotency utility, side by side.
 
-    /work/main/.venv/bin/python bench/powertools_compare.py [--seconds 5] [--concurrency 16] [--venv DIR]
+    .venv/bin/python bench/powertools_compare.py [--seconds 5] [--concurrency 16] [--venv DIR]
 
 Powertools for AWS Lambda (Python) is installed from PyPI (`aws-lambda-powertools[redis,aws-sdk]`) into a
 separate virtual environment in the temp dir (--venv; created on first use, reused after). Both
@@ -44,14 +44,11 @@ from typing import Any
 
 import grpc
 
+from countersign.testing import processes
+from countersign.testing.faults import pct
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from faultkit import pct  # noqa: E402
-
-from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
-from examples import harness  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 # the idempotency package imports its DynamoDB layer too, so boto3 (aws-sdk; in every Lambda runtime) comes along
@@ -332,19 +329,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = datetime.now(UTC)
     python = ensure_venv(Path(args.venv))
-    work = harness.workdir("countersign-powertools-")
+    work = processes.workdir("countersign-powertools-")
     runner = work / "powertools_runner.py"
     runner.write_text(RUNNER)
-    procs: list[harness.Proc] = []
+    procs: list[processes.Proc] = []
     races: list[dict[str, Any]] = []
     streams: list[dict[str, Any]] = []
     try:
-        redis = harness.start_redis(work)
+        redis = processes.start_redis(work)
         procs.append(redis)
-        todo_proc = harness.start_todo_service(work)
+        todo_proc = processes.start_todo_service(work)
         procs.append(todo_proc)
-        sidecar = harness.start_sidecar(work, harness.write_registry(work, todo_proc.info["url"]),
-                                        redis_url=redis.info["url"], keys=harness.write_keys(work),
+        sidecar = processes.start_sidecar(work, processes.write_registry(work, todo_proc.info["url"]),
+                                        redis_url=redis.info["url"], keys=processes.write_keys(work),
                                         flags=["--log-level", "warning"])
         procs.append(sidecar)
         todo = Todo(todo_proc.info["url"], str(next(work.glob("todos-*.db"))))

@@ -32,10 +32,9 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from countersign.testing import processes
 
-from examples import harness  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -77,11 +76,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--spacing", type=float, default=1.1)
     args = parser.parse_args()
-    work = harness.workdir("countersign-probes-")
-    redis, todo, registry, keys = harness.start_backends(work)
+    work = processes.workdir("countersign-probes-")
+    redis, todo, registry, keys = processes.start_backends(work)
     sidecar = None
     try:
-        sidecar = harness.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
+        sidecar = processes.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
                                         flags=["--log-level", "warning"])
         grpc_addr, metrics = sidecar.info["grpc"], sidecar.info["metrics"]
         healthcheck = [sys.executable, str(ROOT / "deploy" / "docker" / "healthcheck.py"), "--address", grpc_addr]

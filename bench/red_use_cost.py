@@ -21,11 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from countersign.observability import logs
+from countersign.observability.metrics import Metrics
 
-from countersign.observability import logs  # noqa: E402
-from countersign.observability.metrics import Metrics  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def per_call_us(fn: object, calls: int) -> float:

@@ -21,15 +21,11 @@ import asyncio
 import json
 import os
 import signal
-import sys
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import grpc
 import redis.asyncio as aioredis
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from countersign.v1 import common_pb2, gateway_pb2
 

@@ -1,10 +1,10 @@
 """Soak with faults: thousands of writes through two sidecars sharing one Redis, then a checker.
 
-    /work/main/.venv/bin/python bench/soak.py [--seconds 60] [--writes N] [--workers 16]
+    .venv/bin/python bench/soak.py [--seconds 60] [--writes N] [--workers 16]
 
 Starts, as their own processes on loopback: redis-server (unix socket, AOF fsync always, so a
 restart keeps what it acknowledged), the example todo service with a SQLite file, a TCP proxy
-(bench/faultkit.py) in front of the todo service's execute/lookup/fence endpoints, and two sidecars
+(countersign/testing/faults.py) in front of the todo service's execute/lookup/fence endpoints, and two sidecars
 (--lease 2s --downstream-deadline 1s --reconcile-interval 500ms --reconcile-window 20s, one keys
 file). Agent workers (grpc.aio) Invoke and Confirm writes over both sidecars, with duplicate
 confirms (concurrent, and after settle) and model retries (the same Invoke in the same turn), while
@@ -46,14 +46,11 @@ from typing import Any, TypeVar
 
 import grpc
 
+from countersign.testing import processes
+from countersign.testing.faults import PersistentRedis, ProxyControl, free_port
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from faultkit import PersistentRedis, ProxyControl, free_port  # noqa: E402
-
-from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
-from examples import harness  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 T = TypeVar("T")
@@ -118,7 +115,7 @@ def soak_registries(work: Path, proxied: str, direct: str) -> tuple[Path, Path]:
 
     import yaml
 
-    text = harness.write_registry(work, proxied, **{f"{proxied}/todos/prepare": f"{direct}/todos/prepare"})
+    text = processes.write_registry(work, proxied, **{f"{proxied}/todos/prepare": f"{direct}/todos/prepare"})
     doc = yaml.safe_load(text.read_text(encoding="utf-8"))
     todo_cap = next(c for c in doc["capabilities"] if c["tool"] == "create_todo")
     todo_tool = next(t for t in doc["tools"] if t["name"] == "create_todo")
@@ -146,14 +143,14 @@ class Sidecars:
         self.registries, self.keys = [registry, registry], [keys, keys]
         self.window = window
         self.addresses = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
-        self.procs: list[harness.Proc | None] = [None, None]
-        self.all_procs: list[harness.Proc] = []
+        self.procs: list[processes.Proc | None] = [None, None]
+        self.all_procs: list[processes.Proc] = []
         self.channels: list[grpc.aio.Channel] = []
         self.stubs: list[gateway_pb2_grpc.ToolGatewayServiceStub] = []
         self.down: set[int] = set()
 
-    def start(self, i: int) -> harness.Proc:
-        proc = harness.start_sidecar(self.work, self.registries[i], redis_url=self.redis_url, keys=self.keys[i],
+    def start(self, i: int) -> processes.Proc:
+        proc = processes.start_sidecar(self.work, self.registries[i], redis_url=self.redis_url, keys=self.keys[i],
                                      flags=[*SIDECAR_FLAGS, "--reconcile-window", self.window],
                                      listen=self.addresses[i])
         self.procs[i] = proc
@@ -366,7 +363,7 @@ class Soak:
             if what.startswith("rotate"):
                 doc = json.loads(self.sidecars.keys[i].read_text())
                 doc["active"] = next(k for k in sorted(doc["keys"]) if k != doc["active"])
-                self.sidecars.keys[i] = harness.write_keys(self.sidecars.work, doc)
+                self.sidecars.keys[i] = processes.write_keys(self.sidecars.work, doc)
                 info = {"active": doc["active"]}
             else:
                 self.sidecars.registries[i] = self.args.changed_registry
@@ -711,26 +708,26 @@ def main(argv: list[str] | None = None) -> int:
 
     started = datetime.now(UTC)
     wall = time.monotonic()
-    work = harness.workdir("countersign-soak-")
+    work = processes.workdir("countersign-soak-")
     print(f"soak: {args.seconds:g} s of load, {args.workers} workers over 2 sidecars "
           f"({' '.join(SIDECAR_FLAGS[:6])} --reconcile-window {args.reconcile_window}), work dir {work}", flush=True)
     redis = PersistentRedis(work)
-    procs: list[harness.Proc] = []
+    procs: list[processes.Proc] = []
     sidecars: Sidecars | None = None
     out: dict[str, Any] = {}
     try:
         redis.start()
-        todo = harness.start_todo_service(work)
+        todo = processes.start_todo_service(work)
         procs.append(todo)
         args.todo_db = next(str(p) for p in work.glob("todos-*.db"))
-        proxy_proc = harness._start([sys.executable, str(ROOT / "bench" / "faultkit.py"), "proxy",
+        proxy_proc = processes._start([sys.executable, "-m", "countersign.testing.faults", "proxy",
                                      "--target", f"127.0.0.1:{todo.info['port']}"], work, "proxy")
         procs.append(proxy_proc)
         proxied = f"http://127.0.0.1:{proxy_proc.info['port']}"
         direct = todo.info["url"]
         # prepare goes straight to the service; execute, lookup and fence through the proxy
         registry, args.changed_registry = soak_registries(work, proxied, direct)
-        keys = harness.write_keys(work)
+        keys = processes.write_keys(work)
         sidecars = Sidecars(work, registry, keys, redis.url, args.reconcile_window)
         sidecars.start(0)
         sidecars.start(1)

@@ -28,16 +28,13 @@ import uuid
 from pathlib import Path
 
 import grpc
+from overload import cpu_s
+from write_path import closed_loop
+
+from countersign.testing import processes
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from overload import cpu_s  # noqa: E402
-from write_path import closed_loop  # noqa: E402
-
-from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
-from examples import harness  # noqa: E402
 
 CTX = dict(tenant_id="bench", actor_id="u", subject_id="u", session_id="s", role="user", locale="en")
 
@@ -103,13 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     sink, otlp_port = start_sink()
     sunk: dict[str, int] = {}
 
-    work = harness.workdir("countersign-telemetry-")
-    procs: list[harness.Proc] = []
+    work = processes.workdir("countersign-telemetry-")
+    procs: list[processes.Proc] = []
     try:
-        redis, todo, registry, keys = harness.start_backends(work)
+        redis, todo, registry, keys = processes.start_backends(work)
         procs += [redis, todo]
         flags = ["--log-level", "warning", "--reconcile-interval", "1h"]
-        variants: dict[str, harness.Proc] = {}
+        variants: dict[str, processes.Proc] = {}
         for name, extra, env in (("off", ["--telemetry", "off"], {}), ("off-again", ["--telemetry", "off"], {}),
                                  ("metrics", [], {}),
                                  ("traced", [], {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
@@ -123,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             saved = dict(os.environ)
             os.environ.update(env)
             try:
-                variants[name] = harness.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
+                variants[name] = processes.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
                                                        flags=flags + extra)
             finally:
                 os.environ.clear()

@@ -1,6 +1,6 @@
 """Write-path benchmark: direct HTTP vs the sidecar's Invoke/Confirm vs a bare Python reference server.
 
-    /work/main/.venv/bin/python bench/write_path.py [--seconds N] [--quick] [--rounds R] [--profile]
+    .venv/bin/python bench/write_path.py [--seconds N] [--quick] [--rounds R] [--profile]
 
 Starts redis-server (unix socket), the example todo service, the sidecar and bench/reference_server.py as
 separate processes (stopped by PID at the end), then drives each with a closed-loop load generator in
@@ -31,11 +31,10 @@ from typing import Any
 import aiohttp
 import grpc
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from countersign.testing import processes
+from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
-from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
-from examples import harness  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 RESULTS = ROOT / "bench" / "results"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -334,7 +333,7 @@ def top_self(path: Path, n: int = 10) -> dict[str, Any]:
 
 
 def _short(path: str) -> str:
-    for marker in ("site-packages/", "/work/main/", "lib/python3"):
+    for marker in ("site-packages/", f"{ROOT}/", "lib/python3"):
         if marker in path:
             return path.split(marker, 1)[1]
     return path
@@ -494,15 +493,15 @@ def main(argv: list[str] | None = None) -> int:
           f"cpus={os.cpu_count()} loadavg at start {load_start}", flush=True)
     print(f"code: HEAD {code['head']}, {len(code['changed_files'])} changed file(s) on top", flush=True)
 
-    work = harness.workdir("countersign-bench-")
-    procs: list[harness.Proc] = []
+    work = processes.workdir("countersign-bench-")
+    procs: list[processes.Proc] = []
     try:
-        redis, todo, registry, keys = harness.start_backends(work)
+        redis, todo, registry, keys = processes.start_backends(work)
         procs += [redis, todo]
-        sidecar = harness.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
+        sidecar = processes.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
                                         flags=["--log-level", "warning"])
         procs.append(sidecar)
-        reference = harness._start(  # the harness's own start-and-wait-for-"listening" helper
+        reference = processes._start(  # the harness's own start-and-wait-for-"listening" helper
             [sys.executable, str(ROOT / "bench" / "reference_server.py"), "--redis-url", redis.info["url"],
              "--todo-url", todo.info["url"]], work, "reference")
         procs.append(reference)

@@ -1,21 +1,23 @@
-"""The one error tree of the sidecar: each error carries a stable reason and a gRPC status.
+"""The one error tree of the sidecar: each error carries a stable reason (countersign/reasons.py) and a gRPC
+status. The reason is also the metric label and the google.rpc.ErrorInfo reason, domain "countersign".
 
-    CountersignError                    (reason, grpc code; the reason is also the metric label
-     │                                   and the google.rpc.ErrorInfo reason, domain "countersign")
+    CountersignError
      ├── InvalidArgument                INVALID_ARGUMENT: ARGS_INVALID (with field violations),
-     │                                   CONFIRMATION_TOKEN_INVALID, REQUEST_INVALID,
-     │                                   SNAPSHOT_TOO_LARGE
-     ├── NotFound                       NOT_FOUND: TOOL_NOT_FOUND, CONFIRMATION_EXPIRED, ACTION_NOT_FOUND
+     │                                   CONFIRMATION_TOKEN_INVALID, CONTINUATION_TOKEN_INVALID, REQUEST_INVALID,
+     │                                   REPLY_TOO_LARGE, SNAPSHOT_TOO_LARGE
+     ├── NotFound                       NOT_FOUND: TOOL_NOT_FOUND, CONFIRMATION_EXPIRED, ACTION_NOT_FOUND,
+     │                                   CONTINUATION_NOT_FOUND
      ├── PermissionDenied               PERMISSION_DENIED: ROLE_NOT_ALLOWED, ADMIN_READONLY,
      │                                   SUBJECT_NOT_ALLOWED, SESSION_MODE_FORBIDS,
      │                                   CONFIRMATION_BINDING_MISMATCH
      ├── FailedPrecondition             FAILED_PRECONDITION: TOOL_CONFIRMATION_REQUIRED, POLICY_CHANGED,
      │                                   PREPARED_ARGS_INVALID, PREPARED_VERSION_INVALID, NOT_COMPENSABLE,
-     │                                   CONTINUATION_NOT_READY, CONTINUATION_NOT_CLAIMED,
+     │                                   NO_COMPENSATION, CONTINUATION_NOT_READY, CONTINUATION_NOT_CLAIMED,
      │                                   CONTINUATION_LEASE_LOST,
      │                                   a prepare's or a read's refusal: the downstream's own reason (e.g.
-     │                                   TODO_DUE_AT_SUSPICIOUS; counted as OTHER in metrics), or
-     │                                   DOWNSTREAM_REDIRECT, DOWNSTREAM_ANSWER_INVALID, URL_UNSAFE
+     │                                   TODO_DUE_AT_SUSPICIOUS; counted as OTHER in metrics), or what the
+     │                                   adapter found: DOWNSTREAM_REDIRECT, DOWNSTREAM_ANSWER_INVALID, URL_UNSAFE,
+     │                                   RESOURCE_VERSION_CONFLICT, RESOURCE_VERSION_INVALID, REQUEST_NOT_BUILDABLE
      ├── DataLoss                       DATA_LOSS: CONFIRMATION_TAMPERED, RECORD_TAMPERED (a record
      │                                   disagrees with what was sealed: binding, key id, tool, state)
      ├── Unavailable                    UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE,
@@ -24,6 +26,19 @@
      └── ResourceExhausted              RESOURCE_EXHAUSTED: OVERLOADED (more calls in flight than allowed,
                                          and the caller holds more than its share), QUOTA_EXCEEDED (the
                                          tenant keeps as many records in Redis as --tenant-quota allows)
+
+Not a status: the reason an Action carries when it did not succeed (ActionError.reason), from
+
+    the adapter (one downstream call)  NOT_SENT (never left: the card is given back), DOWNSTREAM_TIMEOUT,
+                                       DOWNSTREAM_CONNECTION_LOST, DOWNSTREAM_REDIRECT, RECEIPT_INVALID,
+                                       RESOURCE_VERSION_CONFLICT, RESOURCE_VERSION_INVALID, URL_UNSAFE,
+                                       REQUEST_NOT_BUILDABLE, or the downstream's own refusal
+    the sidecar                        UNKNOWN, LEASE_LAPSED (the executor's lease lapsed before it recorded
+                                       an answer), REJECTED, POLICY_CHANGED, CONFIRMATION_TAMPERED,
+                                       RECORD_TAMPERED, COMPENSATION_FAILED
+    its reconciler                     NOT_APPLIED (the fence proved it never landed), NO_LOOKUP,
+                                       NOT_RESOLVED_IN_WINDOW, RECEIPT_INVALID, KEY_NOT_IN_KEYS_FILE
+    an operator                        RESOLVED_BY_OPERATOR
 
 Stages raise these; only the server turns them into a status. Nothing else is allowed to
 reach a caller as INTERNAL for bad input.
@@ -34,6 +49,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import grpc
+
+from countersign.reasons import Reason
 
 DOMAIN = "countersign"
 
@@ -112,7 +129,7 @@ class StoreUnavailable(Unavailable):
     """Redis could not be reached or did not answer in time: fail closed (I7)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__("STORE_UNAVAILABLE", message)
+        super().__init__(Reason.STORE_UNAVAILABLE, message)
 
 
 class RegistryError(Exception):

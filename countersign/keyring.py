@@ -1,6 +1,6 @@
 """Action ids, confirmation tokens, bindings and record MACs: everything keyed by the server key.
 
-* The action id is derived, not random (DESIGN §7): an HMAC of who, where, which tool and the
+* The action id is derived, not random (docs/design.md §7): an HMAC of who, where, which tool and the
   canonical normalised arguments, so the model retrying a call in the same turn lands on the
   same action. It is keyed by the *id key*, never by the active MAC key: two sidecars in the
   middle of a rotation (different active keys) must derive the same id for the same call, or
@@ -28,6 +28,7 @@ from typing import Any
 
 from countersign.canonical import canonical
 from countersign.errors import InvalidArgument, SettingsError
+from countersign.reasons import Reason
 
 TOKEN_PREFIX = "cs1"
 MIN_KEY_BYTES = 32
@@ -125,7 +126,7 @@ class Keyring:
 
     def parse_token(self, token: str, label: str = "confirm") -> tuple[str, str]:
         """Check a token in constant time; return (kid, action id) or raise CONFIRMATION_TOKEN_INVALID."""
-        bad = InvalidArgument("CONFIRMATION_TOKEN_INVALID", "the confirmation token is malformed or forged")
+        bad = InvalidArgument(Reason.CONFIRMATION_TOKEN_INVALID, "the confirmation token is malformed or forged")
         if not token or len(token) > _TOKEN_MAX:
             raise bad
         parts = token.split(".")

@@ -25,6 +25,7 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from countersign.testing import processes
 from countersign.v1 import (
     common_pb2,
     continuation_pb2,
@@ -34,7 +35,6 @@ from countersign.v1 import (
     guard_pb2,
     guard_pb2_grpc,
 )
-from examples import harness
 
 RPC_TIMEOUT = 15.0
 
@@ -435,15 +435,15 @@ def cont_state(state: int) -> str:
 
 
 def main(verbose: bool = False) -> int:
-    work = harness.workdir("countersign-demo-")
-    procs: list[harness.Proc] = []
+    work = processes.workdir("countersign-demo-")
+    procs: list[processes.Proc] = []
     failures: list[str] = []
     steps = 0
     try:
-        todo = harness.start_todo_service(work)
+        todo = processes.start_todo_service(work)
         procs.append(todo)
-        registry = harness.write_registry(work, todo.info["url"])
-        sidecar = harness.start_sidecar(work, registry, flags=["--log-level", "warning", "--downstream-deadline",
+        registry = processes.write_registry(work, todo.info["url"])
+        sidecar = processes.start_sidecar(work, registry, flags=["--log-level", "warning", "--downstream-deadline",
                                                                "1s", "--reconcile-interval", "1h"])
         procs.append(sidecar)
         print(f"Countersign walkthrough — sidecar {sidecar.info.get('grpc')} (redis: "

@@ -1,7 +1,7 @@
 """The adapter protocol: one downstream call for a prepared action, and the answer classified.
 
 An adapter never decides policy and never retries a write. It reports one of three outcomes
-(DESIGN §8):
+(docs/design.md §8):
 
     SUCCEEDED   the downstream answered 2xx / OK with every receipt field the tool declares
     FAILED      it answered a refusal (4xx / INVALID_ARGUMENT, FAILED_PRECONDITION, ...; a 412 or ABORTED
@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from countersign.reasons import Reason
 from countersign.registry import HttpCall, Tool
 from countersign.registry.templates import PLACEHOLDER, path_problem, path_span, safe_url, text_of
 
@@ -154,7 +155,7 @@ def entity_tag(version: str) -> str:
     """A resource version as an If-Match value: quoted, or as given when it is a strong entity-tag already."""
     inner = version[1:-1] if len(version) >= 2 and version[0] == version[-1] == '"' else version
     if not _ETAG.match(inner):
-        raise NotSendable("RESOURCE_VERSION_INVALID", "the resource version cannot be sent as an If-Match "
+        raise NotSendable(Reason.RESOURCE_VERSION_INVALID, "the resource version cannot be sent as an If-Match "
                           "entity-tag (at most 256 visible ASCII characters, no quote or space)")
     return f'"{inner}"'
 
@@ -169,7 +170,7 @@ def render_url(template: str, values: Mapping[str, Any]) -> str:
         if start <= match.start() < end:
             problem = path_problem(text)
             if problem:
-                raise NotSendable("URL_UNSAFE", f"{{{match.group(1)}}}: {problem}")
+                raise NotSendable(Reason.URL_UNSAFE, f"{{{match.group(1)}}}: {problem}")
         return urllib.parse.quote(text, safe="")
 
     return PLACEHOLDER.sub(one, template)

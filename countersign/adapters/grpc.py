@@ -2,7 +2,7 @@
 
 A call is NOT_SENT only when the channel could not connect before the call started; once the
 call is on the wire, UNAVAILABLE, DEADLINE_EXCEEDED and the like are UNKNOWN. The same answer rules
-as over HTTP (DESIGN §8): an OK that lacks a declared receipt field, or whose result_json is not JSON,
+as over HTTP (docs/design.md §8): an OK that lacks a declared receipt field, or whose result_json is not JSON,
 or that is larger than the cap (MAX_ANSWER_BYTES, or less), is UNKNOWN RECEIPT_INVALID for a write; the prepared version
 travels as metadata ``if-match`` and ABORTED (or any refusal whose ErrorInfo reason is
 RESOURCE_VERSION_CONFLICT) answers it as a version conflict. The connection wait counts against the
@@ -34,6 +34,7 @@ from countersign.adapters.base import (
     PrepareUnavailable,
     deadline,
 )
+from countersign.reasons import Reason
 from countersign.registry import Tool
 from countersign.v1 import backend_pb2, backend_pb2_grpc
 
@@ -122,7 +123,7 @@ class GrpcAdapter:
             return Outcome(Kind.FAILED, exc.reason, exc.message)
         channel, stub = self._stub(tool.adapter.target)
         if not await self._connected(channel, min(until - time.monotonic(), 2.0)):
-            return Outcome(Kind.FAILED, "NOT_SENT", f"could not connect to {tool.adapter.target}",
+            return Outcome(Kind.FAILED, Reason.NOT_SENT, f"could not connect to {tool.adapter.target}",
                            retryable=True)
         request = backend_pb2.ExecuteRequest(tool_name=tool.name, arguments_json=json.dumps(arguments),
                                              context=self._context(meta))
@@ -133,7 +134,7 @@ class GrpcAdapter:
             if _oversize(exc):
                 return _unusable(tool, f"the answer is larger than {self.max_answer_bytes} bytes", "OK")
             if exc.code() == grpc.StatusCode.ABORTED and meta.if_match and reason == "ABORTED":
-                reason = "RESOURCE_VERSION_CONFLICT"     # ABORTED to an if-match: the version moved on
+                reason = Reason.RESOURCE_VERSION_CONFLICT     # ABORTED to an if-match: the version moved on
             if exc.code() in REFUSALS:
                 return Outcome(Kind.FAILED, reason, message, status=exc.code().name)
             return Outcome(Kind.UNKNOWN, f"DOWNSTREAM_{exc.code().name}", message, status=exc.code().name)
@@ -176,9 +177,9 @@ def _applied(tool: Tool, resource_id: str, version: str, result_json: str) -> Ou
 
 def _unusable(tool: Tool, problem: str, status: str) -> Outcome:
     if tool.is_write:
-        return Outcome(Kind.UNKNOWN, "RECEIPT_INVALID", f"the downstream answered {status} but {problem}; the "
+        return Outcome(Kind.UNKNOWN, Reason.RECEIPT_INVALID, f"the downstream answered {status} but {problem}; the "
                        "write may have been applied: reconciliation will ask by idempotency key", status=status)
-    return Outcome(Kind.FAILED, "DOWNSTREAM_ANSWER_INVALID", f"the downstream answered {status} but {problem}",
+    return Outcome(Kind.FAILED, Reason.DOWNSTREAM_ANSWER_INVALID, f"the downstream answered {status} but {problem}",
                    status=status)
 
 

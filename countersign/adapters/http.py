@@ -1,6 +1,6 @@
 """The HTTP/JSON adapter: declarative method and URL from the registry, body = prepared arguments.
 
-Classification (DESIGN §8): a connection that could not be made is NOT_SENT (nothing left this
+Classification (docs/design.md §8): a connection that could not be made is NOT_SENT (nothing left this
 process); anything that fails after the request may have been written is UNKNOWN. Every answer is
 read to its end under a cap (MAX_ANSWER_BYTES, or less: whatever segments, chunks or encoding it arrives in), and no
 redirect is followed: a 3xx could land a write somewhere the registry never named.
@@ -34,6 +34,7 @@ from countersign.adapters.base import (
     receipt_problem,
     render_url,
 )
+from countersign.reasons import Reason
 from countersign.registry import HttpCall, Tool
 
 __all__ = ["MAX_ANSWER_BYTES", "HttpAdapter", "classify"]
@@ -101,7 +102,7 @@ class HttpAdapter:
                                      f"{_failure(exc)}") from exc
         status, got = answer.status, answer.body
         if 300 <= status < 400:
-            raise PrepareRefused("DOWNSTREAM_REDIRECT", f"prepare for {tool.name!r} at {address(tool, call)} "
+            raise PrepareRefused(Reason.DOWNSTREAM_REDIRECT, f"prepare for {tool.name!r} at {address(tool, call)} "
                                  f"answered {status}; redirects are never followed")
         if 200 <= status < 300:
             version = got.get("resource_version") if isinstance(got, dict) else None
@@ -130,16 +131,16 @@ class HttpAdapter:
             return Outcome(Kind.FAILED, exc.reason, exc.message)
         except aiohttp.ClientConnectorError as exc:
             # DNS failure or connection refused: the request never left this process.
-            return Outcome(Kind.FAILED, "NOT_SENT", f"could not connect: {exc.os_error}", retryable=True)
+            return Outcome(Kind.FAILED, Reason.NOT_SENT, f"could not connect: {exc.os_error}", retryable=True)
         except (ValueError, TypeError) as exc:
             # The request could not even be built (a header or URL aiohttp refuses): nothing was sent, but
             # unlike NOT_SENT (which gives the card back) it would fail the same way on every retry: FAILED.
-            return Outcome(Kind.FAILED, "REQUEST_NOT_BUILDABLE", f"the request could not be built: "
+            return Outcome(Kind.FAILED, Reason.REQUEST_NOT_BUILDABLE, f"the request could not be built: "
                            f"{str(exc)[:120]}", retryable=False)
         except (TimeoutError, aiohttp.ServerTimeoutError):
-            return Outcome(Kind.UNKNOWN, "DOWNSTREAM_TIMEOUT", "no answer before the deadline")
+            return Outcome(Kind.UNKNOWN, Reason.DOWNSTREAM_TIMEOUT, "no answer before the deadline")
         except (aiohttp.ClientError, OSError) as exc:
-            return Outcome(Kind.UNKNOWN, "DOWNSTREAM_CONNECTION_LOST", f"{type(exc).__name__} after send")
+            return Outcome(Kind.UNKNOWN, Reason.DOWNSTREAM_CONNECTION_LOST, f"{type(exc).__name__} after send")
         return classify(tool, answer)
 
     async def lookup(self, tool: Tool, meta: CallMeta, fence: bool, timeout: float) -> Lookup:
@@ -188,28 +189,28 @@ async def _read(resp: aiohttp.ClientResponse, cap: int) -> tuple[Any, str]:
 
 
 def classify(tool: Tool, answer: Answer) -> Outcome:
-    """An HTTP answer as an outcome (DESIGN §8)."""
+    """An HTTP answer as an outcome (docs/design.md §8)."""
     status, body = answer.status, answer.body
     if 300 <= status < 400:
         # never followed: for a write the request may have been applied before the redirect was sent
-        return Outcome(Kind.UNKNOWN if tool.is_write else Kind.FAILED, "DOWNSTREAM_REDIRECT",
+        return Outcome(Kind.UNKNOWN if tool.is_write else Kind.FAILED, Reason.DOWNSTREAM_REDIRECT,
                        f"the downstream answered {status} (a redirect); redirects are never followed",
                        status=str(status))
     if 200 <= status < 300:
         problem = answer.problem or (receipt_problem(tool, body) if tool.is_write else "")
         if problem and tool.is_write:
-            return Outcome(Kind.UNKNOWN, "RECEIPT_INVALID", f"the downstream answered {status} but {problem}; "
+            return Outcome(Kind.UNKNOWN, Reason.RECEIPT_INVALID, f"the downstream answered {status} but {problem}; "
                            "the write may have been applied: reconciliation will ask by idempotency key",
                            status=str(status), body=body)
         if problem:
-            return Outcome(Kind.FAILED, "DOWNSTREAM_ANSWER_INVALID",
+            return Outcome(Kind.FAILED, Reason.DOWNSTREAM_ANSWER_INVALID,
                            f"the downstream answered {status} but {problem}", status=str(status))
         return Outcome(Kind.SUCCEEDED, status=str(status), body=body,
                        resource_id=field_of(body, tool.receipt.resource_id),
                        resource_version=field_of(body, tool.receipt.resource_version))
     if status == 412:
         _, message = _reason(body, status)
-        return Outcome(Kind.FAILED, "RESOURCE_VERSION_CONFLICT", message, status=str(status), body=body)
+        return Outcome(Kind.FAILED, Reason.RESOURCE_VERSION_CONFLICT, message, status=str(status), body=body)
     if 400 <= status < 500 and status not in (408, 429):
         reason, message = _reason(body, status)
         return Outcome(Kind.FAILED, reason, message, status=str(status), body=body)

@@ -23,8 +23,8 @@ log = logging.getLogger("countersign.audit")
 class Audit:
     """Writes events in the background: one writer per action at a time, events batched per call."""
 
-    def __init__(self, store: AuditStore, keyring: Keyring, metrics: Metrics, ttl_ms: int) -> None:
-        self.store, self.keyring, self.metrics, self.ttl_ms = store, keyring, metrics, ttl_ms
+    def __init__(self, store: AuditStore, keyring: Keyring, metrics: Metrics, audit_ttl_ms: int) -> None:
+        self.store, self.keyring, self.metrics, self.audit_ttl_ms = store, keyring, metrics, audit_ttl_ms
         self.pending: set[asyncio.Task[Any]] = set()
         self._queues: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
         self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()   # the last chain state we wrote
@@ -68,7 +68,7 @@ class Audit:
                     prev = self.keyring.mac(kid, "audit", encode(body))
                     events.append((encode({**body, "mac": prev}), prev))
                 anchor = Anchor(kid, anchor_mac(self.keyring, kid, action_id, seq + len(batch), prev))
-                appended = await self.store.audit_append(action_id, state, events, anchor, keep, self.ttl_ms)
+                appended = await self.store.audit_append(action_id, state, events, anchor, keep, self.audit_ttl_ms)
                 state = (appended.seq, appended.head)
                 if appended.ok:
                     self._heads[action_id] = state

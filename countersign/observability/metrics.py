@@ -1,7 +1,7 @@
-"""Prometheus metrics (DESIGN §10): the one place that turns domain events into series.
+"""Prometheus metrics (docs/design.md §10): the one place that turns domain events into series.
 
 Labels are bounded: tool names come from the registry (anything else is "other"), reasons are the
-sidecar's own (REASONS; anything else, such as a downstream's free-text reason passed on to a caller,
+sidecar's own (the Reason enum; anything else, such as a downstream's free-text reason passed on to a caller,
 is "OTHER"), results are stable lower-snake words. Never an action id, token or user id.
 """
 
@@ -15,22 +15,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from countersign.observability import tracing
+from countersign.reasons import Reason, label
 
-# Every reason the sidecar raises itself (tests/test_metric_labels.py scans the code for new ones). A reason
-# outside it, such as a downstream's refusal passed on to the caller, is counted as OTHER: a downstream
-# cannot grow the number of series.
-REASONS = frozenset({
-    "ACTION_NOT_FOUND", "ADMIN_READONLY", "ARGS_INVALID", "CONFIRMATION_BINDING_MISMATCH", "CONFIRMATION_EXPIRED",
-    "CONFIRMATION_TAMPERED", "CONFIRMATION_TOKEN_INVALID", "CONTINUATION_LEASE_LOST", "CONTINUATION_NOT_CLAIMED",
-    "CONTINUATION_NOT_FOUND", "CONTINUATION_NOT_READY", "CONTINUATION_TOKEN_INVALID", "DOWNSTREAM_ANSWER_INVALID",
-    "DOWNSTREAM_CONNECTION_LOST", "DOWNSTREAM_NOT_SENT", "DOWNSTREAM_REDIRECT", "DOWNSTREAM_TIMEOUT",
-    "DOWNSTREAM_UNAVAILABLE", "KEY_NOT_IN_KEYS_FILE", "NOT_APPLIED", "NOT_COMPENSABLE", "NOT_SENT",
-    "NO_COMPENSATION", "OVERLOADED", "POLICY_CHANGED", "PREPARED_ARGS_INVALID", "PREPARED_VERSION_INVALID",
-    "QUOTA_EXCEEDED", "RECEIPT_INVALID", "RECORD_TAMPERED", "REPLICAS_NOT_ACKNOWLEDGED", "REPLY_TOO_LARGE",
-    "REQUEST_INVALID", "REQUEST_NOT_BUILDABLE", "RESOURCE_VERSION_CONFLICT", "RESOURCE_VERSION_INVALID",
-    "ROLE_NOT_ALLOWED", "SESSION_MODE_FORBIDS", "SNAPSHOT_TOO_LARGE", "STORE_UNAVAILABLE", "SUBJECT_NOT_ALLOWED",
-    "TOOL_CONFIRMATION_REQUIRED", "TOOL_NOT_FOUND", "URL_UNSAFE",
-})
+# The reason label's values: every Reason of the sidecar's own (countersign/reasons.py), and OTHER for anything
+# else, such as a downstream's refusal passed on to the caller: a downstream cannot grow the number of series.
+REASONS = frozenset(Reason)
 
 # Sub-millisecond decisions up to multi-second downstream calls.
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -40,7 +29,7 @@ BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 # pipeline.py (claims), compensate.py, reconcile.py and server.py (refusals by RPC).
 RPCS = ("Invoke", "Confirm", "Reject", "GetAction", "Compensate", "Reconcile", "OpenContinuation",
         "ClaimContinuation", "SettleContinuation", "ReleaseContinuation", "CheckReply")
-PRECREATED_REASONS = ("OVERLOADED", "STORE_UNAVAILABLE")   # refusals an alert matches, created for every RPC
+PRECREATED_REASONS = (Reason.OVERLOADED, Reason.STORE_UNAVAILABLE)   # refusals an alert matches, created for every RPC
 CLAIM_RESULTS = ("won", "running", "replayed", "tampered")
 REFUSED_CLAIMS = ("expired", "forbidden", "role")
 COMPENSATION_RESULTS = ("compensated", "failed", "unknown")
@@ -180,7 +169,7 @@ class Metrics:
     @staticmethod
     def reason(reason: str) -> str:
         """A reason as a label value: one of the sidecar's own, else OTHER."""
-        return reason if reason in REASONS else "OTHER"
+        return label(reason)
 
     @contextmanager
     def timed(self, stage: str, *, span: bool = True) -> Iterator[None]:

@@ -1,4 +1,4 @@
-"""The one policy function (DESIGN §5), used by every entry: Invoke, Confirm, Compensate, Reconcile.
+"""The one policy function (docs/design.md §5), used by every entry: Invoke, Confirm, Compensate, Reconcile.
 
 Order of checks, each with its status and reason:
 
@@ -24,6 +24,7 @@ import jsonschema_rs
 
 from countersign.canonical import canonical
 from countersign.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound, PermissionDenied
+from countersign.reasons import Reason
 from countersign.registry import Capability, Registry, Tool
 from countersign.registry.templates import ACTION_FIELDS, path_fields, path_problem, text_of
 from countersign.v1 import common_pb2
@@ -61,7 +62,7 @@ def resolve(registry: Registry, name: str) -> Tool | Capability:
     refusal = registry.refusals.get(name)
     if refusal is not None:
         return refusal
-    raise NotFound("TOOL_NOT_FOUND", f"no tool named {cut(name)!r} is registered",
+    raise NotFound(Reason.TOOL_NOT_FOUND, f"no tool named {cut(name)!r} is registered",
                    metadata={"tool": name[:64]})
 
 
@@ -71,13 +72,13 @@ def check_context(context: common_pb2.CallContext) -> None:
     missing = [f for f in _ID_FIELDS if not getattr(context, f)]
     if missing:
         raise InvalidArgument(
-            "REQUEST_INVALID", f"context is missing {', '.join(missing)}",
+            Reason.REQUEST_INVALID, f"context is missing {', '.join(missing)}",
             violations=tuple(FieldViolation(f"context.{f}", "required") for f in missing),
         )
     bad = [f for f in _TEXT_FIELDS if not _id_ok(getattr(context, f))]
     if bad:
         raise InvalidArgument(
-            "REQUEST_INVALID", f"context.{bad[0]} must be at most {MAX_ID_BYTES} bytes of printable text",
+            Reason.REQUEST_INVALID, f"context.{bad[0]} must be at most {MAX_ID_BYTES} bytes of printable text",
             violations=tuple(FieldViolation(f"context.{f}", f"at most {MAX_ID_BYTES} bytes, no control "
                                             "characters") for f in bad),
         )
@@ -116,10 +117,10 @@ def authorize(
     tool = found
     _boundary(context, tool.is_write)
     if context.role not in tool.roles:
-        raise PermissionDenied("ROLE_NOT_ALLOWED", f"role {cut(context.role)!r} may not use {tool.name!r}")
+        raise PermissionDenied(Reason.ROLE_NOT_ALLOWED, f"role {cut(context.role)!r} may not use {tool.name!r}")
     args, canonical_args = _normalise(tool, arguments)
     if tool.is_write and phase in (Phase.EXECUTE, Phase.COMPENSATE) and not claimed:
-        raise FailedPrecondition("TOOL_CONFIRMATION_REQUIRED",
+        raise FailedPrecondition(Reason.TOOL_CONFIRMATION_REQUIRED,
                                  f"{tool.name!r} writes; it runs only after a claimed confirmation")
     _session_mode(context, tool.is_write)
     return Allowed(tool, args, canonical_args)
@@ -144,13 +145,13 @@ def _normalise(tool: Tool, arguments: Mapping[str, Any] | str | None) -> tuple[d
     if not problems:
         problems = validate(tool, out)
     if problems:
-        raise InvalidArgument("ARGS_INVALID", f"arguments of {tool.name!r} do not match its schema: "
+        raise InvalidArgument(Reason.ARGS_INVALID, f"arguments of {tool.name!r} do not match its schema: "
                               + "; ".join(f"{p.field or '(root)'}: {p.description}" for p in problems[:5]),
                               violations=tuple(problems[:20]))
     try:
         return out, canonical(out)
     except ValueError as exc:
-        raise InvalidArgument("ARGS_INVALID", f"arguments are not canonical JSON: {exc}",
+        raise InvalidArgument(Reason.ARGS_INVALID, f"arguments are not canonical JSON: {exc}",
                               violations=(FieldViolation("", str(exc)),)) from exc
 
 
@@ -217,20 +218,20 @@ def _boundary(context: common_pb2.CallContext, is_write: bool) -> None:
     admin = bool(context.admin_context_id) and mode in (common_pb2.ADMIN_MODE_READONLY,
                                                         common_pb2.ADMIN_MODE_MAINTAIN)
     if context.actor_id != context.subject_id and not admin:
-        raise PermissionDenied("SUBJECT_NOT_ALLOWED", "acting for another subject needs an admin context")
+        raise PermissionDenied(Reason.SUBJECT_NOT_ALLOWED, "acting for another subject needs an admin context")
     if is_write and mode == common_pb2.ADMIN_MODE_READONLY:
-        raise PermissionDenied("ADMIN_READONLY", "a read-only admin context may not prepare or run a write")
+        raise PermissionDenied(Reason.ADMIN_READONLY, "a read-only admin context may not prepare or run a write")
 
 
 def _session_mode(context: common_pb2.CallContext, is_write: bool) -> None:
     mode = context.session_mode
     if mode == common_pb2.SESSION_MODE_CHAT_ONLY or (mode == common_pb2.SESSION_MODE_READ_ONLY and is_write):
         name = common_pb2.SessionMode.Name(mode)
-        raise PermissionDenied("SESSION_MODE_FORBIDS", f"the session is {name}; this tool is not admitted")
+        raise PermissionDenied(Reason.SESSION_MODE_FORBIDS, f"the session is {name}; this tool is not admitted")
 
 
 def _bad(message: str) -> InvalidArgument:
-    return InvalidArgument("ARGS_INVALID", message, violations=(FieldViolation("arguments_json", message),))
+    return InvalidArgument(Reason.ARGS_INVALID, message, violations=(FieldViolation("arguments_json", message),))
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

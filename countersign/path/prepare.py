@@ -23,6 +23,7 @@ from countersign.adapters.base import (
 )
 from countersign.errors import FailedPrecondition, Unavailable
 from countersign.path import policy
+from countersign.reasons import Reason
 from countersign.registry import Tool
 from countersign.registry.templates import render
 from countersign.v1 import common_pb2
@@ -36,19 +37,19 @@ async def prepare(
     except PrepareRefused as exc:
         raise FailedPrecondition(exc.reason, exc.message) from exc
     except PrepareUnavailable as exc:
-        raise Unavailable("DOWNSTREAM_UNAVAILABLE", str(exc), metadata={
+        raise Unavailable(Reason.DOWNSTREAM_UNAVAILABLE, str(exc), metadata={
             "tool": tool.name, "downstream": address(tool, tool.adapter.prepare)}) from exc
     if prepared.resource_version:
         try:   # it is sent back as If-Match at execute: a card must not hold one that cannot be
             entity_tag(prepared.resource_version)
         except NotSendable as exc:
-            raise FailedPrecondition("PREPARED_VERSION_INVALID", f"the downstream prepared a resource version "
+            raise FailedPrecondition(Reason.PREPARED_VERSION_INVALID, f"the downstream prepared a resource version "
                                      f"for {tool.name!r} that {exc.message.removeprefix('the resource version ')}") \
                 from exc
     problems = policy.validate(tool, prepared.arguments)
     if problems:
         raise FailedPrecondition(
-            "PREPARED_ARGS_INVALID",
+            Reason.PREPARED_ARGS_INVALID,
             f"the downstream prepared arguments that break {tool.name!r}'s schema: "
             + "; ".join(f"{p.field or '(root)'}: {p.description}" for p in problems[:3]),
         )

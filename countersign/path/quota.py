@@ -54,10 +54,11 @@ class _Tenant:
 
 
 class Quota:
-    def __init__(self, store: QuotaStore, cap: int, ttl_ms: int, *, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
-        self.store, self.cap, self.ttl_ms, self.clock, self.wall = store, cap, ttl_ms, clock, wall
-        self.far = cap // 2     # below half the cap a tenant is admitted at once (the batched path)
+    def __init__(self, store: QuotaStore, tenant_quota: int, replay_ttl_ms: int, *,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        self.store, self.tenant_quota, self.replay_ttl_ms = store, tenant_quota, replay_ttl_ms
+        self.clock, self.wall = clock, wall
+        self.far = tenant_quota // 2     # below half the cap a tenant is admitted at once (the batched path)
         self._tenants: dict[str, _Tenant] = {}
 
     async def take(self, tenant: str, members: list[str]) -> None:
@@ -74,9 +75,9 @@ class Quota:
             wait = max(0.0, heard.first_gone_ms / 1000 - self.wall())
             raise ResourceExhausted(
                 Reason.QUOTA_EXCEEDED, f"this tenant keeps {heard.held} records in the sidecar's store (actions and "
-                f"turns, each counted for --replay-ttl), as many as --tenant-quota allows ({self.cap}); nothing was "
-                f"stored. The oldest stops counting in {wait:.0f} s", metadata={"cap": str(self.cap)},
-                retry_after=wait)
+                f"turns, each counted for --replay-ttl), as many as --tenant-quota allows ({self.tenant_quota}); "
+                f"nothing was stored. The oldest stops counting in {wait:.0f} s",
+                metadata={"cap": str(self.tenant_quota)}, retry_after=wait)
 
     async def forget(self, tenant: str, members: list[str]) -> None:
         """Stop counting members whose records were never stored (a prepare refused: no card)."""
@@ -100,7 +101,7 @@ class Quota:
         t.unsent.clear()
         t.sending += len(stored) + len(members)
         try:
-            heard = await self.store.quota(tenant, stored, members, self.cap, self.ttl_ms)
+            heard = await self.store.quota(tenant, stored, members, self.tenant_quota, self.replay_ttl_ms)
         except CountersignError:
             t.unsent.update(dict.fromkeys(stored))     # sent again with the next batch
             raise

@@ -26,6 +26,7 @@ from countersign.path.execute import Executor
 from countersign.path.inverse import inverse_id, overlay
 from countersign.path.receipts import open_action
 from countersign.path.settle import Timing
+from countersign.reasons import Reason
 from countersign.registry import Capability, Registry
 from countersign.registry.templates import PLACEHOLDER, render
 from countersign.store import Issued, Refused, RunRecord, Won, states
@@ -49,11 +50,11 @@ class Compensator:
         original = open_action(self.keyring, action_id, found, replayed=False) if isinstance(found, RunRecord) \
             else common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         if original.state != common_pb2.ACTION_STATE_SUCCEEDED:
-            raise FailedPrecondition("NOT_COMPENSABLE", f"only a SUCCEEDED action can be compensated; this one "
+            raise FailedPrecondition(Reason.NOT_COMPENSABLE, f"only a SUCCEEDED action can be compensated; this one "
                                      f"is {states.name(original.state)}")
         tool = registry.tools.get(original.tool_name)
         if tool is None or tool.compensation is None:
-            raise FailedPrecondition("NO_COMPENSATION", f"{original.tool_name!r} declares no compensation in the "
+            raise FailedPrecondition(Reason.NO_COMPENSATION, f"{original.tool_name!r} declares no compensation in the "
                                      "registry")
         args = self._arguments(tool.compensation.args, found, original)
         try:
@@ -62,10 +63,10 @@ class Compensator:
         except InvalidArgument as exc:
             # the inverse's arguments come from the receipt (a downstream's answer), not from this caller:
             # e.g. a resource id ".." that would send DELETE /todos/.. — nothing is issued, nothing sent
-            raise FailedPrecondition("NOT_COMPENSABLE", f"the inverse {tool.compensation.tool!r} cannot run on "
+            raise FailedPrecondition(Reason.NOT_COMPENSABLE, f"the inverse {tool.compensation.tool!r} cannot run on "
                                      f"this receipt: {exc.message}") from exc
         if isinstance(allowed, Capability):
-            raise FailedPrecondition("POLICY_CHANGED", f"the inverse {tool.compensation.tool!r} is "
+            raise FailedPrecondition(Reason.POLICY_CHANGED, f"the inverse {tool.compensation.tool!r} is "
                                      f"{allowed.status} now")
         inverse = allowed.tool
         comp_id = inverse_id(self.keyring, action_id)

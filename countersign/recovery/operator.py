@@ -173,7 +173,7 @@ async def _evidence(keyring: Keyring, action_id: str, record: dict[str, bytes],
 
 
 async def resolve(store: OperatorStore, keyring: Keyring, action_id: str, outcome: str, reason: str, operator: str,
-                  resource_id: str, *, downstream: Downstream, window_ms: int, force: bool = False,
+                  resource_id: str, *, downstream: Downstream, reconcile_window_ms: int, force: bool = False,
                   out: TextIO = sys.stdout, replay_ttl_ms: int = 86_400_000) -> int:
     """Settle an unknown / needs-manual-review action by hand. Inside the reconcile window the request may still
     land, so the downstream is asked first (the fence, or the lookup): an outcome it contradicts is refused
@@ -199,9 +199,9 @@ async def resolve(store: OperatorStore, keyring: Keyring, action_id: str, outcom
     tool = record.get("tool", b"").decode()
     age_ms = int(time.time() * 1000) - unresolved_since_ms(record)
     verdict, why, evidence = "outside_window", "", None
-    if age_ms < window_ms:
+    if age_ms < reconcile_window_ms:
         verdict, why, evidence = await _evidence(keyring, action_id, record, downstream)
-        left = (window_ms - age_ms) // 1000
+        left = (reconcile_window_ms - age_ms) // 1000
         if verdict == "applied" and outcome == "failed":
             print(f"refused: {why}; it is not FAILED. Resolve it --outcome succeeded, or let reconciliation record "
                   "it (Reconcile, or the sidecars' background reconciler)", file=sys.stderr)
@@ -211,7 +211,7 @@ async def resolve(store: OperatorStore, keyring: Keyring, action_id: str, outcom
             return 1
         if verdict == "unproven" and not force:
             print(f"refused: the action became unresolved {age_ms // 1000} s ago, inside the reconcile window "
-                  f"({window_ms // 1000} s), so its request may still land at the downstream; {why}. Wait "
+                  f"({reconcile_window_ms // 1000} s), so its request may still land at the downstream; {why}. Wait "
                   f"{left} s for the window to pass (or for the fence to answer), or pass --force to record "
                   f"{outcome.upper()} anyway (the audit marks it forced)", file=sys.stderr)
             return 1

@@ -47,11 +47,12 @@ FOREIGN_MEMORY = 10_000    # at most this many remembered (forgotten all at once
 
 class Reconciler:
     def __init__(self, *, store: ReconcileStore, keyring: Keyring, adapters: dict[str, Adapter], settler: Settler,
-                 registry: Registry, metrics: Metrics, audit: Audit, work_lease_ms: int, window_ms: int,
-                 lookup_deadline: float, backoff_ms: int = 1000) -> None:
+                 registry: Registry, metrics: Metrics, audit: Audit, lease_ms: int, reconcile_window_ms: int,
+                 downstream_deadline: float, backoff_ms: int = 1000) -> None:
         self.store, self.keyring, self.adapters, self.settler = store, keyring, adapters, settler
         self.registry, self.metrics, self.audit = registry, metrics, audit
-        self.work_lease_ms, self.window_ms, self.lookup_deadline = work_lease_ms, window_ms, lookup_deadline
+        self.lease_ms, self.reconcile_window_ms = lease_ms, reconcile_window_ms
+        self.downstream_deadline = downstream_deadline
         self.backoff_ms = backoff_ms
         # indexed actions whose tool this registry lacks -> when this sidecar looks at them again. Kept here, not
         # in the shared index: pushing their due time would delay the sidecars that can reconcile them.
@@ -73,7 +74,7 @@ class Reconciler:
             return open_action(self.keyring, action_id, found, replayed=True)
         claim_id = "r" + os.urandom(11).hex()
         with self.metrics.timed("reconcile"):
-            work = await self.store.reconcile_claim(action_id, claim_id, self.work_lease_ms)
+            work = await self.store.reconcile_claim(action_id, claim_id, self.lease_ms)
         if isinstance(work, RunRecord):
             return open_action(self.keyring, action_id, work, replayed=True)
         if not isinstance(work, ReconcileWork):
@@ -109,34 +110,35 @@ class Reconciler:
         try:
             card = open_card(self.keyring, action_id, work.card)
         except DataLoss:
-            return await self._review(action_id, work.card.kid, work.card.tool, claim_id, "RECORD_TAMPERED",
+            return await self._review(action_id, work.card.kid, work.card.tool, claim_id, Reason.RECORD_TAMPERED,
                                       "the stored card does not verify; a person must check the downstream")
         tool = self.registry.tools.get(card.tool)
         if tool is None or not tool.adapter.can_lookup:
-            return await self._review(action_id, card.kid, card.tool, claim_id, "NO_LOOKUP",
+            return await self._review(action_id, card.kid, card.tool, claim_id, Reason.NO_LOOKUP,
                                       "the tool declares no lookup by idempotency key; a person must check")
         meta = CallMeta(idempotency_key=action_id, attempt=work.attempts, policy_version=card.policy_version,
                         trace_headers=tracing.outgoing_headers)
         fence = tool.adapter.can_fence
-        found = await self.adapters[tool.adapter.kind].lookup(tool, meta, fence, self.lookup_deadline)
+        found = await self.adapters[tool.adapter.kind].lookup(tool, meta, fence, self.downstream_deadline)
         label = self.metrics.tool(tool.name)
+        window_s = self.reconcile_window_ms // 1000
         if found.kind is LookupKind.APPLIED and found.outcome is not None and found.outcome.kind is not Kind.UNKNOWN:
             outcome = found.outcome
             action = to_action(action_id, tool, card, outcome, now_ms)
             result = "succeeded" if outcome.kind is Kind.SUCCEEDED else "failed"
         elif found.kind is LookupKind.ABSENT_FENCED:
             action = to_action(action_id, tool, card, Outcome(
-                Kind.FAILED, "NOT_APPLIED", "the downstream never applied this key and now refuses it",
+                Kind.FAILED, Reason.NOT_APPLIED, "the downstream never applied this key and now refuses it",
                 retryable=True, status="410"), now_ms)
             result = "not_applied"
-        elif found.kind is LookupKind.ABSENT_UNFENCED and now_ms - work.unknown_since_ms >= self.window_ms:
-            return await self._review(action_id, card.kid, tool.name, claim_id, "NOT_RESOLVED_IN_WINDOW",
-                                      f"the downstream has no record of the key after {self.window_ms // 1000} s; "
+        elif found.kind is LookupKind.ABSENT_UNFENCED and now_ms - work.unknown_since_ms >= self.reconcile_window_ms:
+            return await self._review(action_id, card.kid, tool.name, claim_id, Reason.NOT_RESOLVED_IN_WINDOW,
+                                      f"the downstream has no record of the key after {window_s} s; "
                                       "without a fence that proves nothing")
-        elif found.kind is LookupKind.UNREADABLE and now_ms - work.unknown_since_ms >= self.window_ms:
+        elif found.kind is LookupKind.UNREADABLE and now_ms - work.unknown_since_ms >= self.reconcile_window_ms:
             # the downstream answers, but with nothing a verdict can be built on (a redirect, no receipt)
-            return await self._review(action_id, card.kid, tool.name, claim_id, "RECEIPT_INVALID",
-                                      f"the lookup still gives no usable answer after {self.window_ms // 1000} s "
+            return await self._review(action_id, card.kid, tool.name, claim_id, Reason.RECEIPT_INVALID,
+                                      f"the lookup still gives no usable answer after {window_s} s "
                                       f"({found.message[:200]}); a person must check the downstream")
         else:
             # a miss proves nothing, and an unreachable downstream is asked again too (never a verdict)

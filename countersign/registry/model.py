@@ -112,7 +112,7 @@ class Registry:
     all_writes: str                             # ",tool,tool," every registered write tool
 
     def denied_tools(self, role: str) -> str:
-        """What the claim script refuses for this role, leaving the card READY (DESIGN §5).
+        """What the claim script refuses for this role, leaving the card READY (docs/design.md §5).
 
         A tool that is no longer a registered write tool is not in this set: its claim goes
         ahead and the re-check settles it FAILED with POLICY_CHANGED.

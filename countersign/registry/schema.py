@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-# What a tool schema may say (DESIGN §4, docs/registry.md). Closure is checked by walking every subschema these
+# What a tool schema may say (docs/design.md §4, docs/registry.md). Closure is checked by walking every subschema these
 # keywords hold; anything else (references, conditionals, pattern- and evaluation-based keywords, negation) could
 # admit a key the walk cannot see, so it is refused by name rather than half-understood.
 _SUBSCHEMA_KEYWORDS = frozenset({"properties", "items", "anyOf", "oneOf", "allOf"})

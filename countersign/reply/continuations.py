@@ -51,9 +51,9 @@ MAX_SNAPSHOT_BYTES = 64 * 1024
 
 class Continuations:
     def __init__(self, *, store: ContinuationStore, keyring: Keyring, registry: Registry, guard: ReplyGuard,
-                 audit: Audit, metrics: Metrics, lease_ms: int, ttl_ms: int) -> None:
+                 audit: Audit, metrics: Metrics, continuation_lease_ms: int, replay_ttl_ms: int) -> None:
         self.store, self.keyring, self.registry, self.guard, self.audit = store, keyring, registry, guard, audit
-        self.metrics, self.lease_ms, self.ttl_ms = metrics, lease_ms, ttl_ms
+        self.metrics, self.continuation_lease_ms, self.replay_ttl_ms = metrics, continuation_lease_ms, replay_ttl_ms
 
     async def open(self, context: common_pb2.CallContext, action_id: str,
                    snapshot: continuation_pb2.ContinuationSnapshot) -> continuation_pb2.Continuation:
@@ -66,7 +66,7 @@ class Continuations:
                                   "bytes as JSON; send the question and a short lead-in, not the conversation")
         turn = turn_key(self.keyring, context)
         mac = self._mac(kid, action_id, binding, snap, turn)
-        record = await self.store.cont_open(action_id, binding, kid, snap, turn, mac, self.ttl_ms)
+        record = await self.store.cont_open(action_id, binding, kid, snap, turn, mac, self.replay_ttl_ms)
         if isinstance(record, Refused):
             raise cards.refusal_error(record)
         self.audit.event(action_id, "continuation_opened", state=record.state)
@@ -75,7 +75,7 @@ class Continuations:
     async def claim(self, context: common_pb2.CallContext, token: str) -> continuation_pb2.Continuation:
         kid, action_id, binding = self._token(context, token)
         claim_id = os.urandom(12).hex()
-        found = await self.store.cont_claim(action_id, binding, self.lease_ms, claim_id)
+        found = await self.store.cont_claim(action_id, binding, self.continuation_lease_ms, claim_id)
         if isinstance(found, Refused):
             raise cards.refusal_error(found)
         if isinstance(found, NotReady):

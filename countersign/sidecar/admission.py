@@ -38,6 +38,7 @@ from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 
 from countersign.errors import ResourceExhausted
+from countersign.reasons import Reason
 
 log = logging.getLogger("countersign.admission")
 
@@ -139,7 +140,7 @@ class Gate:
         # come back when the backlog ahead would have been served: retrying sooner is shed again, and
         # each shed still costs the sidecar a gRPC call (about 0.3 ms of CPU, measured)
         drain = held / self.rate if self.rate > 0 else MIN_RETRY
-        raise ResourceExhausted("OVERLOADED", f"{held} calls in the sidecar, more than {self.limit}, and this "
+        raise ResourceExhausted(Reason.OVERLOADED, f"{held} calls in the sidecar, more than {self.limit}, and this "
                                 f"caller holds more than its share ({share:.1f} calls of {len(self.arrivals)} "
                                 "callers); retry with backoff", metadata={"limit": str(self.limit)},
                                 retry_after=min(MAX_RETRY, max(MIN_RETRY, drain)))

@@ -1,4 +1,5 @@
-"""Wiring: settings -> keys, registry, store, adapters, pipeline, gRPC server, metrics; and shutdown."""
+"""The wiring root: settings -> keys, registry, store, every component built once (build), the gRPC server with each
+servicer handed what it calls, metrics and probes; and shutdown."""
 
 from __future__ import annotations
 
@@ -188,14 +189,14 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
                         claims=claims, executor=executor, audit=audit, metrics=metrics, timing=timing,
                         confirm_ttl_ms=int(settings.confirm_ttl * 1000))
     reconciler = Reconciler(store=store, keyring=keyring, adapters=adapters, settler=settler, registry=registry,
-                            metrics=metrics, audit=audit, work_lease_ms=timing.lease_ms,
-                            window_ms=int(settings.reconcile_window * 1000),
-                            lookup_deadline=timing.downstream_deadline)
+                            metrics=metrics, audit=audit, lease_ms=timing.lease_ms,
+                            reconcile_window_ms=int(settings.reconcile_window * 1000),
+                            downstream_deadline=timing.downstream_deadline)
     compensator = Compensator(store=store, keyring=keyring, executor=executor, registry=registry, timing=timing,
                               metrics=metrics, audit=audit)
     continuations = Continuations(store=store, keyring=keyring, registry=registry, guard=guard, audit=audit,
-                                  metrics=metrics, lease_ms=int(settings.continuation_lease * 1000),
-                                  ttl_ms=timing.replay_ttl_ms)
+                                  metrics=metrics, continuation_lease_ms=int(settings.continuation_lease * 1000),
+                                  replay_ttl_ms=timing.replay_ttl_ms)
     checker = ReplyCheck(store=store, keyring=keyring, registry=registry, guard=guard, audit=audit, metrics=metrics)
     return Components(registry, store, adapters, metrics, audit, quota, settler, executor, pipeline, reconciler,
                       compensator, continuations, checker)

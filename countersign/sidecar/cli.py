@@ -127,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         print("countersign demo runs from a source checkout (it needs examples/); cd to the repository",
               file=sys.stderr)
         return 2
-    sys.path.insert(0, str(root))
-    from examples import walkthrough
+    import runpy
 
-    return walkthrough.main(verbose=args.verbose)
+    walkthrough = runpy.run_path(str(root / "examples" / "walkthrough.py"), run_name="countersign_demo")
+    return int(walkthrough["main"](verbose=args.verbose))
 
 
 def _keys(args: argparse.Namespace) -> int:
@@ -203,7 +203,7 @@ async def _resolve(args: argparse.Namespace, store: Any, keyring: Any) -> int:
     adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
     try:
         return await operator.resolve(store, keyring, args.action_id, args.outcome, args.reason, args.operator,
-                                      args.resource_id, force=args.force, window_ms=int(window * 1000),
+                                      args.resource_id, force=args.force, reconcile_window_ms=int(window * 1000),
                                       downstream=operator.Downstream(registry, adapters, deadline),
                                       replay_ttl_ms=int(args.replay_ttl * 1000))
     finally:

@@ -1,4 +1,4 @@
-"""gRPC servicers: decode the request, call the pipeline, turn errors into rich statuses.
+"""gRPC servicers: decode the request, call the component app.py handed them, turn errors into rich statuses.
 
 No business logic lives here. Every error leaves as a gRPC status with a google.rpc.ErrorInfo
 (domain "countersign", a stable reason) and, for argument problems, a google.rpc.BadRequest.
@@ -22,6 +22,7 @@ from countersign.errors import DOMAIN, CountersignError, InvalidArgument, Resour
 from countersign.observability import tracing
 from countersign.observability.metrics import Metrics
 from countersign.path.pipeline import Pipeline
+from countersign.reasons import Reason
 from countersign.recovery.compensate import Compensator
 from countersign.recovery.reconcile import Reconciler
 from countersign.reply.check import ReplyCheck
@@ -121,7 +122,7 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
                     with tracing.server_span(method, attributes, context.invocation_metadata()) as span:
                         try:
                             if request is UNDECODABLE:
-                                raise InvalidArgument("REQUEST_INVALID", "the request is not a valid protobuf "
+                                raise InvalidArgument(Reason.REQUEST_INVALID, "the request is not a valid protobuf "
                                                       "message (invalid UTF-8 in a string field, or corrupt bytes)")
                             answer = await handler(self, request, context)
                             tracing.end_server_span(span, code)
@@ -213,7 +214,7 @@ def register(add: Callable[[Any, Any], None], servicer: Any, server: grpc.aio.Se
 
 def _token(token: str) -> str:
     if not token:
-        raise InvalidArgument("CONFIRMATION_TOKEN_INVALID", "token is required")
+        raise InvalidArgument(Reason.CONFIRMATION_TOKEN_INVALID, "token is required")
     return token
 
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from countersign.errors import SettingsError
+from countersign.errors import SettingsError as SettingsError  # the settings refuse with it (re-exported)
 
 # What a claim's lease must hold besides the downstream call: the claim, the policy re-check, the settle.
 # Every write tool's deadline plus this must fit within --lease (checked at start).

@@ -3,7 +3,7 @@
 ``records`` and ``results`` are plain typed values (no Redis); ``protocols`` says what each consumer may do;
 ``redis_store.RedisStore`` is the one implementation (imported by the wiring root only), one Lua script per
 transition (``lua/``), replies named by ``replies``; ``connect`` turns a URL into a client; ``keys`` names the
-keys; ``states`` is the state machine. Only this package imports redis (redis_store and connect).
+keys; ``states`` is the state machine. Only this package imports redis (redis_store, redis_reads, connect).
 """
 
 from countersign.store.records import (

@@ -1,4 +1,4 @@
-"""What the app backend signs, and the digest it recomputes from the card it shows (DESIGN §12).
+"""What the app backend signs, and the digest it recomputes from the card it shows (docs/design.md §12).
 
 Written as an app team would write it with PyJWT and ``rfc8785``, not with countersign's own code: the
 digest here is a second, independent implementation of docs/approvals.md (a test checks the two agree).

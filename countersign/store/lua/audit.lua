@@ -8,7 +8,7 @@
 -- ARGV[2]  the head the first event was chained to ("" for the first event of the action)
 -- ARGV[3]  key id of the anchor's MAC
 -- ARGV[4]  the anchor's MAC after these events (over action, seq, head; computed by the sidecar)
--- ARGV[5]  expiry: "keep" (the action is unresolved: its chain never expires, DESIGN §7),
+-- ARGV[5]  expiry: "keep" (the action is unresolved: its chain never expires, docs/design.md §7),
 --          "expire" (set ARGV[6]), or "same" (an event that changes no state: leave the expiry as it
 --          was; a new chain gets ARGV[6])
 -- ARGV[6]  TTL of the chain, milliseconds

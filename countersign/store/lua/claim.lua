@@ -1,4 +1,4 @@
--- claim: ready -> running for exactly one caller (DESIGN §7, invariant I3).
+-- claim: ready -> running for exactly one caller (docs/design.md §7, invariant I3).
 -- KEYS[1]  cs:{A}:card
 -- KEYS[2]  cs:{A}:run
 -- ARGV[1]  the caller's binding

@@ -6,9 +6,9 @@
 -- ARGV[1]  the caller's binding
 -- ARGV[2]  lease, milliseconds
 -- ARGV[3]  claim id (fresh per claim; returned to the winner only)
--- returns  {"won", kid, snapshot, request, mac, run_kid, out, omac, run_binding, run_tool, run_card, run_cmac}
+-- returns  {"won", kid, snapshot, turn, mac, run_kid, out, omac, run_binding, run_tool, run_card, run_cmac}
 --                                              (the run record's sealed card lets the caller check its binding)
---          {"settled", kid, snapshot, request, mac, reply, rmac, verdict}
+--          {"settled", kid, snapshot, turn, mac, reply, rmac, verdict}
 --          {"running"}                         another generator holds it
 --          {"not_ready", run_state, reason}    the action has no SUCCEEDED receipt (yet)
 --          {"none"} | {"forbidden"}

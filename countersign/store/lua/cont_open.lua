@@ -6,10 +6,10 @@
 -- ARGV[1]  the caller's binding (must be the action's)
 -- ARGV[2]  key id
 -- ARGV[3]  snapshot (canonical JSON)
--- ARGV[4]  request key (where the request's read facts are kept)
+-- ARGV[4]  the turn's key (where the turn's read facts and proposed actions are kept)
 -- ARGV[5]  record MAC
 -- ARGV[6]  TTL, milliseconds
--- returns  {"cont", state, kid, snapshot, request, mac}
+-- returns  {"cont", state, kid, snapshot, turn, mac}
 --          {"none"}        no such action (never issued, or expired)
 --          {"forbidden"}   the action belongs to another owner or session
 local c = redis.call('HMGET', KEYS[1], 'st', 'b', 'kid', 'snap', 'req', 'mac')

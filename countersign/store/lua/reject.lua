@@ -4,7 +4,7 @@
 -- ARGV[1]  the caller's binding
 -- ARGV[2]  outcome: the serialized countersign.v1.Action in state REJECTED
 -- ARGV[3]  outcome MAC
--- ARGV[4]  run record TTL, milliseconds
+-- ARGV[4]  the replay TTL (--replay-ttl), milliseconds
 -- returns  {"rejected"}                              the card is gone; the record says REJECTED
 --          {"run", state, kid, out, omac, reason, binding, tool, card, cmac}
 --                                                  claimed or settled before: that record

@@ -1,4 +1,4 @@
--- release: running -> ready, by the claim holder, when the request was never sent (DESIGN §7-§8): the
+-- release: running -> ready, by the claim holder, when the request was never sent (docs/design.md §7-§8): the
 -- claim's WAIT was not acknowledged by enough replicas, or the downstream could not be reached at all. The
 -- card comes back exactly as sealed (same token), with its sealed expiry; the run record goes.
 -- KEYS[1]  cs:{A}:card

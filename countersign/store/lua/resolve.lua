@@ -5,7 +5,7 @@
 -- ARGV[2]  outcome MAC
 -- ARGV[3]  reason
 -- ARGV[4]  receipt status ("SUCCEEDED" wakes the continuation)
--- ARGV[5]  run record TTL (replay window), milliseconds: from now on it is a settled outcome
+-- ARGV[5]  the replay TTL (--replay-ttl), milliseconds: from now on it is a settled outcome
 -- returns  {"ok"} | {"state", state}   (only unknown and review records may be resolved by hand)
 local st = redis.call('HGET', KEYS[1], 'st')
 if st ~= 'unknown' and st ~= 'review' then return {'state', st or 'none'} end

@@ -7,7 +7,7 @@
 -- ARGV[4]  outcome MAC
 -- ARGV[5]  reason (UPPER_SNAKE, empty when succeeded)
 -- ARGV[6]  receipt status: "SUCCEEDED" wakes the continuation (pending -> ready); kept as "rs"
--- ARGV[7]  run record TTL (replay window), milliseconds: applied to a settled outcome only; an unknown or
+-- ARGV[7]  the replay TTL (--replay-ttl), milliseconds: applied to a settled outcome only; an unknown or
 --          review record never expires (an unresolved action is never forgotten)
 -- returns  {"ok"}               recorded
 --          {"lost", state}      the caller does not hold the claim (someone else settled or fenced it)

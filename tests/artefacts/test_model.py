@@ -1,0 +1,53 @@
+"""The claim protocol's model (spin): every property holds, and the two counterexamples that justify
+the fence and the WAIT are still found (model/README.md)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from countersign.testing.processes import ROOT
+
+EXPECTED = {
+    **{f"protocol.pml FENCE=1 {p}": 0 for p in ("at_most_once", "never_ready_after_send",
+                                                  "failed_means_not_applied", "succeeded_means_applied",
+                                                  "settled_is_final")},
+    **{f"protocol.pml FENCE=0 {p}": 0 for p in ("at_most_once", "never_ready_after_send",
+                                                  "succeeded_means_applied", "settled_is_final")},
+    "protocol.pml FENCE=0 failed_means_not_applied": 1,
+    "failover.pml WAIT=1 one_send": 0,
+    "failover.pml WAIT=1 one_effect": 0,
+    "failover.pml WAIT=1 never_ready_after_send": 0,
+    "failover.pml WAIT=0 one_send": 1,
+    "failover.pml WAIT=0 one_effect": 0,
+    "failover.pml WAIT=0 never_ready_after_send": 1,
+}
+
+
+def test_the_protocol_model_checks() -> None:
+    if shutil.which("spin") is None or shutil.which("gcc") is None:
+        pytest.fail("spin and gcc are needed (apt-get install spin gcc; `make test` installs spin)")
+    done = subprocess.run(["bash", str(ROOT / "model" / "check.sh")], capture_output=True, text=True, timeout=300)
+    found = {}
+    for line in done.stdout.splitlines():
+        name, _, result = line.rpartition(": errors=")
+        if name:
+            found[name] = int(result) if result.isdigit() else -1
+    assert found == EXPECTED, done.stdout + done.stderr
+
+
+def test_the_transition_table_names_the_scripts_that_enforce_it() -> None:
+    import re
+
+    from countersign.store import states
+
+    named = {m for targets in states.TRANSITIONS.values() for how in targets.values()
+             for m in re.findall(r"[a-z_]+\.lua", how)}
+    scripts = {p.name for p in (ROOT / "countersign" / "store" / "lua").glob("*.lua")}
+    assert named <= scripts, named - scripts
+    # the continuation, audit and quota scripts keep state of their own, outside the action state machine
+    action_scripts = {s for s in scripts if not s.startswith(("cont_", "audit", "quota"))} - {"issue.lua"}
+    assert action_scripts <= named, f"a script of the action state machine is missing from states.py: " \
+                                    f"{action_scripts - named}"

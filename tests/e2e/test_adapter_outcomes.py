@@ -1,0 +1,127 @@
+"""The HTTP adapter's outcomes through the sidecar, against real downstreams: what the agent and the user see
+(the adapter on its own: tests/unit/test_adapters_http.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from countersign.testing.downstreams import Raw, answer, registry_doc
+
+
+async def _confirm(sidecar: Any, tool: str = "create_thing", args: dict[str, Any] | None = None) -> Any:
+    import uuid
+
+    import grpc
+
+    from countersign.testing.calls import ctx
+    from countersign.v1 import gateway_pb2, gateway_pb2_grpc
+
+    async with grpc.aio.insecure_channel(sidecar.address) as channel:
+        stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+        invoked = await stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex),
+                                                              tool_name=tool,
+                                                              arguments_json=json.dumps(args or {"title": "t"})))
+        card = invoked.confirmation
+        action = (await stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token))).action
+        got = (await stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id))).action
+        return card, action, got
+
+
+async def test_a_201_in_two_segments_confirms_with_its_id_and_an_empty_201_is_unknown(raw: Raw, tmp_path: Any) -> None:
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import common_pb2
+
+    async with sidecar_over(tmp_path, registry_doc(raw.url)) as sidecar:
+        raw.script = lambda s: answer(201, {"id": "t_7", "version": 1}, split=(3,), pause=0.1)
+        _, action, _ = await _confirm(sidecar)
+        assert action.state == common_pb2.ACTION_STATE_SUCCEEDED
+        assert (action.receipt.resource_id, action.receipt.resource_version) == ("t_7", "1")
+        raw.script = lambda s: answer(201, b"")
+        card, action, got = await _confirm(sidecar)
+        assert (action.state, action.error.reason) == (common_pb2.ACTION_STATE_UNKNOWN, "RECEIPT_INVALID")
+        assert not action.HasField("receipt")
+        assert got.state == common_pb2.ACTION_STATE_UNKNOWN
+        # reconciliation asks by key; a lookup answer without the receipt fields is still no verdict
+        raw.script = lambda s: answer(200, {"title": "t"})
+        again = await sidecar.parts.reconciler.reconcile(card.action_id)
+        assert again.state == common_pb2.ACTION_STATE_UNKNOWN
+        await asyncio.sleep(1.1)    # the reconciler's backoff
+        raw.script = lambda s: answer(200, {"id": "t_8", "version": 1}, split=(2, 9))
+        settled = await sidecar.parts.reconciler.reconcile(card.action_id)
+        assert (settled.state, settled.receipt.resource_id) == (common_pb2.ACTION_STATE_SUCCEEDED, "t_8")
+        writes = [s for s in raw.seen if s.method == "POST" and s.target == "/things"]
+        assert len(writes) == 2, "one POST per action, none re-sent"
+
+
+async def test_a_lookup_that_never_yields_a_receipt_goes_to_review_not_failed(raw: Raw, tmp_path: Any) -> None:
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import common_pb2
+
+    async with sidecar_over(tmp_path, registry_doc(raw.url), reconcile_window=0.001) as sidecar:
+        raw.script = lambda s: answer(201, b"{\"id\":")
+        card, action, _ = await _confirm(sidecar)
+        assert (action.state, action.error.reason) == (common_pb2.ACTION_STATE_UNKNOWN, "RECEIPT_INVALID")
+        raw.script = lambda s: answer(302, b"", headers={"Location": "http://127.0.0.1:1/x"})
+        first = await sidecar.parts.reconciler.reconcile(card.action_id)
+        assert first.state == common_pb2.ACTION_STATE_UNKNOWN, "a redirect is never a verdict"
+        await asyncio.sleep(1.1)    # past the backoff, and past the (tiny) window
+        settled = await sidecar.parts.reconciler.reconcile(card.action_id)
+        assert (settled.state, settled.error.reason) == (common_pb2.ACTION_STATE_NEEDS_MANUAL_REVIEW,
+                                                         "RECEIPT_INVALID")
+
+
+async def test_a_redirected_write_is_unknown_and_the_other_host_sees_nothing(
+        raw: Raw, elsewhere: tuple[str, list[str]], tmp_path: Any) -> None:
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import common_pb2
+
+    there, seen = elsewhere
+    async with sidecar_over(tmp_path, registry_doc(raw.url)) as sidecar:
+        for status in (302, 307):
+            raw.script = lambda s, status=status: answer(status, b"", headers={"Location": f"{there}/todos"})
+            _, action, got = await _confirm(sidecar)
+            assert (action.state, action.error.reason) == (common_pb2.ACTION_STATE_UNKNOWN, "DOWNSTREAM_REDIRECT")
+            assert got.state == common_pb2.ACTION_STATE_UNKNOWN
+    assert seen == []
+
+
+async def test_a_large_answer_to_a_write_is_kept_as_its_hash(raw: Raw, tmp_path: Any) -> None:
+    from countersign.path.receipts import EVIDENCE_BYTES
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import common_pb2
+
+    async with sidecar_over(tmp_path, registry_doc(raw.url)) as sidecar:
+        raw.script = lambda s: answer(201, {"id": "t_big", "version": 1, "pad": "x" * 300_000}, split=(1000,))
+        _, action, got = await _confirm(sidecar)
+    assert (action.state, action.receipt.resource_id) == (common_pb2.ACTION_STATE_SUCCEEDED, "t_big")
+    evidence = json.loads(action.receipt.evidence_json)
+    assert (evidence["status"], len(evidence["evidence_sha256"])) == ("201", 64)
+    assert evidence["evidence_bytes"] > 300_000
+    assert len(action.receipt.evidence_json) < EVIDENCE_BYTES and got.receipt == action.receipt
+
+
+@pytest.mark.parametrize(("max_message", "size"), [(64 << 10, 60_000), (1 << 20, (1 << 20) - 10)])
+async def test_a_read_too_large_to_send_back_is_a_clear_failure(raw: Raw, tmp_path: Any, max_message: int,
+                                                                size: int) -> None:
+    import uuid
+
+    import grpc
+
+    from countersign.testing.calls import ctx, error_info
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import gateway_pb2, gateway_pb2_grpc
+
+    body = json.dumps({"items": "x" * (size - 13)})
+    raw.script = lambda s: answer(200, body, split=(5000,))
+    async with sidecar_over(tmp_path, registry_doc(raw.url), max_message_bytes=max_message) as sidecar, \
+            grpc.aio.insecure_channel(sidecar.address,
+                                      options=[("grpc.max_receive_message_length", 8 << 20)]) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await gateway_pb2_grpc.ToolGatewayServiceStub(channel).Invoke(gateway_pb2.InvokeRequest(
+                context=ctx(request_id=uuid.uuid4().hex), tool_name="read_things", arguments_json="{}"))
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION, info.value
+    assert error_info(info.value).reason == "DOWNSTREAM_ANSWER_INVALID"

@@ -1,0 +1,35 @@
+"""The walkthrough end to end: real todo service, real sidecar with its embedded redis-server."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from countersign.testing.processes import ROOT
+
+COUNTERSIGN = ROOT / ".venv" / "bin" / "countersign"
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server on PATH")
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def _assert_behaved(done: subprocess.CompletedProcess[str]) -> None:
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "all" in done.stdout and "steps behaved" in done.stdout, output
+    assert "✗" not in done.stdout, output
+
+
+def test_walkthrough_module() -> None:
+    _assert_behaved(_run([sys.executable, "-m", "examples.walkthrough"]))
+
+
+@pytest.mark.skipif(not COUNTERSIGN.exists(), reason="the countersign console script is not installed")
+def test_countersign_demo() -> None:
+    _assert_behaved(_run([str(COUNTERSIGN), "demo"]))

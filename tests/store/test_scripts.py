@@ -1,0 +1,570 @@
+"""Every transition of every script, against a real redis-server (docs/design.md §7).
+
+Two tables drive it: ``states.TRANSITIONS`` (each edge of the action's state machine is taken through the store
+and the record's state read back), and ``replies.REPLIES`` (each reply shape of each script is produced once and
+decoded into its typed result: ``lost`` and ``gone`` included). A shape without a scenario fails the coverage test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from countersign.store import (
+    Anchor,
+    Appended,
+    Busy,
+    CardRecord,
+    ContBusy,
+    ContRecord,
+    ContReleased,
+    ContSettled,
+    ContWon,
+    Issued,
+    LeaseLost,
+    NotClaimed,
+    NotReady,
+    QuotaCount,
+    ReconcileWork,
+    Refused,
+    Rejected,
+    Resolved,
+    RunRecord,
+    Won,
+    states,
+)
+from countersign.store.redis_store import RedisStore
+from countersign.store.replies import REPLIES
+from countersign.testing import processes
+
+B = "owner-binding"
+LEASE = 30_000
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    proc = processes.start_redis(tmp_path_factory.mktemp("scripts"))
+    yield proc.info["url"]
+    proc.stop()
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[RedisStore]:
+    s = RedisStore.from_url(redis_url, socket_timeout=2, connect_timeout=2, retries=0)
+    yield s
+    await s.close()
+
+
+def aid() -> str:
+    return os.urandom(16).hex()
+
+
+def card(expires_in_ms: int = 60_000, tool: str = "create_todo", binding: str = B) -> CardRecord:
+    body = json.dumps({"expires_at_ms": int(time.time() * 1000) + expires_in_ms, "tool": tool}).encode()
+    return CardRecord("k1", tool, body, "card-mac", binding)
+
+
+async def issued(store: RedisStore, expires_in_ms: int = 60_000) -> str:
+    action = aid()
+    assert isinstance(await store.issue(action, card(expires_in_ms), 60_000), Issued)
+    return action
+
+
+async def running(store: RedisStore, lease_ms: int = LEASE, expires_in_ms: int = 60_000) -> tuple[str, str]:
+    action = await issued(store, expires_in_ms)
+    claim = "c-" + os.urandom(4).hex()
+    assert isinstance(await store.claim(action, B, ",", claim, lease_ms), Won)
+    return action, claim
+
+
+async def settled(store: RedisStore, receipt: str = "SUCCEEDED") -> tuple[str, str]:
+    action, claim = await running(store)
+    assert await store.settle(action, claim, "settled", b"outcome", "omac", "", receipt, 60_000) == "ok"
+    return action, claim
+
+
+async def unknown(store: RedisStore) -> tuple[str, str]:
+    action, claim = await running(store)
+    assert await store.settle(action, claim, "unknown", b"", "", "DOWNSTREAM_TIMEOUT", "", 60_000) == "ok"
+    return action, claim
+
+
+async def state_of(store: RedisStore, action: str) -> str:
+    return (await store.record(action)).get("st", b"").decode()
+
+
+# -- the state machine, edge by edge ----------------------------------------------------------------------------
+
+
+async def ready_to_running(store: RedisStore) -> str:
+    action, _ = await running(store)
+    return await state_of(store, action)
+
+
+async def ready_to_rejected(store: RedisStore) -> str:
+    action = await issued(store)
+    assert isinstance(await store.reject(action, B, b"rejected", "omac", 60_000), Rejected)
+    record = await store.record(action)
+    return "rejected" if (record["st"], record["reason"]) == (b"settled", b"REJECTED") else record["st"].decode()
+
+
+async def ready_to_expired(store: RedisStore) -> str:
+    action = await issued(store, expires_in_ms=-1)          # the sealed expiry has passed, whatever the TTL says
+    assert await store.claim(action, B, ",", "c", LEASE) == Refused("expired")
+    return "expired" if await store.peek(action) is None else "still there"
+
+
+async def running_to_settled(store: RedisStore) -> str:
+    action, _ = await settled(store)
+    return await state_of(store, action)
+
+
+async def running_to_unknown(store: RedisStore) -> str:
+    action, _ = await running(store, lease_ms=1)
+    await asyncio.sleep(0.01)
+    found = await store.peek(action)                          # a lapsed lease: unknown, never ready
+    assert isinstance(found, RunRecord) and found.reason == "LEASE_LAPSED"
+    return await state_of(store, action)
+
+
+async def running_to_ready(store: RedisStore) -> str:
+    action, claim = await running(store)
+    assert await store.release(action, claim) == "ready"
+    return "ready" if isinstance(await store.peek(action), CardRecord) else "not ready"
+
+
+async def unknown_to_settled(store: RedisStore) -> str:
+    action, claim = await unknown(store)
+    assert await store.settle(action, claim, "settled", b"outcome", "omac", "", "", 60_000) == "ok"
+    return await state_of(store, action)
+
+
+async def unknown_to_review(store: RedisStore) -> str:
+    action, _ = await unknown(store)
+    work = await store.reconcile_claim(action, "r-1", 5_000)
+    assert isinstance(work, ReconcileWork)
+    assert await store.settle(action, "r-1", "review", b"review", "omac", "NO_LOOKUP", "", 60_000) == "ok"
+    return await state_of(store, action)
+
+
+async def unknown_to_unknown(store: RedisStore) -> str:
+    action, _ = await unknown(store)
+    assert isinstance(await store.reconcile_claim(action, "r-1", 5_000), ReconcileWork)
+    assert await store.reconcile_defer(action, "r-1", 1_000) == "ok"
+    return await state_of(store, action)
+
+
+async def unknown_to_ready(store: RedisStore) -> str:
+    action, claim = await running(store, lease_ms=1)
+    await asyncio.sleep(0.01)
+    assert isinstance(await store.peek(action), RunRecord)   # unknown now
+    assert await store.release(action, claim) == "ready"
+    return "ready" if isinstance(await store.peek(action), CardRecord) else "not ready"
+
+
+async def review_to_settled(store: RedisStore) -> str:
+    action, _ = await unknown(store)
+    assert isinstance(await store.reconcile_claim(action, "r-1", 5_000), ReconcileWork)
+    await store.settle(action, "r-1", "review", b"review", "omac", "NO_LOOKUP", "", 60_000)
+    assert await store.resolve(action, b"resolved", "omac", "", "SUCCEEDED", 60_000) == Resolved(True)
+    return await state_of(store, action)
+
+
+EDGES: dict[tuple[str, str], Callable[[RedisStore], Awaitable[str]]] = {
+    ("ready", "running"): ready_to_running, ("ready", "rejected"): ready_to_rejected,
+    ("ready", "expired"): ready_to_expired, ("running", "settled"): running_to_settled,
+    ("running", "unknown"): running_to_unknown, ("running", "ready"): running_to_ready,
+    ("unknown", "settled"): unknown_to_settled, ("unknown", "review"): unknown_to_review,
+    ("unknown", "unknown"): unknown_to_unknown, ("unknown", "ready"): unknown_to_ready,
+    ("review", "settled"): review_to_settled,
+}
+
+
+def test_every_edge_of_the_state_machine_has_a_scenario() -> None:
+    table = {(a, b) for a, targets in states.TRANSITIONS.items() for b in targets}
+    assert set(EDGES) == table
+
+
+@pytest.mark.parametrize(("before", "after"), sorted(EDGES))
+async def test_each_transition_of_the_table_leaves_the_state_it_names(store: RedisStore, before: str,
+                                                                      after: str) -> None:
+    assert await EDGES[(before, after)](store) == after
+
+
+# -- every reply shape of every script ----------------------------------------------------------------------------
+
+
+async def cont_opened(store: RedisStore, action: str, binding: str = B) -> ContRecord | Refused:
+    return await store.cont_open(action, binding, "k1", b'{"question":"q"}', "turn-1", "cmac", 60_000)
+
+
+async def cont_ready(store: RedisStore) -> str:
+    action = await issued(store)
+    assert (await cont_opened(store, action)) == ContRecord("pending", "k1", b'{"question":"q"}', "turn-1", "cmac")
+    claim = "c-" + os.urandom(4).hex()
+    assert isinstance(await store.claim(action, B, ",", claim, LEASE), Won)
+    assert await store.settle(action, claim, "settled", b"outcome", "omac", "", "SUCCEEDED", 60_000) == "ok"
+    return action
+
+
+async def cont_running(store: RedisStore) -> str:
+    action = await cont_ready(store)
+    assert isinstance(await store.cont_claim(action, B, LEASE, "g-1"), ContWon)
+    return action
+
+
+SHAPES: dict[tuple[str, str], Callable[[RedisStore], Awaitable[bool]]] = {}
+
+
+def shape(script: str, kind: str) -> Callable[[Callable[[RedisStore], Awaitable[bool]]],
+                                               Callable[[RedisStore], Awaitable[bool]]]:
+    def register(scenario: Callable[[RedisStore], Awaitable[bool]]) -> Callable[[RedisStore], Awaitable[bool]]:
+        SHAPES[(script, kind)] = scenario
+        return scenario
+    return register
+
+
+@shape("issue", "issued")
+async def _(s: RedisStore) -> bool:
+    return isinstance(await s.issue(aid(), card(), 60_000), Issued)
+
+
+@shape("issue", "card")
+async def _(s: RedisStore) -> bool:
+    action = await issued(s)
+    found = await s.issue(action, card(), 60_000)      # the card that is there, not a second one
+    return isinstance(found, CardRecord) and (found.kid, found.tool, found.mac, found.binding) == \
+        ("k1", "create_todo", "card-mac", B)
+
+
+@shape("issue", "run")
+async def _(s: RedisStore) -> bool:
+    action, _ = await running(s)
+    found = await s.issue(action, card(), 60_000)
+    return isinstance(found, RunRecord) and found.state == "running" and found.binding == B
+
+
+@shape("claim", "won")
+async def _(s: RedisStore) -> bool:
+    action = await issued(s)
+    won = await s.claim(action, B, ",", "c", LEASE)
+    return isinstance(won, Won) and (won.card.kid, won.card.tool, won.card.mac, won.card.binding) == \
+        ("k1", "create_todo", "card-mac", B)
+
+
+@shape("claim", "run")
+async def _(s: RedisStore) -> bool:
+    action, _ = await running(s)
+    found = await s.claim(action, B, ",", "another", LEASE)
+    return isinstance(found, RunRecord) and found.state == "running" and found.tool == "create_todo"
+
+
+@shape("claim", "expired")
+async def _(s: RedisStore) -> bool:
+    return await s.claim(aid(), B, ",", "c", LEASE) == Refused("expired")
+
+
+@shape("claim", "forbidden")
+async def _(s: RedisStore) -> bool:
+    action = await issued(s)
+    return await s.claim(action, "someone-else", ",", "c", LEASE) == Refused("forbidden") \
+        and isinstance(await s.peek(action), CardRecord)
+
+
+@shape("claim", "role")
+async def _(s: RedisStore) -> bool:
+    action = await issued(s)
+    return await s.claim(action, B, ",create_todo,", "c", LEASE) == Refused("role", "create_todo") \
+        and isinstance(await s.peek(action), CardRecord)
+
+
+@shape("release", "ready")
+async def _(s: RedisStore) -> bool:
+    action, claim = await running(s)
+    return await s.release(action, claim) == "ready"
+
+
+@shape("release", "expired")
+async def _(s: RedisStore) -> bool:
+    action, claim = await running(s, expires_in_ms=50)
+    await asyncio.sleep(0.1)
+    return await s.release(action, claim) == "expired" and await s.peek(action) is None
+
+
+@shape("release", "lost")
+async def _(s: RedisStore) -> bool:
+    action, _ = await running(s)
+    return await s.release(action, "not-the-holder") == "lost" and isinstance(await s.peek(action), RunRecord)
+
+
+@shape("settle", "ok")
+async def _(s: RedisStore) -> bool:
+    action, claim = await running(s)
+    return await s.settle(action, claim, "settled", b"o", "m", "", "", 60_000) == "ok"
+
+
+@shape("settle", "lost")
+async def _(s: RedisStore) -> bool:
+    action, _ = await running(s)
+    return await s.settle(action, "not-the-holder", "settled", b"o", "m", "", "", 60_000) == "lost" \
+        and await state_of(s, action) == "running"
+
+
+@shape("settle", "gone")
+async def _(s: RedisStore) -> bool:
+    return await s.settle(aid(), "c", "settled", b"o", "m", "", "", 60_000) == "gone"
+
+
+@shape("reject", "rejected")
+async def _(s: RedisStore) -> bool:
+    return isinstance(await s.reject(await issued(s), B, b"r", "m", 60_000), Rejected)
+
+
+@shape("reject", "run")
+async def _(s: RedisStore) -> bool:
+    action, _ = await running(s)
+    return isinstance(await s.reject(action, B, b"r", "m", 60_000), RunRecord)
+
+
+@shape("reject", "expired")
+async def _(s: RedisStore) -> bool:
+    return await s.reject(aid(), B, b"r", "m", 60_000) == Refused("expired")
+
+
+@shape("reject", "forbidden")
+async def _(s: RedisStore) -> bool:
+    return await s.reject(await issued(s), "someone-else", b"r", "m", 60_000) == Refused("forbidden")
+
+
+@shape("peek", "run")
+async def _(s: RedisStore) -> bool:
+    action, _ = await settled(s)
+    found = await s.peek(action)
+    return isinstance(found, RunRecord) and (found.state, found.out, found.omac) == ("settled", b"outcome", "omac")
+
+
+@shape("peek", "card")
+async def _(s: RedisStore) -> bool:
+    found = await s.peek(await issued(s))
+    return isinstance(found, CardRecord) and (found.tool, found.binding) == ("create_todo", B)
+
+
+@shape("peek", "none")
+async def _(s: RedisStore) -> bool:
+    return await s.peek(aid()) is None
+
+
+@shape("cont_open", "cont")
+async def _(s: RedisStore) -> bool:
+    return isinstance(await cont_opened(s, await issued(s)), ContRecord)
+
+
+@shape("cont_open", "none")
+async def _(s: RedisStore) -> bool:
+    return await cont_opened(s, aid()) == Refused("none")
+
+
+@shape("cont_open", "forbidden")
+async def _(s: RedisStore) -> bool:
+    return await cont_opened(s, await issued(s), "someone-else") == Refused("forbidden")
+
+
+@shape("cont_claim", "won")
+async def _(s: RedisStore) -> bool:
+    won = await s.cont_claim(await cont_ready(s), B, LEASE, "g-1")
+    return isinstance(won, ContWon) and won.cont.turn == "turn-1" and won.run.out == b"outcome"
+
+
+@shape("cont_claim", "settled")
+async def _(s: RedisStore) -> bool:
+    action = await cont_running(s)
+    await s.cont_settle(action, B, b"reply", "rmac", b"{}", "g-1")
+    found = await s.cont_claim(action, B, LEASE, "g-2")
+    return isinstance(found, ContRecord) and (found.state, found.reply) == ("settled", b"reply")
+
+
+@shape("cont_claim", "running")
+async def _(s: RedisStore) -> bool:
+    return isinstance(await s.cont_claim(await cont_running(s), B, LEASE, "g-2"), ContBusy)
+
+
+@shape("cont_claim", "not_ready")
+async def _(s: RedisStore) -> bool:
+    action = await issued(s)
+    await cont_opened(s, action)
+    return await s.cont_claim(action, B, LEASE, "g-1") == NotReady("none", "")
+
+
+@shape("cont_claim", "none")
+async def _(s: RedisStore) -> bool:
+    return await s.cont_claim(aid(), B, LEASE, "g-1") == Refused("none")
+
+
+@shape("cont_claim", "forbidden")
+async def _(s: RedisStore) -> bool:
+    return await s.cont_claim(await cont_ready(s), "someone-else", LEASE, "g-1") == Refused("forbidden")
+
+
+@shape("cont_settle", "ok")
+async def _(s: RedisStore) -> bool:
+    return await s.cont_settle(await cont_running(s), B, b"reply", "rmac", b"{}", "g-1") == \
+        ContSettled(b"reply", "rmac", b"{}", replayed=False)
+
+
+@shape("cont_settle", "settled")
+async def _(s: RedisStore) -> bool:
+    action = await cont_running(s)
+    await s.cont_settle(action, B, b"reply", "rmac", b"{}", "g-1")
+    return await s.cont_settle(action, B, b"another", "x", b"{}", "g-1") == \
+        ContSettled(b"reply", "rmac", b"{}", replayed=True)
+
+
+@shape("cont_settle", "lost")
+async def _(s: RedisStore) -> bool:
+    return await s.cont_settle(await cont_running(s), B, b"reply", "rmac", b"{}", "g-2") == LeaseLost("running")
+
+
+@shape("cont_settle", "not_running")
+async def _(s: RedisStore) -> bool:
+    return await s.cont_settle(await cont_ready(s), B, b"reply", "rmac", b"{}", "g-1") == NotClaimed("ready")
+
+
+@shape("cont_settle", "none")
+async def _(s: RedisStore) -> bool:
+    return await s.cont_settle(aid(), B, b"reply", "rmac", b"{}", "g-1") == Refused("none")
+
+
+@shape("cont_settle", "forbidden")
+async def _(s: RedisStore) -> bool:
+    return await s.cont_settle(await cont_running(s), "x", b"reply", "rmac", b"{}", "g-1") == Refused("forbidden")
+
+
+@shape("cont_release", "ok")
+async def _(s: RedisStore) -> bool:
+    return isinstance(await s.cont_release(await cont_running(s), B, "g-1"), ContReleased)
+
+
+@shape("cont_release", "state")
+async def _(s: RedisStore) -> bool:
+    return await s.cont_release(await cont_ready(s), B, "g-1") == NotClaimed("ready")
+
+
+@shape("cont_release", "lost")
+async def _(s: RedisStore) -> bool:
+    return isinstance(await s.cont_release(await cont_running(s), B, "g-2"), LeaseLost)
+
+
+@shape("cont_release", "none")
+async def _(s: RedisStore) -> bool:
+    return await s.cont_release(aid(), B, "g-1") == Refused("none")
+
+
+@shape("cont_release", "forbidden")
+async def _(s: RedisStore) -> bool:
+    return await s.cont_release(await cont_running(s), "x", "g-1") == Refused("forbidden")
+
+
+@shape("reconcile_claim", "won")
+async def _(s: RedisStore) -> bool:
+    action, _ = await unknown(s)
+    work = await s.reconcile_claim(action, "r-1", 5_000)
+    return isinstance(work, ReconcileWork) and work.attempts == 1 and work.card.tool == "create_todo"
+
+
+@shape("reconcile_claim", "run")
+async def _(s: RedisStore) -> bool:
+    action, _ = await settled(s)
+    found = await s.reconcile_claim(action, "r-1", 5_000)
+    return isinstance(found, RunRecord) and found.state == "settled"
+
+
+@shape("reconcile_claim", "busy")
+async def _(s: RedisStore) -> bool:
+    action, _ = await running(s)
+    return await s.reconcile_claim(action, "r-1", 5_000) == Busy("running")
+
+
+@shape("reconcile_claim", "none")
+async def _(s: RedisStore) -> bool:
+    return await s.reconcile_claim(aid(), "r-1", 5_000) is None
+
+
+@shape("reconcile_defer", "ok")
+async def _(s: RedisStore) -> bool:
+    action, _ = await unknown(s)
+    await s.reconcile_claim(action, "r-1", 5_000)
+    return await s.reconcile_defer(action, "r-1", 1_000) == "ok"
+
+
+@shape("reconcile_defer", "lost")
+async def _(s: RedisStore) -> bool:
+    action, _ = await unknown(s)
+    await s.reconcile_claim(action, "r-1", 5_000)
+    return await s.reconcile_defer(action, "r-2", 1_000) == "lost"
+
+
+@shape("audit", "ok")
+async def _(s: RedisStore) -> bool:
+    appended = await s.audit_append(aid(), (0, ""), [(b'{"t":"issued"}', "mac-1")], Anchor("k1", "a"), "expire", 60_000)
+    return appended == Appended(True, 1, "mac-1")
+
+
+@shape("audit", "conflict")
+async def _(s: RedisStore) -> bool:
+    action = aid()
+    await s.audit_append(action, (0, ""), [(b'{"t":"issued"}', "mac-1")], Anchor("k1", "a"), "expire", 60_000)
+    late = await s.audit_append(action, (0, ""), [(b'{"t":"x"}', "mac-x")], Anchor("k1", "b"), "expire", 60_000)
+    return late == Appended(False, 1, "mac-1")
+
+
+@shape("resolve", "ok")
+async def _(s: RedisStore) -> bool:
+    action, _ = await unknown(s)
+    return await s.resolve(action, b"resolved", "m", "RESOLVED_BY_OPERATOR", "", 60_000) == Resolved(True)
+
+
+@shape("resolve", "state")
+async def _(s: RedisStore) -> bool:
+    action, _ = await settled(s)
+    return await s.resolve(action, b"resolved", "m", "", "", 60_000) == Resolved(False, "settled")
+
+
+@shape("quota", "ok")
+async def _(s: RedisStore) -> bool:
+    return await s.quota(aid(), [], ["a:1", "r:1"], 2, 60_000) == QuotaCount(True, 2)
+
+
+@shape("quota", "full")
+async def _(s: RedisStore) -> bool:
+    tenant = aid()
+    await s.quota(tenant, [], ["a:1", "r:1"], 2, 60_000)
+    full = await s.quota(tenant, [], ["a:2"], 2, 60_000)
+    return not full.counted and full.held == 2 and full.first_gone_ms > time.time() * 1000
+
+
+def test_every_reply_shape_of_every_script_has_a_scenario() -> None:
+    assert set(SHAPES) == {(script, kind) for script, kinds in REPLIES.items() for kind in kinds}
+
+
+@pytest.mark.parametrize(("script", "kind"), sorted(SHAPES))
+async def test_each_reply_shape_decodes_to_its_typed_result(store: RedisStore, script: str, kind: str) -> None:
+    assert await SHAPES[(script, kind)](store), f"{script} did not answer {kind!r} as typed"
+
+
+async def test_many_concurrent_claims_make_one_holder(store: RedisStore) -> None:
+    action = await issued(store)
+    results = await asyncio.gather(*(store.claim(action, B, ",", f"c-{i}", LEASE) for i in range(50)))
+    assert sum(isinstance(r, Won) for r in results) == 1
+    assert all(isinstance(r, (Won, RunRecord)) for r in results)
+
+
+def test_the_scripts_are_those_the_store_loads() -> None:
+    lua = Path(processes.ROOT / "countersign" / "store" / "lua")
+    assert {p.stem for p in lua.glob("*.lua")} == set(REPLIES)
