@@ -47,7 +47,8 @@ from typing import Any, TypeVar
 import grpc
 
 from countersign.testing import processes
-from countersign.testing.faults import PersistentRedis, ProxyControl, free_port
+from countersign.testing.faults import ProxyControl, free_port
+from countersign.testing.processes import PersistentRedis
 from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent

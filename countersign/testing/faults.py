@@ -1,5 +1,5 @@
-"""Faults, for the tests and the benchmarks alike: a controllable TCP proxy, a persistent Redis, a listener that
-cuts every request.
+"""Faults, for the tests and the benchmarks alike: a controllable TCP proxy and a listener that cuts every
+request.
 
     python -m countersign.testing.faults proxy --target 127.0.0.1:PORT
 
@@ -22,16 +22,13 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 
@@ -255,82 +252,6 @@ class ProxyControl:
         if self._rw is not None:
             self._rw[1].close()
             self._rw = None
-
-
-# ------------------------------------------------------------------------------------------------ redis
-
-
-class PersistentRedis:
-    """redis-server on a fixed unix socket with an fsync-always AOF: a restart keeps what it acknowledged."""
-
-    def __init__(self, work: Path, name: str = "redis") -> None:
-        self.work = work
-        self.dir = work / f"{name}-data"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.socket = work / f"{name}.sock"
-        self.url = f"unix://{self.socket}"
-        self.popen: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-        self.paused = False
-
-    @property
-    def pid(self) -> int:
-        assert self.popen is not None
-        return self.popen.pid
-
-    def start(self, timeout: float = 15.0) -> None:
-        import redis  # the project's own dependency
-
-        self.starts += 1
-        log = open(self.work / f"redis-{self.starts}.log", "wb")  # noqa: SIM115 - lives with the process
-        self.popen = subprocess.Popen(
-            ["redis-server", "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-             "--dir", str(self.dir), "--save", "", "--appendonly", "yes", "--appendfsync", "always"],
-            stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"redis-server exited: {(self.work / f'redis-{self.starts}.log').read_text()}")
-            if self.socket.exists():
-                try:
-                    client = redis.Redis(unix_socket_path=str(self.socket), socket_timeout=1)
-                    client.ping()
-                    client.close()
-                    return
-                except redis.RedisError:
-                    pass
-            time.sleep(0.02)
-        self.stop()
-        raise RuntimeError("redis-server did not answer PING")
-
-    def pause(self) -> None:
-        os.kill(self.pid, signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self) -> None:
-        if self.paused:
-            os.kill(self.pid, signal.SIGCONT)
-            self.paused = False
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        self.resume()
-        self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait(5)
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def client(self) -> Any:
-        import redis
-
-        return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=2)
 
 
 class Cutter:
