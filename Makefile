@@ -53,6 +53,7 @@ lint: $(STAMP)
 	  cd proto && ../$(BIN)/buf breaking --against '../.git#branch=main,subdir=proto' && echo "buf breaking: OK"; \
 	else echo "buf breaking: no local main branch to compare against"; fi
 	$(BIN)/ruff check countersign examples tests bench fuzz clients
+	$(BIN)/ruff format --check countersign examples tests bench fuzz clients
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

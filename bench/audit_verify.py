@@ -36,8 +36,12 @@ async def settle(address: str, count: int, workers: int) -> None:
             while queue:
                 i = queue.pop()
                 ctx = common_pb2.CallContext(request_id=uuid.uuid4().hex, **context)
-                card = (await stub.Invoke(gateway_pb2.InvokeRequest(
-                    context=ctx, tool_name="create_todo", arguments_json=json.dumps({"title": f"bench {i}"})))
+                card = (
+                    await stub.Invoke(
+                        gateway_pb2.InvokeRequest(
+                            context=ctx, tool_name="create_todo", arguments_json=json.dumps({"title": f"bench {i}"})
+                        )
+                    )
                 ).confirmation
                 await stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx, token=card.token))
 
@@ -53,20 +57,32 @@ def main() -> int:
     redis, todo, registry, keys = processes.start_backends(work)
     sidecar = None
     try:
-        sidecar = processes.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
-                                        flags=["--log-level", "warning"])
+        sidecar = processes.start_sidecar(
+            work, registry, redis_url=redis.info["url"], keys=keys, flags=["--log-level", "warning"]
+        )
         start = time.monotonic()
         asyncio.run(settle(sidecar.info["grpc"], args.actions, args.workers))
         print(f"settled {args.actions} actions in {time.monotonic() - start:.1f} s")
-        time.sleep(1.0)          # the last events land (audit writes are asynchronous)
-        cmd = [sys.executable, "-m", "countersign.sidecar.cli", "audit", "verify", "--redis-url",
-               redis.info["url"], "--keys-file", str(keys)]
+        time.sleep(1.0)  # the last events land (audit writes are asynchronous)
+        cmd = [
+            sys.executable,
+            "-m",
+            "countersign.sidecar.cli",
+            "audit",
+            "verify",
+            "--redis-url",
+            redis.info["url"],
+            "--keys-file",
+            str(keys),
+        ]
         for _ in range(3):
             start = time.monotonic()
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
             took = time.monotonic() - start
-            print(f"audit verify: {took:.2f} s wall ({args.actions / took:.0f} actions/s, including the CLI's "
-                  f"start): {done.stdout.strip()}")
+            print(
+                f"audit verify: {took:.2f} s wall ({args.actions / took:.0f} actions/s, including the CLI's "
+                f"start): {done.stdout.strip()}"
+            )
             if done.returncode != 0:
                 print(done.stderr, file=sys.stderr)
                 return 1

@@ -34,10 +34,30 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 def start(root: Path, work: Path, registry: Path, redis_url: str, keys: Path) -> tuple[subprocess.Popen[bytes], str]:
     env = dict(os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED="1")
     log = open(work / f"sidecar-{root.name}.log", "wb")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen([sys.executable, "-m", "countersign.sidecar.cli", "serve", "--registry", str(registry),
-                             "--listen", "127.0.0.1:0", "--metrics-listen", "", "--redis-url", redis_url,
-                             "--keys-file", str(keys), "--log-level", "warning"],
-                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=log)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "countersign.sidecar.cli",
+            "serve",
+            "--registry",
+            str(registry),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
+            "--redis-url",
+            redis_url,
+            "--keys-file",
+            str(keys),
+            "--log-level",
+            "warning",
+        ],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=log,
+    )
     assert proc.stdout is not None
     return proc, json.loads(proc.stdout.readline())["grpc"]
 
@@ -55,11 +75,21 @@ async def load(address: str, concurrency: int, seconds: float) -> list[int]:
 
         async def worker() -> None:
             while time.monotonic() < end:
-                context = common_pb2.CallContext(tenant_id="bench", actor_id="a", subject_id="a", session_id="s",
-                                                 request_id=uuid.uuid4().hex, role="user", locale="en")
+                context = common_pb2.CallContext(
+                    tenant_id="bench",
+                    actor_id="a",
+                    subject_id="a",
+                    session_id="s",
+                    request_id=uuid.uuid4().hex,
+                    role="user",
+                    locale="en",
+                )
                 start_ns = time.perf_counter_ns()
-                await stub.Invoke(gateway_pb2.InvokeRequest(context=context, tool_name="create_todo",
-                                                            arguments_json=json.dumps({"title": uuid.uuid4().hex})))
+                await stub.Invoke(
+                    gateway_pb2.InvokeRequest(
+                        context=context, tool_name="create_todo", arguments_json=json.dumps({"title": uuid.uuid4().hex})
+                    )
+                )
                 latencies.append(time.perf_counter_ns() - start_ns)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -84,12 +114,13 @@ def main() -> int:
         for name, root in (("base", args.base.resolve()), ("this", ROOT)):
             sidecars[name] = start(root, work, registry, redis.info["url"], keys)
         cells: dict[tuple[str, int], tuple[list[int], list[float]]] = {
-            (name, c): ([], []) for name in sidecars for c in (1, 16)}
+            (name, c): ([], []) for name in sidecars for c in (1, 16)
+        }
         for n in range(args.rounds):
             for c in (1, 16):
                 for name in ("base", "this") if n % 2 == 0 else ("this", "base"):
                     proc, address = sidecars[name]
-                    asyncio.run(load(address, c, 0.3))          # warm-up
+                    asyncio.run(load(address, c, 0.3))  # warm-up
                     before = cpu_s(proc.pid)
                     latencies = asyncio.run(load(address, c, args.seconds))
                     cells[(name, c)][0].extend(latencies)
@@ -98,9 +129,11 @@ def main() -> int:
         for c in (1, 16):
             for name in ("base", "this"):
                 latencies, cpu = cells[(name, c)]
-                print(f"  {name:<5} c={c:<3} {len(latencies) / (args.rounds * args.seconds):7.1f}/s  "
-                      f"p50 {pct(latencies, 0.5):6.2f} ms  p99 {pct(latencies, 0.99):7.2f} ms  "
-                      f"sidecar CPU {1000 * sum(cpu) / len(latencies):.3f} ms/call")
+                print(
+                    f"  {name:<5} c={c:<3} {len(latencies) / (args.rounds * args.seconds):7.1f}/s  "
+                    f"p50 {pct(latencies, 0.5):6.2f} ms  p99 {pct(latencies, 0.99):7.2f} ms  "
+                    f"sidecar CPU {1000 * sum(cpu) / len(latencies):.3f} ms/call"
+                )
     finally:
         for proc, _ in sidecars.values():
             proc.terminate()

@@ -24,8 +24,9 @@ class Sink(trace_service_pb2_grpc.TraceServiceServicer):
         self.spans = self.exports = self.bytes = 0
         self.lock = threading.Lock()
 
-    def Export(self, request: trace_service_pb2.ExportTraceServiceRequest, context: object
-               ) -> trace_service_pb2.ExportTraceServiceResponse:
+    def Export(
+        self, request: trace_service_pb2.ExportTraceServiceRequest, context: object
+    ) -> trace_service_pb2.ExportTraceServiceResponse:
         spans = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
         with self.lock:
             self.spans += spans

@@ -56,7 +56,7 @@ PACKAGE = "aws-lambda-powertools[redis,aws-sdk]"
 DUPLICATES = 50
 
 # Runs in the Powertools virtual environment; prints one JSON document.
-RUNNER = r'''
+RUNNER = r"""
 import http.client, json, sys, threading, time, uuid, warnings
 from collections import Counter
 warnings.simplefilter("ignore")
@@ -140,7 +140,7 @@ elif mode == "stream":
 out["powertools"] = version("aws-lambda-powertools")
 out["redis_py"] = version("redis")
 print(json.dumps(out))
-'''
+"""
 
 
 def ensure_venv(path: Path) -> Path:
@@ -187,13 +187,17 @@ class Others:
 def _children_s() -> float:
     import resource
 
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)     # the Powertools runner, once it has exited
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the Powertools runner, once it has exited
     return usage.ru_utime + usage.ru_stime
 
 
 def run_powertools(python: Path, runner: Path, **params: Any) -> dict[str, Any]:
-    done = subprocess.run([str(python), str(runner), json.dumps(params)], capture_output=True, text=True,
-                          timeout=params.get("seconds", 0) + 120)
+    done = subprocess.run(
+        [str(python), str(runner), json.dumps(params)],
+        capture_output=True,
+        text=True,
+        timeout=params.get("seconds", 0) + 120,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"powertools runner failed: {done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -206,14 +210,18 @@ class Todo:
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())
 
     def posts(self, key: str) -> int:
-        return sum(1 for e in self._call("GET", "/_test/log")["requests"]
-                   if e["idempotency_key"] == key and e["method"] == "POST" and e["path"] == "/todos")
+        return sum(
+            1
+            for e in self._call("GET", "/_test/log")["requests"]
+            if e["idempotency_key"] == key and e["method"] == "POST" and e["path"] == "/todos"
+        )
 
     def rows(self, title: str) -> int:
         """Rows with that title in the service's own SQLite file, whoever owns them."""
@@ -224,8 +232,11 @@ class Todo:
             db.close()
 
     def slow_next_post(self, seconds: float) -> None:
-        self._call("POST", "/_test/faults", {"path": "/todos", "method": "POST", "mode": "hang_before_commit",
-                                             "seconds": seconds, "times": 1})
+        self._call(
+            "POST",
+            "/_test/faults",
+            {"path": "/todos", "method": "POST", "mode": "hang_before_commit", "seconds": seconds, "times": 1},
+        )
 
     def clear(self) -> None:
         self._call("DELETE", "/_test/faults")
@@ -233,23 +244,35 @@ class Todo:
 
 
 def context(request_id: str) -> common_pb2.CallContext:
-    return common_pb2.CallContext(tenant_id="bench", actor_id="cmp", subject_id="cmp", session_id="cmp",
-                                  request_id=request_id, role="user", locale="en")
+    return common_pb2.CallContext(
+        tenant_id="bench",
+        actor_id="cmp",
+        subject_id="cmp",
+        session_id="cmp",
+        request_id=request_id,
+        role="user",
+        locale="en",
+    )
 
 
-async def countersign_race(stub: gateway_pb2_grpc.ToolGatewayServiceStub, wait_ms: int, todo: Todo,
-                           slow: float) -> dict[str, Any]:
+async def countersign_race(
+    stub: gateway_pb2_grpc.ToolGatewayServiceStub, wait_ms: int, todo: Todo, slow: float
+) -> dict[str, Any]:
     ctx = context(uuid.uuid4().hex)
     title = "race " + ctx.request_id
-    card = (await stub.Invoke(gateway_pb2.InvokeRequest(context=ctx, tool_name="create_todo",
-                                                        arguments_json=json.dumps({"title": title})))).confirmation
+    card = (
+        await stub.Invoke(
+            gateway_pb2.InvokeRequest(context=ctx, tool_name="create_todo", arguments_json=json.dumps({"title": title}))
+        )
+    ).confirmation
     if slow:
         await asyncio.to_thread(todo.slow_next_post, slow)
 
     async def one() -> str:
         try:
-            reply = await stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx, token=card.token, wait_ms=wait_ms),
-                                       timeout=10)
+            reply = await stub.Confirm(
+                gateway_pb2.ConfirmRequest(context=ctx, token=card.token, wait_ms=wait_ms), timeout=10
+            )
         except grpc.aio.AioRpcError as err:
             return f"error {err.code().name}"
         state = common_pb2.ActionState.Name(reply.action.state).removeprefix("ACTION_STATE_")
@@ -262,17 +285,21 @@ async def countersign_race(stub: gateway_pb2_grpc.ToolGatewayServiceStub, wait_m
     return {"key": card.action_id, "title": title, "outcomes": dict(Counter(answers)), "seconds": round(seconds, 4)}
 
 
-async def countersign_stream(stub: gateway_pb2_grpc.ToolGatewayServiceStub, seconds: float, concurrency: int,
-                             pairs: bool, ours: list[int]) -> dict[str, Any]:
+async def countersign_stream(
+    stub: gateway_pb2_grpc.ToolGatewayServiceStub, seconds: float, concurrency: int, pairs: bool, ours: list[int]
+) -> dict[str, Any]:
     cards: list[tuple[common_pb2.CallContext, str]] = []
-    if not pairs:                                   # cards Invoked before the timed window
+    if not pairs:  # cards Invoked before the timed window
         need = int(seconds * 1200) + 200
 
         async def issue() -> None:
             while len(cards) < need:
                 ctx = context(uuid.uuid4().hex)
-                reply = await stub.Invoke(gateway_pb2.InvokeRequest(
-                    context=ctx, tool_name="create_todo", arguments_json=json.dumps({"title": "stream"})))
+                reply = await stub.Invoke(
+                    gateway_pb2.InvokeRequest(
+                        context=ctx, tool_name="create_todo", arguments_json=json.dumps({"title": "stream"})
+                    )
+                )
                 cards.append((ctx, reply.confirmation.token))
 
         await asyncio.gather(*(issue() for _ in range(16)))
@@ -289,8 +316,11 @@ async def countersign_stream(stub: gateway_pb2_grpc.ToolGatewayServiceStub, seco
             try:
                 if pairs:
                     ctx = context(uuid.uuid4().hex)
-                    reply = await stub.Invoke(gateway_pb2.InvokeRequest(
-                        context=ctx, tool_name="create_todo", arguments_json=json.dumps({"title": "stream"})))
+                    reply = await stub.Invoke(
+                        gateway_pb2.InvokeRequest(
+                            context=ctx, tool_name="create_todo", arguments_json=json.dumps({"title": "stream"})
+                        )
+                    )
                     token = reply.confirmation.token
                 else:
                     if not cards:
@@ -308,15 +338,27 @@ async def countersign_stream(stub: gateway_pb2_grpc.ToolGatewayServiceStub, seco
 
     with Others(ours) as others:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return {"calls": len(lat), "seconds": time.perf_counter() - start, "latencies_s": lat,
-            "errors": dict(errors), "starved": starved, "others_pct": round(others.pct, 1)}
+    return {
+        "calls": len(lat),
+        "seconds": time.perf_counter() - start,
+        "latencies_s": lat,
+        "errors": dict(errors),
+        "starved": starved,
+        "others_pct": round(others.pct, 1),
+    }
 
 
 def stream_row(label: str, r: dict[str, Any]) -> dict[str, Any]:
     lat = r["latencies_s"]
-    return {"series": label, "calls": r["calls"], "per_s": round(r["calls"] / r["seconds"], 1),
-            "p50_ms": round(1000 * pct(lat, 0.5), 2), "p99_ms": round(1000 * pct(lat, 0.99), 2),
-            "errors": r["errors"], "starved": r.get("starved", False)}
+    return {
+        "series": label,
+        "calls": r["calls"],
+        "per_s": round(r["calls"] / r["seconds"], 1),
+        "p50_ms": round(1000 * pct(lat, 0.5), 2),
+        "p99_ms": round(1000 * pct(lat, 0.99), 2),
+        "errors": r["errors"],
+        "starved": r.get("starved", False),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -324,8 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds of each unique-call stream")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--slow", type=float, default=0.3, help="downstream delay of the second race, seconds")
-    parser.add_argument("--venv", default=str(Path(tempfile.gettempdir()) / "countersign-powertools-venv"),
-                        help="where the Powertools virtual environment lives (created once)")
+    parser.add_argument(
+        "--venv",
+        default=str(Path(tempfile.gettempdir()) / "countersign-powertools-venv"),
+        help="where the Powertools virtual environment lives (created once)",
+    )
     args = parser.parse_args(argv)
     started = datetime.now(UTC)
     python = ensure_venv(Path(args.venv))
@@ -340,15 +385,24 @@ def main(argv: list[str] | None = None) -> int:
         procs.append(redis)
         todo_proc = processes.start_todo_service(work)
         procs.append(todo_proc)
-        sidecar = processes.start_sidecar(work, processes.write_registry(work, todo_proc.info["url"]),
-                                        redis_url=redis.info["url"], keys=processes.write_keys(work),
-                                        flags=["--log-level", "warning"])
+        sidecar = processes.start_sidecar(
+            work,
+            processes.write_registry(work, todo_proc.info["url"]),
+            redis_url=redis.info["url"],
+            keys=processes.write_keys(work),
+            flags=["--log-level", "warning"],
+        )
         procs.append(sidecar)
         todo = Todo(todo_proc.info["url"], str(next(work.glob("todos-*.db"))))
-        common = {"socket": redis.info["socket"], "todo": f"127.0.0.1:{todo_proc.info['port']}",
-                  "duplicates": DUPLICATES}
-        print(f"pids: redis {redis.pid}, todo {todo_proc.pid}, sidecar {sidecar.pid}; powertools venv {args.venv}",
-              flush=True)
+        common = {
+            "socket": redis.info["socket"],
+            "todo": f"127.0.0.1:{todo_proc.info['port']}",
+            "duplicates": DUPLICATES,
+        }
+        print(
+            f"pids: redis {redis.pid}, todo {todo_proc.pid}, sidecar {sidecar.pid}; powertools venv {args.venv}",
+            flush=True,
+        )
 
         for slow in (0.0, args.slow):
             todo.clear()
@@ -357,22 +411,35 @@ def main(argv: list[str] | None = None) -> int:
                 todo.slow_next_post(slow)
             r = run_powertools(python, runner, mode="race", key=key, **common)
             time.sleep(0.2 + slow)
-            races.append({"side": f"Powertools {r['powertools']} (RedisCachePersistenceLayer)", "downstream_s": slow,
-                          "outcomes": r["outcomes"], "posts": todo.posts(key), "rows": todo.rows("race " + key),
-                          "seconds": r["seconds"]})
+            races.append(
+                {
+                    "side": f"Powertools {r['powertools']} (RedisCachePersistenceLayer)",
+                    "downstream_s": slow,
+                    "outcomes": r["outcomes"],
+                    "posts": todo.posts(key),
+                    "rows": todo.rows("race " + key),
+                    "seconds": r["seconds"],
+                }
+            )
             print(f"  race powertools downstream {slow:g}s: {r['outcomes']}", flush=True)
 
         async def cs_races() -> None:
             async with grpc.aio.insecure_channel(sidecar.info["grpc"]) as channel:
                 stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
                 for slow in (0.0, args.slow):
-                    for wait_ms in ((0,) if not slow else (0, 2000)):
+                    for wait_ms in (0,) if not slow else (0, 2000):
                         await asyncio.to_thread(todo.clear)
                         r = await countersign_race(stub, wait_ms, todo, slow)
-                        races.append({"side": f"Countersign (Confirm, wait_ms={wait_ms})", "downstream_s": slow,
-                                      "outcomes": r["outcomes"], "posts": await asyncio.to_thread(todo.posts, r["key"]),
-                                      "rows": await asyncio.to_thread(todo.rows, r["title"]),
-                                      "seconds": r["seconds"]})
+                        races.append(
+                            {
+                                "side": f"Countersign (Confirm, wait_ms={wait_ms})",
+                                "downstream_s": slow,
+                                "outcomes": r["outcomes"],
+                                "posts": await asyncio.to_thread(todo.posts, r["key"]),
+                                "rows": await asyncio.to_thread(todo.rows, r["title"]),
+                                "seconds": r["seconds"],
+                            }
+                        )
                         print(f"  race countersign downstream {slow:g}s wait_ms={wait_ms}: {r['outcomes']}", flush=True)
 
         asyncio.run(cs_races())
@@ -381,10 +448,20 @@ def main(argv: list[str] | None = None) -> int:
         ours = [redis.pid, todo_proc.pid, sidecar.pid, os.getpid()]
         for decorated in (False, True):
             with Others(ours) as others:
-                r = run_powertools(python, runner, mode="stream", decorated=decorated, seconds=args.seconds,
-                                   concurrency=args.concurrency, **common)
-            label = "Powertools @idempotent_function (in process)" if decorated else \
-                "bare function, no idempotency (in process)"
+                r = run_powertools(
+                    python,
+                    runner,
+                    mode="stream",
+                    decorated=decorated,
+                    seconds=args.seconds,
+                    concurrency=args.concurrency,
+                    **common,
+                )
+            label = (
+                "Powertools @idempotent_function (in process)"
+                if decorated
+                else "bare function, no idempotency (in process)"
+            )
             streams.append({**stream_row(label, r), "others_pct": round(others.pct, 1)})
             print(f"  stream {label}: {streams[-1]['per_s']}/s", flush=True)
             todo.clear()
@@ -394,8 +471,11 @@ def main(argv: list[str] | None = None) -> int:
                 stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
                 for pairs in (False, True):
                     r = await countersign_stream(stub, args.seconds, args.concurrency, pairs, ours)
-                    label = "Countersign Invoke+Confirm (gRPC hop)" if pairs else \
-                        "Countersign Confirm of a prepared card (gRPC hop)"
+                    label = (
+                        "Countersign Invoke+Confirm (gRPC hop)"
+                        if pairs
+                        else "Countersign Confirm of a prepared card (gRPC hop)"
+                    )
                     streams.append({**stream_row(label, r), "others_pct": r["others_pct"]})
                     print(f"  stream {label}: {streams[-1]['per_s']}/s", flush=True)
                     await asyncio.to_thread(todo.clear)
@@ -405,8 +485,10 @@ def main(argv: list[str] | None = None) -> int:
         for proc in reversed(procs):
             proc.stop()
 
-    print(f"\nrace: {DUPLICATES} concurrent duplicate calls of one action; what reached the todo service and what "
-          "each caller got")
+    print(
+        f"\nrace: {DUPLICATES} concurrent duplicate calls of one action; what reached the todo service and what "
+        "each caller got"
+    )
     head = f"{'side':<52}{'downstream':>11}{'POSTs':>7}{'rows':>6}  callers got"
     print(head)
     print("-" * 120)
@@ -418,19 +500,38 @@ def main(argv: list[str] | None = None) -> int:
     print(head)
     print("-" * len(head))
     for s in streams:
-        print(f"{s['series']:<52}{s['calls']:>7}{s['per_s']:>9.1f}{s['p50_ms']:>8.2f}{s['p99_ms']:>8.2f}"
-              f"{s['others_pct']:>8.0f}  "
-              f"{s['errors'] or ''}{' (ran out of cards)' if s['starved'] else ''}")
+        print(
+            f"{s['series']:<52}{s['calls']:>7}{s['per_s']:>9.1f}{s['p50_ms']:>8.2f}{s['p99_ms']:>8.2f}"
+            f"{s['others_pct']:>8.0f}  "
+            f"{s['errors'] or ''}{' (ran out of cards)' if s['starved'] else ''}"
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"powertools_compare-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps({
-        "started_utc": started.isoformat(), "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "settings": {"seconds": args.seconds, "concurrency": args.concurrency, "duplicates": DUPLICATES,
-                     "slow_downstream_s": args.slow, "package": PACKAGE},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "loadavg_end": os.getloadavg()},
-        "races": races, "streams": streams,
-    }, indent=2) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "started_utc": started.isoformat(),
+                "command": " ".join([Path(sys.executable).name, *sys.argv]),
+                "settings": {
+                    "seconds": args.seconds,
+                    "concurrency": args.concurrency,
+                    "duplicates": DUPLICATES,
+                    "slow_downstream_s": args.slow,
+                    "package": PACKAGE,
+                },
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "platform": platform.platform(),
+                    "python": platform.python_version(),
+                    "loadavg_end": os.getloadavg(),
+                },
+                "races": races,
+                "streams": streams,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"results: {path.relative_to(ROOT)}")
     return 0
 

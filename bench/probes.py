@@ -50,9 +50,10 @@ def children_cpu() -> tuple[float, int]:
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss
 
 
-def measure(name: str, probe: Callable[[], None], runs: int, spacing: float,
-            sidecar_pid: int) -> dict[str, float | str]:
-    probe()                                                       # warm: connections, page cache
+def measure(
+    name: str, probe: Callable[[], None], runs: int, spacing: float, sidecar_pid: int
+) -> dict[str, float | str]:
+    probe()  # warm: connections, page cache
     client = side = wall = 0.0
     for _ in range(runs):
         time.sleep(spacing)
@@ -65,10 +66,14 @@ def measure(name: str, probe: Callable[[], None], runs: int, spacing: float,
         client += children_cpu()[0] - child_before
     child_rss = children_cpu()[1]
     side, client, wall = side / runs, client / runs, wall
-    return {"probe": name, "client_cpu_ms": round(client * 1000, 2), "sidecar_cpu_ms": round(side * 1000, 2),
-            "wall_ms": round(wall / runs * 1000, 2),
-            "client_peak_rss_mb": round(child_rss / 1024, 1) if name != "http" else 0.0,
-            "pod_millicores_2_probes_per_10s": round((client + side) * 0.2 * 1000, 2)}
+    return {
+        "probe": name,
+        "client_cpu_ms": round(client * 1000, 2),
+        "sidecar_cpu_ms": round(side * 1000, 2),
+        "wall_ms": round(wall / runs * 1000, 2),
+        "client_peak_rss_mb": round(child_rss / 1024, 1) if name != "http" else 0.0,
+        "pod_millicores_2_probes_per_10s": round((client + side) * 0.2 * 1000, 2),
+    }
 
 
 def main() -> None:
@@ -80,8 +85,9 @@ def main() -> None:
     redis, todo, registry, keys = processes.start_backends(work)
     sidecar = None
     try:
-        sidecar = processes.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
-                                        flags=["--log-level", "warning"])
+        sidecar = processes.start_sidecar(
+            work, registry, redis_url=redis.info["url"], keys=keys, flags=["--log-level", "warning"]
+        )
         grpc_addr, metrics = sidecar.info["grpc"], sidecar.info["metrics"]
         healthcheck = [sys.executable, str(ROOT / "deploy" / "docker" / "healthcheck.py"), "--address", grpc_addr]
 
@@ -96,8 +102,10 @@ def main() -> None:
                 resp.read()
 
         # the exec probe last: getrusage's peak RSS of the children is a maximum over all of them
-        rows = [measure(name, probe, args.runs, args.spacing, sidecar.pid)
-                for name, probe in (("http", http_probe), ("curl", curl_probe), ("exec", exec_probe))]
+        rows = [
+            measure(name, probe, args.runs, args.spacing, sidecar.pid)
+            for name, probe in (("http", http_probe), ("curl", curl_probe), ("exec", exec_probe))
+        ]
     finally:
         for proc in (sidecar, todo, redis):
             if proc is not None:
@@ -105,8 +113,19 @@ def main() -> None:
     for row in rows:
         print(json.dumps(row))
     out = ROOT / "bench" / "results" / f"probes-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    out.write_text(json.dumps({"runs": args.runs, "spacing_s": args.spacing, "machine": platform.platform(),
-                               "cpus": os.cpu_count(), "rows": rows}, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "runs": args.runs,
+                "spacing_s": args.spacing,
+                "machine": platform.platform(),
+                "cpus": os.cpu_count(),
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"written {out.relative_to(ROOT)}")
 
 

@@ -60,8 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
-    fields = {"event": "decision", "action_id": "0" * 32, "tool": "create_todo", "decision": "executed",
-              "reason": "SUCCEEDED", "outcome": "succeeded"}
+    fields = {
+        "event": "decision",
+        "action_id": "0" * 32,
+        "tool": "create_todo",
+        "decision": "executed",
+        "reason": "SUCCEEDED",
+        "outcome": "succeeded",
+    }
 
     def log_old() -> None:
         old.info(json.dumps({**fields, "trace_id": ""}))
@@ -70,14 +76,20 @@ def main(argv: list[str] | None = None) -> int:
         new.info("decision", extra=fields)
 
     logs.stamp_trace_ids()
-    results = {"rpc": per_call_us(rpc, args.calls), "redis_per_script": per_call_us(redis, args.calls),
-               "log_old": per_call_us(log_old, args.calls // 4), "log_new": per_call_us(log_new, args.calls // 4)}
+    results = {
+        "rpc": per_call_us(rpc, args.calls),
+        "redis_per_script": per_call_us(redis, args.calls),
+        "log_old": per_call_us(log_old, args.calls // 4),
+        "log_new": per_call_us(log_new, args.calls // 4),
+    }
     sink.close()
     added = results["rpc"] + 2 * results["redis_per_script"] + results["log_new"] - results["log_old"]
     for name, value in results.items():
         print(f"{name:<18} {value:7.2f} µs")
-    print(f"added per Confirm (rpc + 2 scripts on the caller's path + log delta): {added:.1f} µs "
-          f"= {added / 1350 * 100:.2f} % of a 1.35 ms Confirm")
+    print(
+        f"added per Confirm (rpc + 2 scripts on the caller's path + log delta): {added:.1f} µs "
+        f"= {added / 1350 * 100:.2f} % of a 1.35 ms Confirm"
+    )
     out = ROOT / "bench" / "results" / f"red_use_cost-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     out.write_text(json.dumps({"us_per_call": results, "added_us_per_confirm": added, "calls": args.calls}, indent=1))
     print(f"results: {out.relative_to(ROOT)}")

@@ -46,8 +46,9 @@ return {'ok'}
 
 class Reference:
     def __init__(self, redis_url: str, todo_url: str) -> None:
-        self.redis = aioredis.Redis.from_url(redis_url, decode_responses=False, max_connections=256,
-                                             health_check_interval=0)
+        self.redis = aioredis.Redis.from_url(
+            redis_url, decode_responses=False, max_connections=256, health_check_interval=0
+        )
         self.claim = self.redis.register_script(CLAIM)
         self.settle = self.redis.register_script(SETTLE)
         self.url = todo_url.rstrip("/") + "/todos"
@@ -67,8 +68,9 @@ class Reference:
         action_id = os.urandom(16).hex()
         key = f"ref:{{{action_id}}}:run"
         await self.claim(keys=[key], args=[os.urandom(12).hex(), 30000, 86400000])
-        async with self.session.post(self.url, json={"title": request.token or "bench"},
-                                     headers={"Idempotency-Key": f'"{action_id}"'}) as resp:
+        async with self.session.post(
+            self.url, json={"title": request.token or "bench"}, headers={"Idempotency-Key": f'"{action_id}"'}
+        ) as resp:
             body = await resp.read()
             status = resp.status
         await self.settle(keys=[key], args=[body, 86400000])
@@ -80,8 +82,10 @@ async def serve(args: argparse.Namespace) -> None:
     ref = Reference(args.redis_url, args.todo_url)
     await ref.start()
     handler = grpc.unary_unary_rpc_method_handler(
-        ref.confirm, request_deserializer=gateway_pb2.ConfirmRequest.FromString,
-        response_serializer=gateway_pb2.ConfirmResponse.SerializeToString)
+        ref.confirm,
+        request_deserializer=gateway_pb2.ConfirmRequest.FromString,
+        response_serializer=gateway_pb2.ConfirmResponse.SerializeToString,
+    )
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Confirm": handler}),))
     host, _, port = args.listen.rpartition(":")

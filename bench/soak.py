@@ -56,15 +56,38 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 T = TypeVar("T")
 S = common_pb2
-TERMINAL = {S.ACTION_STATE_SUCCEEDED, S.ACTION_STATE_FAILED, S.ACTION_STATE_NEEDS_MANUAL_REVIEW,
-            S.ACTION_STATE_REJECTED, S.ACTION_STATE_EXPIRED, S.ACTION_STATE_COMPENSATED}
+TERMINAL = {
+    S.ACTION_STATE_SUCCEEDED,
+    S.ACTION_STATE_FAILED,
+    S.ACTION_STATE_NEEDS_MANUAL_REVIEW,
+    S.ACTION_STATE_REJECTED,
+    S.ACTION_STATE_EXPIRED,
+    S.ACTION_STATE_COMPENSATED,
+}
 OPEN = {S.ACTION_STATE_UNKNOWN, S.ACTION_STATE_RUNNING}
-RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
-             grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN}
-CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-                   ("grpc.max_reconnect_backoff_ms", 500), ("grpc.enable_retries", 0)]
-SIDECAR_FLAGS = ["--lease", "2s", "--downstream-deadline", "1s", "--reconcile-interval", "500ms",
-                 "--log-level", "warning"]
+RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.UNKNOWN,
+}
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+    ("grpc.enable_retries", 0),
+]
+SIDECAR_FLAGS = [
+    "--lease",
+    "2s",
+    "--downstream-deadline",
+    "1s",
+    "--reconcile-interval",
+    "500ms",
+    "--log-level",
+    "warning",
+]
 
 
 def name(state: int) -> str:
@@ -83,7 +106,7 @@ def canon(action: common_pb2.Action, replayed: bool = True) -> bytes:
 class Answer:
     at: float
     action: common_pb2.Action
-    phase: str            # first | concurrent | after_settle | retry | final
+    phase: str  # first | concurrent | after_settle | retry | final
 
 
 @dataclass
@@ -91,8 +114,8 @@ class Write:
     index: int
     title: str
     context: common_pb2.CallContext
-    plan: str = "single"          # single | concurrent | after_settle
-    copies: int = 1               # deliberate Confirms of the card
+    plan: str = "single"  # single | concurrent | after_settle
+    copies: int = 1  # deliberate Confirms of the card
     token: str = ""
     action_id: str = ""
     confirms_sent: int = 0
@@ -102,10 +125,10 @@ class Write:
     model_retries: int = 0
     model_retry_mismatch: list[str] = field(default_factory=list)
     tool: str = "create_todo"
-    refused_by_registry: int = 0      # create_task Invokes a sidecar without the tool refused (a Refusal)
+    refused_by_registry: int = 0  # create_task Invokes a sidecar without the tool refused (a Refusal)
 
 
-TOOLS = ("create_todo", "create_task")    # create_task: the same service, a tool the registry change removes
+TOOLS = ("create_todo", "create_task")  # create_task: the same service, a tool the registry change removes
 
 
 def soak_registries(work: Path, proxied: str, direct: str) -> tuple[Path, Path]:
@@ -151,9 +174,14 @@ class Sidecars:
         self.down: set[int] = set()
 
     def start(self, i: int) -> processes.Proc:
-        proc = processes.start_sidecar(self.work, self.registries[i], redis_url=self.redis_url, keys=self.keys[i],
-                                     flags=[*SIDECAR_FLAGS, "--reconcile-window", self.window],
-                                     listen=self.addresses[i])
+        proc = processes.start_sidecar(
+            self.work,
+            self.registries[i],
+            redis_url=self.redis_url,
+            keys=self.keys[i],
+            flags=[*SIDECAR_FLAGS, "--reconcile-window", self.window],
+            listen=self.addresses[i],
+        )
         self.procs[i] = proc
         self.all_procs.append(proc)
         return proc
@@ -163,8 +191,11 @@ class Sidecars:
         self.stubs = [gateway_pb2_grpc.ToolGatewayServiceStub(c) for c in self.channels]
 
     def pick(self, rng: random.Random, avoid: int | None = None) -> tuple[int, gateway_pb2_grpc.ToolGatewayServiceStub]:
-        choices = [i for i in range(len(self.stubs)) if i not in self.down and i != avoid] or \
-            [i for i in range(len(self.stubs)) if i != avoid] or [0]
+        choices = (
+            [i for i in range(len(self.stubs)) if i not in self.down and i != avoid]
+            or [i for i in range(len(self.stubs)) if i != avoid]
+            or [0]
+        )
         i = rng.choice(choices)
         return i, self.stubs[i]
 
@@ -178,13 +209,14 @@ class Sidecars:
 
 
 class Soak:
-    def __init__(self, args: argparse.Namespace, sidecars: Sidecars, redis: PersistentRedis,
-                 proxy: ProxyControl, todo_url: str) -> None:
+    def __init__(
+        self, args: argparse.Namespace, sidecars: Sidecars, redis: PersistentRedis, proxy: ProxyControl, todo_url: str
+    ) -> None:
         self.args, self.sidecars, self.redis, self.proxy, self.todo_url = args, sidecars, redis, proxy, todo_url
         self.run_id = uuid.uuid4().hex[:8]
         self.writes: list[Write] = []
         self.errors: Counter[str] = Counter()
-        self.error_seconds: Counter[int] = Counter()     # second of the run -> errors the agents saw
+        self.error_seconds: Counter[int] = Counter()  # second of the run -> errors the agents saw
         self.invoke_failed = 0
         self.refused_by_registry = 0
         self.faults: list[dict[str, Any]] = []
@@ -196,8 +228,14 @@ class Soak:
 
     # -- calls that tolerate faults ------------------------------------------------------------
 
-    async def call(self, rng: random.Random, what: str, fn: Callable[[gateway_pb2_grpc.ToolGatewayServiceStub],
-                   Awaitable[T]], attempts: int = 8, budget: float = 12.0) -> T | None:
+    async def call(
+        self,
+        rng: random.Random,
+        what: str,
+        fn: Callable[[gateway_pb2_grpc.ToolGatewayServiceStub], Awaitable[T]],
+        attempts: int = 8,
+        budget: float = 12.0,
+    ) -> T | None:
         """fn against a sidecar; on a retryable status wait a little and try the other one. None: gave up."""
         deadline = time.monotonic() + budget
         avoid = None
@@ -219,8 +257,9 @@ class Soak:
         return None
 
     async def invoke(self, rng: random.Random, w: Write) -> gateway_pb2.InvokeResponse | None:
-        request = gateway_pb2.InvokeRequest(context=w.context, tool_name=w.tool,
-                                            arguments_json=json.dumps({"title": w.title}, ensure_ascii=False))
+        request = gateway_pb2.InvokeRequest(
+            context=w.context, tool_name=w.tool, arguments_json=json.dumps({"title": w.title}, ensure_ascii=False)
+        )
         return await self.call(rng, "Invoke", lambda stub: stub.Invoke(request, timeout=4))
 
     async def confirm(self, rng: random.Random, w: Write, phase: str, wait_ms: int = 0) -> None:
@@ -238,9 +277,15 @@ class Soak:
     # -- one agent turn with a write -----------------------------------------------------------
 
     async def one_write(self, rng: random.Random, worker: int, index: int) -> None:
-        ctx = common_pb2.CallContext(tenant_id="t1", actor_id=f"user{worker % 8}", subject_id=f"user{worker % 8}",
-                                     session_id=f"soak-{self.run_id}-{worker}", request_id=f"{self.run_id}-{index}",
-                                     role="user", locale="zh-CN")
+        ctx = common_pb2.CallContext(
+            tenant_id="t1",
+            actor_id=f"user{worker % 8}",
+            subject_id=f"user{worker % 8}",
+            session_id=f"soak-{self.run_id}-{worker}",
+            request_id=f"{self.run_id}-{index}",
+            role="user",
+            locale="zh-CN",
+        )
         w = Write(index, f"soak {self.run_id} #{index}", ctx, tool=TOOLS[rng.random() < 0.2])
         r = rng.random()
         if r < 0.20:
@@ -249,17 +294,17 @@ class Soak:
             w.plan, w.copies = "after_settle", rng.randint(2, 5)
         first = await self.invoke(rng, w)
         if first is not None and first.WhichOneof("outcome") == "refusal":
-            self.refused_by_registry += 1              # create_task at the sidecar whose registry dropped it
+            self.refused_by_registry += 1  # create_task at the sidecar whose registry dropped it
             return
         if first is None or first.WhichOneof("outcome") not in ("confirmation", "replay"):
             self.invoke_failed += 1
             return
-        if first.WhichOneof("outcome") == "replay":       # an earlier attempt was issued and claimed: odd
+        if first.WhichOneof("outcome") == "replay":  # an earlier attempt was issued and claimed: odd
             self.errors["Invoke answered replay on a first turn"] += 1
             return
         w.token, w.action_id = first.confirmation.token, first.confirmation.action_id
         self.writes.append(w)
-        if rng.random() < 0.25:                             # the model repeats its call in the same turn
+        if rng.random() < 0.25:  # the model repeats its call in the same turn
             again = await self.invoke(rng, w)
             if again is not None and again.WhichOneof("outcome") == "refusal":
                 w.refused_by_registry += 1
@@ -268,8 +313,9 @@ class Soak:
                 if again.WhichOneof("outcome") != "confirmation" or again.confirmation.token != w.token:
                     w.model_retry_mismatch.append(f"before confirm: {again.WhichOneof('outcome')}")
         if w.plan == "concurrent":
-            await asyncio.gather(*(self.confirm(rng, w, "concurrent", rng.choice((0, 0, 1500)))
-                                   for _ in range(w.copies)))
+            await asyncio.gather(
+                *(self.confirm(rng, w, "concurrent", rng.choice((0, 0, 1500))) for _ in range(w.copies))
+            )
         else:
             await self.confirm(rng, w, "first")
         if w.plan == "after_settle" or rng.random() < 0.15:
@@ -314,11 +360,23 @@ class Soak:
     # -- the fault schedule --------------------------------------------------------------------
 
     def schedule(self) -> list[tuple[float, str]]:
-        one = [(0.06, "proxy_delay"), (0.14, "proxy_cut"), (0.20, "proxy_drop_response"), (0.28, "redis_sigstop"),
-               (0.35, "rotate_key_sidecar_0"), (0.40, "kill9_sidecar_0"), (0.50, "proxy_reset_before"),
-               (0.56, "redis_restart"), (0.60, "registry_change_sidecar_1"), (0.64, "proxy_drop_response"),
-               (0.69, "script_flush"), (0.72, "proxy_cut"), (0.78, "kill9_sidecar_1"), (0.88, "proxy_delay")]
-        once = {"rotate_key_sidecar_0", "registry_change_sidecar_1"}      # the first cycle changes them for good
+        one = [
+            (0.06, "proxy_delay"),
+            (0.14, "proxy_cut"),
+            (0.20, "proxy_drop_response"),
+            (0.28, "redis_sigstop"),
+            (0.35, "rotate_key_sidecar_0"),
+            (0.40, "kill9_sidecar_0"),
+            (0.50, "proxy_reset_before"),
+            (0.56, "redis_restart"),
+            (0.60, "registry_change_sidecar_1"),
+            (0.64, "proxy_drop_response"),
+            (0.69, "script_flush"),
+            (0.72, "proxy_cut"),
+            (0.78, "kill9_sidecar_1"),
+            (0.88, "proxy_delay"),
+        ]
+        once = {"rotate_key_sidecar_0", "registry_change_sidecar_1"}  # the first cycle changes them for good
         cycles = max(1, round(self.args.seconds / 60))
         span = self.args.seconds / cycles
         return [(c * span + f * span, what) for c in range(cycles) for f, what in one if c == 0 or what not in once]
@@ -338,7 +396,7 @@ class Soak:
             info = await self.proxy.send(cmd="cut")
         elif what == "redis_sigstop":
             # executions in flight (held 0.6 s by the proxy) try to settle while Redis is stopped
-            pause = 3.5                                             # the lease is 2 s
+            pause = 3.5  # the lease is 2 s
             await self.proxy.send(cmd="mode", mode="delay", seconds=1.0, delay=0.6)
             await asyncio.sleep(0.3)
             self.redis.pause()
@@ -379,7 +437,7 @@ class Soak:
             i = int(what[-1])
             proc = self.sidecars.procs[i]
             assert proc is not None
-            if i == 0:   # with executions in flight: the proxy holds them 0.8 s (under the deadline)
+            if i == 0:  # with executions in flight: the proxy holds them 0.8 s (under the deadline)
                 await self.proxy.send(cmd="mode", mode="delay", seconds=1.5, delay=0.8)
                 await asyncio.sleep(1.0)
             self.sidecars.down.add(i)
@@ -404,8 +462,15 @@ class Soak:
                 ok = True
             except Exception as exc:  # a fault that could not be injected is reported, not fatal
                 info, ok = {"error": f"{type(exc).__name__}: {exc}"}, False
-            self.faults.append({"fault": what, "at_s": round(start, 2),
-                                "took_s": round(time.monotonic() - self.t0 - start, 2), "ok": ok, **info})
+            self.faults.append(
+                {
+                    "fault": what,
+                    "at_s": round(start, 2),
+                    "took_s": round(time.monotonic() - self.t0 - start, 2),
+                    "ok": ok,
+                    **info,
+                }
+            )
             print(f"  fault at {start:5.1f}s: {what} {json.dumps(info)[:120]}", flush=True)
 
     # -- the load ------------------------------------------------------------------------------
@@ -420,7 +485,7 @@ class Soak:
         if self.later_tasks:
             _, late = await asyncio.wait(set(self.later_tasks), timeout=25)
             pending |= late
-        for task in pending:               # bounded: a turn stuck past every budget is abandoned
+        for task in pending:  # bounded: a turn stuck past every budget is abandoned
             task.cancel()
             self.errors["turn abandoned"] += 1
         progress.cancel()
@@ -432,8 +497,11 @@ class Soak:
     async def progress(self) -> None:
         while True:
             await asyncio.sleep(10)
-            print(f"  {time.monotonic() - self.t0:5.1f}s: {len(self.writes)} cards, "
-                  f"{sum(w.confirms_sent for w in self.writes)} confirms", flush=True)
+            print(
+                f"  {time.monotonic() - self.t0:5.1f}s: {len(self.writes)} cards, "
+                f"{sum(w.confirms_sent for w in self.writes)} confirms",
+                flush=True,
+            )
 
     # -- reconciliation ------------------------------------------------------------------------
 
@@ -468,14 +536,21 @@ class Soak:
             pending = [w for w in pending if w.action_id not in states or states[w.action_id].state in OPEN]
             if first_open is None:
                 first_open = len(pending)
-                open_ids = {w.action_id: (w.tool, name(states[w.action_id].state) + " "
-                                          + states[w.action_id].error.reason if w.action_id in states
-                                          else "NO ANSWER") for w in pending[:20]}
+                open_ids = {
+                    w.action_id: (
+                        w.tool,
+                        name(states[w.action_id].state) + " " + states[w.action_id].error.reason
+                        if w.action_id in states
+                        else "NO ANSWER",
+                    )
+                    for w in pending[:20]
+                }
             if not pending:
                 break
             if time.monotonic() >= passive_until:
                 if passive_resolved is None:
                     passive_resolved = first_open - len(pending)
+
                 async def ask(w: Write, sem: asyncio.Semaphore) -> None:
                     async with sem:
                         req = gateway_pb2.ReconcileRequest(context=w.context, action_id=w.action_id)
@@ -486,11 +561,16 @@ class Soak:
             await asyncio.sleep(0.5)
         for w in pending:
             open_at_end[w.action_id] = 1
-        return {"open_after_load": first_open or 0, "open_after_load_ids": open_ids if first_open else {},
-                "resolved_by_background_in_passive_window": passive_resolved if passive_resolved is not None
-                else (first_open or 0) - len(pending),
-                "passive_window_s": self.args.passive, "seconds": round(time.monotonic() - start, 2),
-                "still_open": len(pending)}
+        return {
+            "open_after_load": first_open or 0,
+            "open_after_load_ids": open_ids if first_open else {},
+            "resolved_by_background_in_passive_window": passive_resolved
+            if passive_resolved is not None
+            else (first_open or 0) - len(pending),
+            "passive_window_s": self.args.passive,
+            "seconds": round(time.monotonic() - start, 2),
+            "still_open": len(pending),
+        }
 
     # -- the checker ---------------------------------------------------------------------------
 
@@ -503,8 +583,13 @@ class Soak:
             async with sem:
                 await self.confirm(rng, w, "final")
 
-        await asyncio.gather(*(one(w) for w in self.writes
-                               if w.action_id in finals and finals[w.action_id].state != S.ACTION_STATE_READY))
+        await asyncio.gather(
+            *(
+                one(w)
+                for w in self.writes
+                if w.action_id in finals and finals[w.action_id].state != S.ACTION_STATE_READY
+            )
+        )
 
     def todo_records(self) -> dict[str, Any]:
         db = sqlite3.connect(self.args.todo_db, timeout=10)
@@ -519,7 +604,7 @@ class Soak:
 
     def check(self, finals: dict[str, common_pb2.Action], records: dict[str, Any]) -> dict[str, Any]:
         todos: dict[str, str] = records["todos"]
-        applied: dict[str, str] = {}            # key -> todo id it created (a stored 2xx answer)
+        applied: dict[str, str] = {}  # key -> todo id it created (a stored 2xx answer)
         fenced: set[str] = set()
         refused: dict[str, int] = {}
         for key, status, body, is_fenced in records["idem"]:
@@ -529,9 +614,10 @@ class Soak:
                 applied[key] = json.loads(body)["id"]
             else:
                 refused[key] = int(status)
-        todo_rows_per_key = Counter(applied.values())      # a todo id claimed by two keys would show here
-        executes = Counter(e["idempotency_key"] for e in records["log"]
-                           if e["method"] == "POST" and e["path"] == "/todos")
+        todo_rows_per_key = Counter(applied.values())  # a todo id claimed by two keys would show here
+        executes = Counter(
+            e["idempotency_key"] for e in records["log"] if e["method"] == "POST" and e["path"] == "/todos"
+        )
         per_title = Counter(todos.values())
         orphan_todos = [tid for tid in todos if tid not in set(applied.values())]
         by_id = {w.action_id: w for w in self.writes}
@@ -555,14 +641,21 @@ class Soak:
             action = finals.get(key)
             if key in by_id and (action is None or action.state != S.ACTION_STATE_SUCCEEDED):
                 effects_without.append(key)
-        effects_in_review = [k for k in effects_without if finals.get(k) is not None
-                             and finals[k].state == S.ACTION_STATE_NEEDS_MANUAL_REVIEW]
+        effects_in_review = [
+            k
+            for k in effects_without
+            if finals.get(k) is not None and finals[k].state == S.ACTION_STATE_NEEDS_MANUAL_REVIEW
+        ]
         foreign = [k for k in applied if k not in by_id]
         effects_without += foreign + orphan_todos
-        unknown_left = [w.action_id for w in attempted
-                        if w.action_id not in finals or finals[w.action_id].state in OPEN]
-        review = [w.action_id for w in attempted if w.action_id in finals
-                  and finals[w.action_id].state == S.ACTION_STATE_NEEDS_MANUAL_REVIEW]
+        unknown_left = [
+            w.action_id for w in attempted if w.action_id not in finals or finals[w.action_id].state in OPEN
+        ]
+        review = [
+            w.action_id
+            for w in attempted
+            if w.action_id in finals and finals[w.action_id].state == S.ACTION_STATE_NEEDS_MANUAL_REVIEW
+        ]
 
         # replays: every replayed answer with a settled state, every Invoke replay, and the final Confirm,
         # must equal the record (GetAction) byte for byte; first answers must not contradict it.
@@ -583,24 +676,37 @@ class Soak:
                     if canon(ans.action, True) == want:
                         replays_same += 1
                     elif len(replay_diffs) < 5:
-                        replay_diffs.append({"action_id": w.action_id, "phase": ans.phase,
-                                             "got": str(ans.action)[:300], "record": str(final)[:300]})
+                        replay_diffs.append(
+                            {
+                                "action_id": w.action_id,
+                                "phase": ans.phase,
+                                "got": str(ans.action)[:300],
+                                "record": str(final)[:300],
+                            }
+                        )
                 else:
                     if canon(ans.action, True) != want:
                         first_differs += 1
                     if (ans.action.state, ans.action.receipt.resource_id) != (final.state, final.receipt.resource_id):
                         first_contradicts += 1
                         if len(contradictions) < 5:
-                            contradictions.append({"action_id": w.action_id, "got": str(ans.action)[:300],
-                                                   "record": str(final)[:300]})
+                            contradictions.append(
+                                {"action_id": w.action_id, "got": str(ans.action)[:300], "record": str(final)[:300]}
+                            )
             for inv in w.invoke_replays:
                 if inv.state in TERMINAL:
                     replays += 1
                     if canon(inv, True) == want:
                         replays_same += 1
                     elif len(replay_diffs) < 5:
-                        replay_diffs.append({"action_id": w.action_id, "phase": "invoke",
-                                             "got": str(inv)[:300], "record": str(final)[:300]})
+                        replay_diffs.append(
+                            {
+                                "action_id": w.action_id,
+                                "phase": "invoke",
+                                "got": str(inv)[:300],
+                                "record": str(final)[:300],
+                            }
+                        )
 
         model_retries = sum(w.model_retries for w in self.writes)
         model_mismatch = [m for w in self.writes for m in w.model_retry_mismatch]
@@ -618,36 +724,50 @@ class Soak:
             "duplicates_at_least_30pct": len(dup) >= 0.3 * max(1, len(attempted)),
         }
         return {
-            "writes_attempted": len(attempted), "cards_issued": len(self.writes), "invoke_failed": self.invoke_failed,
+            "writes_attempted": len(attempted),
+            "cards_issued": len(self.writes),
+            "invoke_failed": self.invoke_failed,
             "confirm_calls": sum(w.confirms_sent for w in self.writes),
-            "duplicated_writes": len(dup), "duplicated_pct": round(100 * len(dup) / max(1, len(attempted)), 1),
-            "duplicated_concurrently": len(concurrent), "duplicated_after_settle": len(after),
+            "duplicated_writes": len(dup),
+            "duplicated_pct": round(100 * len(dup) / max(1, len(attempted)), 1),
+            "duplicated_concurrently": len(concurrent),
+            "duplicated_after_settle": len(after),
             "duplicated_after_a_seen_settle": sum(w.settled_before_dups for w in after),
-            "model_retries": model_retries, "model_retry_mismatches": model_mismatch[:10],
-            "refused_by_changed_registry": self.refused_by_registry + sum(w.refused_by_registry
-                                                                          for w in self.writes),
+            "model_retries": model_retries,
+            "model_retry_mismatches": model_mismatch[:10],
+            "refused_by_changed_registry": self.refused_by_registry + sum(w.refused_by_registry for w in self.writes),
             "by_tool": dict(Counter(w.tool for w in attempted)),
             "outcomes": dict(outcomes.most_common()),
-            "side_effects": {"todo_rows": len(todos), "keys_applied": len(applied), "keys_fenced": len(fenced),
-                             "keys_refused": refused, "max_todo_rows_per_key": max(todo_rows_per_key.values(),
-                                                                                   default=0),
-                             "max_execute_requests_per_key": max(executes.values(), default=0),
-                             "keys_with_2plus_execute_requests": [k for k, n in executes.items() if n > 1][:10],
-                             "max_todo_rows_per_title": max(per_title.values(), default=0),
-                             "execute_requests": sum(executes.values())},
+            "side_effects": {
+                "todo_rows": len(todos),
+                "keys_applied": len(applied),
+                "keys_fenced": len(fenced),
+                "keys_refused": refused,
+                "max_todo_rows_per_key": max(todo_rows_per_key.values(), default=0),
+                "max_execute_requests_per_key": max(executes.values(), default=0),
+                "keys_with_2plus_execute_requests": [k for k, n in executes.items() if n > 1][:10],
+                "max_todo_rows_per_title": max(per_title.values(), default=0),
+                "execute_requests": sum(executes.values()),
+            },
             "max_side_effects_per_key": max_effects,
-            "receipts_without_side_effect": receipts_without[:20], "receipts_without_side_effect_n":
-                len(receipts_without),
-            "side_effects_without_receipt": effects_without[:20], "side_effects_without_receipt_n":
-                len(effects_without), "side_effects_in_manual_review": effects_in_review[:20],
-            "unknowns_left": len(unknown_left), "unknowns_left_ids": unknown_left[:20],
+            "receipts_without_side_effect": receipts_without[:20],
+            "receipts_without_side_effect_n": len(receipts_without),
+            "side_effects_without_receipt": effects_without[:20],
+            "side_effects_without_receipt_n": len(effects_without),
+            "side_effects_in_manual_review": effects_in_review[:20],
+            "unknowns_left": len(unknown_left),
+            "unknowns_left_ids": unknown_left[:20],
             "needs_manual_review": len(review),
-            "replays": replays, "replays_identical": replays_same, "replay_differences": replay_diffs,
+            "replays": replays,
+            "replays_identical": replays_same,
+            "replay_differences": replay_diffs,
             "first_answers_differing_from_record": first_differs,
-            "first_answers_contradicting_record": first_contradicts, "contradictions": contradictions,
+            "first_answers_contradicting_record": first_contradicts,
+            "contradictions": contradictions,
             "errors_seen_by_agents": dict(self.errors.most_common()),
             "errors_per_second_of_run": dict(sorted(self.error_seconds.items())),
-            "invariants": invariants, "passed": all(invariants.values()),
+            "invariants": invariants,
+            "passed": all(invariants.values()),
         }
 
 
@@ -677,8 +797,11 @@ def summary_lines(check: dict[str, Any], settle: dict[str, Any]) -> list[str]:
         f"receipts without a side effect: {check['receipts_without_side_effect_n']}  "
         f"{mark(ok['receipts_without_side_effect_0'])}",
         f"side effects without a receipt: {check['side_effects_without_receipt_n']}"
-        + (f" (in NEEDS_MANUAL_REVIEW after the reconcile window: {len(check['side_effects_in_manual_review'])})"
-           if check["side_effects_in_manual_review"] else "")
+        + (
+            f" (in NEEDS_MANUAL_REVIEW after the reconcile window: {len(check['side_effects_in_manual_review'])})"
+            if check["side_effects_in_manual_review"]
+            else ""
+        )
         + f"  {mark(ok['side_effects_without_receipt_0'])}",
         f"unknowns left: {check['unknowns_left']} (open after the load {settle['open_after_load']}, "
         f"{settle['resolved_by_background_in_passive_window']} resolved by the background reconcilers in "
@@ -697,21 +820,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of load with faults (default 60)")
     parser.add_argument("--writes", type=int, default=1_000_000, help="stop issuing new writes after this many")
     parser.add_argument("--workers", type=int, default=16, help="concurrent agent turns (default 16)")
-    parser.add_argument("--passive", type=float, default=15.0,
-                        help="seconds to leave reconciliation to the background reconcilers (default 15)")
-    parser.add_argument("--settle-timeout", type=float, default=60.0,
-                        help="bound on the whole reconciliation wait (default 60)")
-    parser.add_argument("--reconcile-window", default="20s",
-                        help="the sidecars' --reconcile-window (default 20s): after it, an unresolved action goes "
-                             "to NEEDS_MANUAL_REVIEW")
+    parser.add_argument(
+        "--passive",
+        type=float,
+        default=15.0,
+        help="seconds to leave reconciliation to the background reconcilers (default 15)",
+    )
+    parser.add_argument(
+        "--settle-timeout", type=float, default=60.0, help="bound on the whole reconciliation wait (default 60)"
+    )
+    parser.add_argument(
+        "--reconcile-window",
+        default="20s",
+        help="the sidecars' --reconcile-window (default 20s): after it, an unresolved action goes "
+        "to NEEDS_MANUAL_REVIEW",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory even when all passed")
     args = parser.parse_args(argv)
 
     started = datetime.now(UTC)
     wall = time.monotonic()
     work = processes.workdir("countersign-soak-")
-    print(f"soak: {args.seconds:g} s of load, {args.workers} workers over 2 sidecars "
-          f"({' '.join(SIDECAR_FLAGS[:6])} --reconcile-window {args.reconcile_window}), work dir {work}", flush=True)
+    print(
+        f"soak: {args.seconds:g} s of load, {args.workers} workers over 2 sidecars "
+        f"({' '.join(SIDECAR_FLAGS[:6])} --reconcile-window {args.reconcile_window}), work dir {work}",
+        flush=True,
+    )
     redis = PersistentRedis(work)
     procs: list[processes.Proc] = []
     sidecars: Sidecars | None = None
@@ -721,8 +855,11 @@ def main(argv: list[str] | None = None) -> int:
         todo = processes.start_todo_service(work)
         procs.append(todo)
         args.todo_db = next(str(p) for p in work.glob("todos-*.db"))
-        proxy_proc = processes._start([sys.executable, "-m", "countersign.testing.faults", "proxy",
-                                     "--target", f"127.0.0.1:{todo.info['port']}"], work, "proxy")
+        proxy_proc = processes._start(
+            [sys.executable, "-m", "countersign.testing.faults", "proxy", "--target", f"127.0.0.1:{todo.info['port']}"],
+            work,
+            "proxy",
+        )
         procs.append(proxy_proc)
         proxied = f"http://127.0.0.1:{proxy_proc.info['port']}"
         direct = todo.info["url"]
@@ -732,8 +869,11 @@ def main(argv: list[str] | None = None) -> int:
         sidecars = Sidecars(work, registry, keys, redis.url, args.reconcile_window)
         sidecars.start(0)
         sidecars.start(1)
-        print(f"pids: redis {redis.pid}, todo {todo.pid}, proxy {proxy_proc.pid}, sidecars "
-              f"{[p.pid for p in sidecars.procs if p]}", flush=True)
+        print(
+            f"pids: redis {redis.pid}, todo {todo.pid}, proxy {proxy_proc.pid}, sidecars "
+            f"{[p.pid for p in sidecars.procs if p]}",
+            flush=True,
+        )
 
         async def go() -> dict[str, Any]:
             assert sidecars is not None
@@ -753,8 +893,13 @@ def main(argv: list[str] | None = None) -> int:
                 client = redis.client()
                 check["redis_keys_at_end"] = int(await asyncio.to_thread(client.dbsize))
                 await asyncio.to_thread(client.close)
-                return {"load_s": round(load_s, 2), "settle": settle, "check": check, "faults": soak.faults,
-                        "proxy": proxy_stats.get("stats", {})}
+                return {
+                    "load_s": round(load_s, 2),
+                    "settle": settle,
+                    "check": check,
+                    "faults": soak.faults,
+                    "proxy": proxy_stats.get("stats", {}),
+                }
             finally:
                 await control.close()
                 await sidecars.close()
@@ -776,26 +921,51 @@ def main(argv: list[str] | None = None) -> int:
     lines = summary_lines(check, settle)
     for line in lines:
         print(line)
-    print(f"faults injected: {len(out['faults'])} ({', '.join(f['fault'] for f in out['faults'])}); "
-          f"failed to inject: {sum(not f['ok'] for f in out['faults'])}")
+    print(
+        f"faults injected: {len(out['faults'])} ({', '.join(f['fault'] for f in out['faults'])}); "
+        f"failed to inject: {sum(not f['ok'] for f in out['faults'])}"
+    )
     keys = check.get("redis_keys_at_end", 0)
-    print(f"redis keys at the end: {keys}; the background sweep reads one SCAN COUNT 500 step per "
-          f"--reconcile-interval, so one full pass over them takes about {keys / 500:.0f} intervals")
-    print("errors the agents saw (retried): " + ", ".join(f"{k} {v}" for k, v in list(
-        check["errors_seen_by_agents"].items())[:12]))
+    print(
+        f"redis keys at the end: {keys}; the background sweep reads one SCAN COUNT 500 step per "
+        f"--reconcile-interval, so one full pass over them takes about {keys / 500:.0f} intervals"
+    )
+    print(
+        "errors the agents saw (retried): "
+        + ", ".join(f"{k} {v}" for k, v in list(check["errors_seen_by_agents"].items())[:12])
+    )
     print(f"RESULT: {'PASS' if check['passed'] else 'FAIL'}  (runtime {runtime:.1f} s)")
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"soak-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps({
-        "started_utc": started.isoformat(), "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "settings": {"seconds": args.seconds, "writes": args.writes, "workers": args.workers,
-                     "passive": args.passive, "settle_timeout": args.settle_timeout,
-                     "sidecar_flags": [*SIDECAR_FLAGS, "--reconcile-window", args.reconcile_window],
-                     "redis": "unix socket, appendonly yes, appendfsync always"},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "runtime_s": round(runtime, 1), **out, "summary": lines,
-    }, indent=2, default=str) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "started_utc": started.isoformat(),
+                "command": " ".join([Path(sys.executable).name, *sys.argv]),
+                "settings": {
+                    "seconds": args.seconds,
+                    "writes": args.writes,
+                    "workers": args.workers,
+                    "passive": args.passive,
+                    "settle_timeout": args.settle_timeout,
+                    "sidecar_flags": [*SIDECAR_FLAGS, "--reconcile-window", args.reconcile_window],
+                    "redis": "unix socket, appendonly yes, appendfsync always",
+                },
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "platform": platform.platform(),
+                    "python": platform.python_version(),
+                },
+                "runtime_s": round(runtime, 1),
+                **out,
+                "summary": lines,
+            },
+            indent=2,
+            default=str,
+        )
+        + "\n"
+    )
     print(f"results: {path.relative_to(ROOT)}")
     if check["passed"] and not args.keep:
         shutil.rmtree(work, ignore_errors=True)

@@ -41,8 +41,7 @@ CTX = dict(tenant_id="bench", actor_id="u", subject_id="u", session_id="s", role
 
 def start_sink() -> tuple[subprocess.Popen[str], int]:
     """bench/otlp_sink.py as a process of its own (a collector is never inside the load generator)."""
-    sink = subprocess.Popen([sys.executable, str(ROOT / "bench" / "otlp_sink.py")], stdout=subprocess.PIPE,
-                            text=True)
+    sink = subprocess.Popen([sys.executable, str(ROOT / "bench" / "otlp_sink.py")], stdout=subprocess.PIPE, text=True)
     assert sink.stdout is not None
     line = sink.stdout.readline()
     if not line:
@@ -69,9 +68,13 @@ async def measure(address: str, seconds: float, concurrency: int, pid: int) -> t
         need = int(seconds * 1200) + 200
 
         async def invoke() -> None:
-            response = await stub.Invoke(gateway_pb2.InvokeRequest(
-                context=common_pb2.CallContext(**CTX, request_id=uuid.uuid4().hex), tool_name="create_todo",
-                arguments_json=json.dumps({"title": uuid.uuid4().hex[:12]})))
+            response = await stub.Invoke(
+                gateway_pb2.InvokeRequest(
+                    context=common_pb2.CallContext(**CTX, request_id=uuid.uuid4().hex),
+                    tool_name="create_todo",
+                    arguments_json=json.dumps({"title": uuid.uuid4().hex[:12]}),
+                )
+            )
             cards.append(response.confirmation.token)
 
         for start in range(0, need, 64):
@@ -107,21 +110,37 @@ def main(argv: list[str] | None = None) -> int:
         procs += [redis, todo]
         flags = ["--log-level", "warning", "--reconcile-interval", "1h"]
         variants: dict[str, processes.Proc] = {}
-        for name, extra, env in (("off", ["--telemetry", "off"], {}), ("off-again", ["--telemetry", "off"], {}),
-                                 ("metrics", [], {}),
-                                 ("traced", [], {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
-                                                 "OTEL_EXPORTER_OTLP_INSECURE": "true",
-                                                 "OTEL_BSP_SCHEDULE_DELAY": "200"}),
-                                 ("sampled", [], {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
-                                                  "OTEL_EXPORTER_OTLP_INSECURE": "true",
-                                                  "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
-                                                  "OTEL_TRACES_SAMPLER_ARG": "0.1",
-                                                  "OTEL_BSP_SCHEDULE_DELAY": "200"})):
+        for name, extra, env in (
+            ("off", ["--telemetry", "off"], {}),
+            ("off-again", ["--telemetry", "off"], {}),
+            ("metrics", [], {}),
+            (
+                "traced",
+                [],
+                {
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
+                    "OTEL_EXPORTER_OTLP_INSECURE": "true",
+                    "OTEL_BSP_SCHEDULE_DELAY": "200",
+                },
+            ),
+            (
+                "sampled",
+                [],
+                {
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
+                    "OTEL_EXPORTER_OTLP_INSECURE": "true",
+                    "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                    "OTEL_TRACES_SAMPLER_ARG": "0.1",
+                    "OTEL_BSP_SCHEDULE_DELAY": "200",
+                },
+            ),
+        ):
             saved = dict(os.environ)
             os.environ.update(env)
             try:
-                variants[name] = processes.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
-                                                       flags=flags + extra)
+                variants[name] = processes.start_sidecar(
+                    work, registry, redis_url=redis.info["url"], keys=keys, flags=flags + extra
+                )
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
@@ -130,48 +149,76 @@ def main(argv: list[str] | None = None) -> int:
         p99s: dict[str, list[float]] = {name: [] for name in variants}
         cpus: dict[str, list[float]] = {name: [] for name in variants}
         names = list(variants)
-        print(f"telemetry: Confirm c={args.concurrency}, {args.rounds} x {args.seconds:g} s per variant, "
-              f"interleaved; loadavg {os.getloadavg()[0]:.2f}")
+        print(
+            f"telemetry: Confirm c={args.concurrency}, {args.rounds} x {args.seconds:g} s per variant, "
+            f"interleaved; loadavg {os.getloadavg()[0]:.2f}"
+        )
         for round_ in range(args.rounds):
             # the order rotates each round, so no variant always runs first (after an idle pause) or last
-            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
                 proc = variants[name]
-                rate, p99, cpu_ms = asyncio.run(measure(str(proc.info["grpc"]), args.seconds, args.concurrency,
-                                                        proc.pid))
+                rate, p99, cpu_ms = asyncio.run(
+                    measure(str(proc.info["grpc"]), args.seconds, args.concurrency, proc.pid)
+                )
                 results[name].append(rate)
                 p99s[name].append(p99)
                 cpus[name].append(cpu_ms)
-                print(f"  round {round_ + 1} {name:<9} {rate:8.1f} calls/s  p99 {p99:6.1f} ms  "
-                      f"sidecar CPU {cpu_ms:.3f} ms/Confirm", flush=True)
+                print(
+                    f"  round {round_ + 1} {name:<9} {rate:8.1f} calls/s  p99 {p99:6.1f} ms  "
+                    f"sidecar CPU {cpu_ms:.3f} ms/Confirm",
+                    flush=True,
+                )
         time.sleep(1.0)
         sunk = stop_sink(sink)
         median = {name: statistics.median(v) for name, v in results.items()}
         cpu = {name: statistics.median(v) for name, v in cpus.items()}
         # paired: each variant against off in the same round, so drifts of the machine cancel out
-        paired = {name: statistics.median(r / o for r, o in zip(results[name], results["off"], strict=True))
-                  for name in variants}
-        paired_cpu = {name: statistics.median(c / o for c, o in zip(cpus[name], cpus["off"], strict=True))
-                      for name in variants}
-        print("\nvariant    calls/s (median)  p99 ms (median)  throughput vs off  CPU ms/Confirm  CPU vs off"
-              "   (vs off: median over rounds of the ratio within the round)")
+        paired = {
+            name: statistics.median(r / o for r, o in zip(results[name], results["off"], strict=True))
+            for name in variants
+        }
+        paired_cpu = {
+            name: statistics.median(c / o for c, o in zip(cpus[name], cpus["off"], strict=True)) for name in variants
+        }
+        print(
+            "\nvariant    calls/s (median)  p99 ms (median)  throughput vs off  CPU ms/Confirm  CPU vs off"
+            "   (vs off: median over rounds of the ratio within the round)"
+        )
         for name in variants:
-            print(f"{name:<10} {median[name]:16.1f} {statistics.median(p99s[name]):16.1f} {paired[name]:18.3f} "
-                  f"{cpu[name]:15.3f} {paired_cpu[name]:11.3f}")
+            print(
+                f"{name:<10} {median[name]:16.1f} {statistics.median(p99s[name]):16.1f} {paired[name]:18.3f} "
+                f"{cpu[name]:15.3f} {paired_cpu[name]:11.3f}"
+            )
         noise = abs(1 - paired["off-again"])
         cost = 1 - paired["traced"]
         print(f"\nnoise floor: a second sidecar with telemetry off differs by {noise * 100:.1f} % from the first")
-        print(f"traced costs {cost * 100:.1f} % of Confirm throughput against off (target <= 15 %): "
-              f"{'OK' if cost <= 0.15 else 'MISSED'}; the OTLP sink received {sunk.get('spans', 0)} spans "
-              f"in {sunk.get('exports', 0)} exports")
+        print(
+            f"traced costs {cost * 100:.1f} % of Confirm throughput against off (target <= 15 %): "
+            f"{'OK' if cost <= 0.15 else 'MISSED'}; the OTLP sink received {sunk.get('spans', 0)} spans "
+            f"in {sunk.get('exports', 0)} exports"
+        )
         for name in ("metrics", "sampled"):
             part = 1 - paired[name]
             print(f"{name} costs {part * 100:.1f} % (target <= 15 %): {'OK' if part <= 0.15 else 'MISSED'}")
         out = ROOT / "bench" / "results" / f"telemetry-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-        out.write_text(json.dumps({"median_calls_per_s": median, "paired_throughput_vs_off": paired,
-                                   "paired_cpu_vs_off": paired_cpu, "rounds": results, "p99_ms": p99s,
-                                   "cpu_ms_per_confirm": cpus, "median_cpu_ms_per_confirm": cpu,
-                                   "cost_traced_vs_off": cost, "spans_exported": sunk.get("spans", 0),
-                                   "concurrency": args.concurrency, "seconds": args.seconds}, indent=1))
+        out.write_text(
+            json.dumps(
+                {
+                    "median_calls_per_s": median,
+                    "paired_throughput_vs_off": paired,
+                    "paired_cpu_vs_off": paired_cpu,
+                    "rounds": results,
+                    "p99_ms": p99s,
+                    "cpu_ms_per_confirm": cpus,
+                    "median_cpu_ms_per_confirm": cpu,
+                    "cost_traced_vs_off": cost,
+                    "spans_exported": sunk.get("spans", 0),
+                    "concurrency": args.concurrency,
+                    "seconds": args.seconds,
+                },
+                indent=1,
+            )
+        )
         print(f"results: {out.relative_to(ROOT)}")
         return 0
     finally:

@@ -43,8 +43,14 @@ CONCURRENCY = (1, 16)
 # The order of the series inside one round; direct and reference sit right next to the sidecar's.
 ORDER = ("direct", "reference", "invoke", "confirm", "replay", "pair")
 # The server process each series measures (its CPU per call is shown in the table).
-SERVER = {"direct": "todo", "reference": "reference", "invoke": "sidecar", "confirm": "sidecar",
-          "replay": "sidecar", "pair": "sidecar"}
+SERVER = {
+    "direct": "todo",
+    "reference": "reference",
+    "invoke": "sidecar",
+    "confirm": "sidecar",
+    "replay": "sidecar",
+    "pair": "sidecar",
+}
 DESCRIPTION = {
     "direct": "HTTP POST /todos, fresh Idempotency-Key (no sidecar)",
     "reference": "bare grpc.aio: EVALSHA claim + POST /todos + EVALSHA settle",
@@ -69,7 +75,7 @@ class Cell:
     latencies_ns: list[int] = field(default_factory=list)
     first_error: str = ""
     starved: bool = False
-    cpu_s: dict[str, float] = field(default_factory=dict)   # CPU seconds each process used in the window
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds each process used in the window
     stages: dict[str, list[float]] = field(default_factory=dict)  # sidecar histogram: name -> [sum s, count]
 
     def add(self, calls: int, errors: int, seconds: float, lat: list[int], first_error: str, starved: bool) -> None:
@@ -87,7 +93,7 @@ class Cell:
     def add_stages(self, before: dict[str, float], after: dict[str, float]) -> None:
         for name in after:
             if name.endswith("_count") and after[name] > before.get(name, 0.0):
-                base = name[:-len("_count")]
+                base = name[: -len("_count")]
                 acc = self.stages.setdefault(base, [0.0, 0.0])
                 acc[0] += after.get(base + "_sum", 0.0) - before.get(base + "_sum", 0.0)
                 acc[1] += after[name] - before.get(name, 0.0)
@@ -116,19 +122,28 @@ class Cell:
         return lat[max(0, math.ceil(q * len(lat)) - 1)] / 1e6
 
     def summary(self) -> dict[str, Any]:
-        return {"series": self.series, "concurrency": self.concurrency, "calls": self.calls,
-                "errors": self.errors, "seconds": round(self.seconds, 3),
-                "throughput_per_s": round(self.throughput, 1), "p50_ms": round(self.pct(0.50), 3),
-                "p90_ms": round(self.pct(0.90), 3), "p99_ms": round(self.pct(0.99), 3),
-                "max_ms": round(self.pct(1.0), 3),
-                "cpu_ms_per_call": {k: round(self.cpu_ms_per_call(k), 3) for k in sorted(self.cpu_s)},
-                "others_cpu_pct_of_machine": round(self.others_pct, 1),
-                "sidecar_stage_means_ms": self.stage_means_ms(),
-                "first_error": self.first_error, "ran_out_of_cards": self.starved}
+        return {
+            "series": self.series,
+            "concurrency": self.concurrency,
+            "calls": self.calls,
+            "errors": self.errors,
+            "seconds": round(self.seconds, 3),
+            "throughput_per_s": round(self.throughput, 1),
+            "p50_ms": round(self.pct(0.50), 3),
+            "p90_ms": round(self.pct(0.90), 3),
+            "p99_ms": round(self.pct(0.99), 3),
+            "max_ms": round(self.pct(1.0), 3),
+            "cpu_ms_per_call": {k: round(self.cpu_ms_per_call(k), 3) for k in sorted(self.cpu_s)},
+            "others_cpu_pct_of_machine": round(self.others_pct, 1),
+            "sidecar_stage_means_ms": self.stage_means_ms(),
+            "first_error": self.first_error,
+            "ran_out_of_cards": self.starved,
+        }
 
 
-async def closed_loop(op: Callable[[], Awaitable[None]], concurrency: int, seconds: float
-                      ) -> tuple[int, int, float, list[int], str, bool]:
+async def closed_loop(
+    op: Callable[[], Awaitable[None]], concurrency: int, seconds: float
+) -> tuple[int, int, float, list[int], str, bool]:
     """concurrency workers, each calling op back to back until the deadline; (calls, errors, elapsed, ...)."""
     lat: list[int] = []
     errors = 0
@@ -166,11 +181,13 @@ class Clients:
         self.reference_channel = grpc.aio.insecure_channel(reference)
         self.gateway = gateway_pb2_grpc.ToolGatewayServiceStub(self.sidecar_channel)
         self.reference = self.reference_channel.unary_unary(
-            REFERENCE_METHOD, request_serializer=gateway_pb2.ConfirmRequest.SerializeToString,
-            response_deserializer=gateway_pb2.ConfirmResponse.FromString)
+            REFERENCE_METHOD,
+            request_serializer=gateway_pb2.ConfirmRequest.SerializeToString,
+            response_deserializer=gateway_pb2.ConfirmResponse.FromString,
+        )
         self.session: aiohttp.ClientSession | None = None
-        self.cards: deque[str] = deque()       # tokens of READY cards (Invoke output)
-        self.settled: list[str] = []           # tokens already confirmed (replay input)
+        self.cards: deque[str] = deque()  # tokens of READY cards (Invoke output)
+        self.settled: list[str] = []  # tokens already confirmed (replay input)
         self._replay_i = 0
         self.session_id = "bench-session-" + uuid.uuid4().hex[:8]
 
@@ -188,8 +205,14 @@ class Clients:
 
     def context(self) -> common_pb2.CallContext:
         return common_pb2.CallContext(
-            tenant_id="bench-tenant", actor_id="bench-user", subject_id="bench-user", session_id=self.session_id,
-            request_id=uuid.uuid4().hex, role="user", locale="en")
+            tenant_id="bench-tenant",
+            actor_id="bench-user",
+            subject_id="bench-user",
+            session_id=self.session_id,
+            request_id=uuid.uuid4().hex,
+            role="user",
+            locale="en",
+        )
 
     # -- the operations ------------------------------------------------------------------------
 
@@ -202,15 +225,20 @@ class Clients:
                 raise RuntimeError(f"POST /todos answered {resp.status}")
 
     async def reference_confirm(self) -> None:
-        reply = await self.reference(gateway_pb2.ConfirmRequest(
-            context=self.context(), token="bench " + uuid.uuid4().hex))
+        reply = await self.reference(
+            gateway_pb2.ConfirmRequest(context=self.context(), token="bench " + uuid.uuid4().hex)
+        )
         if reply.action.state != common_pb2.ACTION_STATE_SUCCEEDED:
             raise RuntimeError(f"reference answered {common_pb2.ActionState.Name(reply.action.state)}")
 
     async def invoke_one(self) -> str:
-        reply = await self.gateway.Invoke(gateway_pb2.InvokeRequest(
-            context=self.context(), tool_name="create_todo",
-            arguments_json=json.dumps({"title": "bench " + uuid.uuid4().hex})))
+        reply = await self.gateway.Invoke(
+            gateway_pb2.InvokeRequest(
+                context=self.context(),
+                tool_name="create_todo",
+                arguments_json=json.dumps({"title": "bench " + uuid.uuid4().hex}),
+            )
+        )
         if reply.WhichOneof("outcome") != "confirmation":
             raise RuntimeError(f"Invoke did not answer with a card: {str(reply)[:200]}")
         return reply.confirmation.token
@@ -219,8 +247,10 @@ class Clients:
         reply = await self.gateway.Confirm(gateway_pb2.ConfirmRequest(context=self.context(), token=token))
         action = reply.action
         if action.state != common_pb2.ACTION_STATE_SUCCEEDED or action.replayed != replay:
-            raise RuntimeError(f"Confirm answered {common_pb2.ActionState.Name(action.state)} "
-                               f"replayed={action.replayed} ({action.error.reason})")
+            raise RuntimeError(
+                f"Confirm answered {common_pb2.ActionState.Name(action.state)} "
+                f"replayed={action.replayed} ({action.error.reason})"
+            )
 
     async def invoke(self) -> None:
         self.cards.append(await self.invoke_one())
@@ -251,8 +281,9 @@ class Clients:
             text = await resp.text()
         out: dict[str, float] = {}
         for line in text.splitlines():
-            if line.startswith(("countersign_stage_duration_seconds_", "countersign_downstream_duration_seconds_")) \
-                    and ("_sum{" in line or "_count{" in line):
+            if line.startswith(
+                ("countersign_stage_duration_seconds_", "countersign_downstream_duration_seconds_")
+            ) and ("_sum{" in line or "_count{" in line):
                 name, _, value = line.rpartition(" ")
                 metric, _, labels = name.partition("{")
                 label = labels.split('"')[1] if '"' in labels else ""
@@ -263,9 +294,11 @@ class Clients:
 
     async def top_up(self, want: int, concurrency: int = 16) -> None:
         """Untimed: Invoke until `want` cards are ready."""
+
         async def worker() -> None:
             while len(self.cards) < want:
                 self.cards.append(await self.invoke_one())
+
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
@@ -281,8 +314,21 @@ class Profiler:
         return Path(self.exe).exists()
 
     def start(self, seconds: float) -> None:
-        cmd = [self.exe, "record", "-d", str(max(1, int(seconds))), "-o", str(self.out), "--pid", str(self.pid),
-               "--format", "speedscope", "--rate", "200", *(["--native"] if self.native else [])]
+        cmd = [
+            self.exe,
+            "record",
+            "-d",
+            str(max(1, int(seconds))),
+            "-o",
+            str(self.out),
+            "--pid",
+            str(self.pid),
+            "--format",
+            "speedscope",
+            "--rate",
+            "200",
+            *(["--native"] if self.native else []),
+        ]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def wait(self) -> dict[str, Any]:
@@ -324,12 +370,14 @@ def top_self(path: Path, n: int = 10) -> dict[str, Any]:
 
     def rows(weights: dict[tuple[str, str], float], keep: Callable[[str], bool]) -> list[dict[str, Any]]:
         ranked = [(k, w) for k, w in sorted(weights.items(), key=lambda kv: -kv[1]) if keep(k[1])]
-        return [{"function": name, "where": where, "pct": round(100 * w / total, 1)}
-                for (name, where), w in ranked[:n]]
+        return [{"function": name, "where": where, "pct": round(100 * w / total, 1)} for (name, where), w in ranked[:n]]
 
-    return {"threads_busy_s": threads, "main_samples_s": round(total, 3),
-            "self": rows(self_w, lambda where: True),
-            "inclusive": rows(incl_w, lambda where: where.startswith("countersign/") and "cli.py" not in where)}
+    return {
+        "threads_busy_s": threads,
+        "main_samples_s": round(total, 3),
+        "self": rows(self_w, lambda where: True),
+        "inclusive": rows(incl_w, lambda where: where.startswith("countersign/") and "cli.py" not in where),
+    }
 
 
 def _short(path: str) -> str:
@@ -356,11 +404,16 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
-async def run_bench(args: argparse.Namespace, clients: Clients, profiler: Profiler | None,
-                    pids: dict[str, int]) -> dict[str, Any]:
+async def run_bench(
+    args: argparse.Namespace, clients: Clients, profiler: Profiler | None, pids: dict[str, int]
+) -> dict[str, Any]:
     ops: dict[str, Callable[[], Awaitable[None]]] = {
-        "direct": clients.direct, "reference": clients.reference_confirm, "invoke": clients.invoke,
-        "confirm": clients.confirm, "replay": clients.replay, "pair": clients.pair,
+        "direct": clients.direct,
+        "reference": clients.reference_confirm,
+        "invoke": clients.invoke,
+        "confirm": clients.confirm,
+        "replay": clients.replay,
+        "pair": clients.pair,
     }
     cells = {(s, c): Cell(s, c) for c in CONCURRENCY for s in ORDER}
     slice_s = args.seconds / args.rounds
@@ -403,8 +456,11 @@ async def run_bench(args: argparse.Namespace, clients: Clients, profiler: Profil
                 if prof:
                     assert profiler is not None
                     profile = await asyncio.to_thread(profiler.wait)
-                print(f"  round {rnd + 1}/{args.rounds} c={c:<2} {series:<9} {result[0] / result[2]:8.1f}/s"
-                      f"  (errors {result[1]})", flush=True)
+                print(
+                    f"  round {rnd + 1}/{args.rounds} c={c:<2} {series:<9} {result[0] / result[2]:8.1f}/s"
+                    f"  (errors {result[1]})",
+                    flush=True,
+                )
     return {"cells": cells, "profile": profile, "leftover_cards": len(clients.cards)}
 
 
@@ -415,32 +471,55 @@ def ratios(cells: dict[tuple[str, int], Cell]) -> list[dict[str, Any]]:
     confirm16, ref16 = g("confirm", 16), g("reference", 16)
     c1, d1, r1 = g("confirm", 1), g("direct", 1), g("replay", 1)
     return [
-        {"name": "Confirm c=16 throughput / reference c=16 throughput",
-         "value": confirm16.throughput / ref16.throughput if ref16.throughput else math.nan,
-         "target": ">= 0.7", "ok": confirm16.throughput >= 0.7 * ref16.throughput, "unit": ""},
-        {"name": "Confirm c=1 p50 - direct c=1 p50", "value": c1.pct(0.5) - d1.pct(0.5),
-         "target": "<= 1.5 ms", "ok": c1.pct(0.5) - d1.pct(0.5) <= 1.5, "unit": "ms"},
-        {"name": "Confirm c=1 p99 - direct c=1 p99", "value": c1.pct(0.99) - d1.pct(0.99),
-         "target": "<= 3 ms", "ok": c1.pct(0.99) - d1.pct(0.99) <= 3.0, "unit": "ms"},
-        {"name": "first Confirm c=1 p50 / replayed Confirm c=1 p50", "value": c1.pct(0.5) / r1.pct(0.5),
-         "target": ">= 1.5", "ok": c1.pct(0.5) / r1.pct(0.5) >= 1.5, "unit": ""},
+        {
+            "name": "Confirm c=16 throughput / reference c=16 throughput",
+            "value": confirm16.throughput / ref16.throughput if ref16.throughput else math.nan,
+            "target": ">= 0.7",
+            "ok": confirm16.throughput >= 0.7 * ref16.throughput,
+            "unit": "",
+        },
+        {
+            "name": "Confirm c=1 p50 - direct c=1 p50",
+            "value": c1.pct(0.5) - d1.pct(0.5),
+            "target": "<= 1.5 ms",
+            "ok": c1.pct(0.5) - d1.pct(0.5) <= 1.5,
+            "unit": "ms",
+        },
+        {
+            "name": "Confirm c=1 p99 - direct c=1 p99",
+            "value": c1.pct(0.99) - d1.pct(0.99),
+            "target": "<= 3 ms",
+            "ok": c1.pct(0.99) - d1.pct(0.99) <= 3.0,
+            "unit": "ms",
+        },
+        {
+            "name": "first Confirm c=1 p50 / replayed Confirm c=1 p50",
+            "value": c1.pct(0.5) / r1.pct(0.5),
+            "target": ">= 1.5",
+            "ok": c1.pct(0.5) / r1.pct(0.5) >= 1.5,
+            "unit": "",
+        },
     ]
 
 
 def table(cells: dict[tuple[str, int], Cell]) -> str:
     """One line per cell; CPU columns are milliseconds of CPU per call (server = the process under test)."""
-    head = (f"{'series':<10}{'c':>3}{'calls':>7}{'err':>4}{'calls/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
-            f"{'cpu/call ms: server':>20}{'todo':>6}{'redis':>6}{'bench':>6}{'others%':>8}")
+    head = (
+        f"{'series':<10}{'c':>3}{'calls':>7}{'err':>4}{'calls/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
+        f"{'cpu/call ms: server':>20}{'todo':>6}{'redis':>6}{'bench':>6}{'others%':>8}"
+    )
     lines = [head, "-" * len(head)]
     for series in ORDER:
         for c in CONCURRENCY:
             cell = cells[(series, c)]
             flag = "  (ran out of cards!)" if cell.starved else ""
             server = f"{SERVER[series]} {cell.cpu_ms_per_call(SERVER[series]):.2f}"
-            lines.append(f"{series:<10}{c:>3}{cell.calls:>7}{cell.errors:>4}{cell.throughput:>9.1f}"
-                         f"{cell.pct(0.5):>8.2f}{cell.pct(0.99):>8.2f}{server:>20}"
-                         f"{cell.cpu_ms_per_call('todo'):>6.2f}{cell.cpu_ms_per_call('redis'):>6.2f}"
-                         f"{cell.cpu_ms_per_call('bench'):>6.2f}{cell.others_pct:>8.0f}{flag}")
+            lines.append(
+                f"{series:<10}{c:>3}{cell.calls:>7}{cell.errors:>4}{cell.throughput:>9.1f}"
+                f"{cell.pct(0.5):>8.2f}{cell.pct(0.99):>8.2f}{server:>20}"
+                f"{cell.cpu_ms_per_call('todo'):>6.2f}{cell.cpu_ms_per_call('redis'):>6.2f}"
+                f"{cell.cpu_ms_per_call('bench'):>6.2f}{cell.others_pct:>8.0f}{flag}"
+            )
     lines.append("")
     lines.extend(f"  {series:<10}{DESCRIPTION[series]}" for series in ORDER)
     lines.append("\nsidecar stage means, ms (its own histograms; 'downstream' is the HTTP call):")
@@ -454,11 +533,13 @@ def table(cells: dict[tuple[str, int], Cell]) -> str:
 
 def git_state() -> dict[str, Any]:
     """The commit measured and the files changed on top of it (read-only git calls)."""
+
     def git(*cmd: str) -> str:
         try:
             return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout
         except (OSError, subprocess.SubprocessError):
             return ""
+
     dirty = [line[3:] for line in git("status", "--porcelain").splitlines() if "bench/results/" not in line]
     return {"head": git("rev-parse", "--short", "HEAD").strip(), "changed_files": dirty}
 
@@ -472,14 +553,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=None, help="timed seconds per cell (default 5; --quick 2)")
     parser.add_argument("--quick", action="store_true", help="2 s per cell, 0.5 s warm-up")
     parser.add_argument("--warmup", type=float, default=None, help="warm-up seconds before each timed slice")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="split each cell into this many slices, interleaved across series (default 2; quick 1)")
-    parser.add_argument("--profile", action="store_true",
-                        help="py-spy record the sidecar during Confirm c=16 (slows that cell; "
-                             "do not compare its numbers)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="split each cell into this many slices, interleaved across series (default 2; quick 1)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy record the sidecar during Confirm c=16 (slows that cell; do not compare its numbers)",
+    )
     parser.add_argument("--profile-native", action="store_true", help="--profile with py-spy --native")
-    parser.add_argument("--profile-at", default="confirm:16", metavar="SERIES:C",
-                        help="the cell --profile samples (default confirm:16)")
+    parser.add_argument(
+        "--profile-at", default="confirm:16", metavar="SERIES:C", help="the cell --profile samples (default confirm:16)"
+    )
     args = parser.parse_args(argv)
     args.profile = args.profile or args.profile_native
     args.seconds = args.seconds if args.seconds is not None else (2.0 if args.quick else 5.0)
@@ -489,8 +577,11 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     code = git_state()
     load_start = loadavg()
-    print(f"write_path: {args.seconds:g} s per cell in {args.rounds} interleaved slice(s), warm-up {args.warmup:g} s; "
-          f"cpus={os.cpu_count()} loadavg at start {load_start}", flush=True)
+    print(
+        f"write_path: {args.seconds:g} s per cell in {args.rounds} interleaved slice(s), warm-up {args.warmup:g} s; "
+        f"cpus={os.cpu_count()} loadavg at start {load_start}",
+        flush=True,
+    )
     print(f"code: HEAD {code['head']}, {len(code['changed_files'])} changed file(s) on top", flush=True)
 
     work = processes.workdir("countersign-bench-")
@@ -498,15 +589,30 @@ def main(argv: list[str] | None = None) -> int:
     try:
         redis, todo, registry, keys = processes.start_backends(work)
         procs += [redis, todo]
-        sidecar = processes.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
-                                        flags=["--log-level", "warning"])
+        sidecar = processes.start_sidecar(
+            work, registry, redis_url=redis.info["url"], keys=keys, flags=["--log-level", "warning"]
+        )
         procs.append(sidecar)
         reference = processes._start(  # the harness's own start-and-wait-for-"listening" helper
-            [sys.executable, str(ROOT / "bench" / "reference_server.py"), "--redis-url", redis.info["url"],
-             "--todo-url", todo.info["url"]], work, "reference")
+            [
+                sys.executable,
+                str(ROOT / "bench" / "reference_server.py"),
+                "--redis-url",
+                redis.info["url"],
+                "--todo-url",
+                todo.info["url"],
+            ],
+            work,
+            "reference",
+        )
         procs.append(reference)
-        pids = {"redis": redis.pid, "todo": todo.pid, "sidecar": sidecar.pid, "reference": reference.pid,
-                "bench": os.getpid()}
+        pids = {
+            "redis": redis.pid,
+            "todo": todo.pid,
+            "sidecar": sidecar.pid,
+            "reference": reference.pid,
+            "bench": os.getpid(),
+        }
         print(f"pids: {pids}; work dir {work}", flush=True)
 
         profiler = None
@@ -519,8 +625,9 @@ def main(argv: list[str] | None = None) -> int:
                 profiler = None
 
         async def go() -> dict[str, Any]:
-            clients = Clients(todo.info["url"], sidecar.info["grpc"], reference.info["grpc"],
-                              sidecar.info.get("metrics", ""))
+            clients = Clients(
+                todo.info["url"], sidecar.info["grpc"], reference.info["grpc"], sidecar.info.get("metrics", "")
+            )
             await clients.start()
             try:
                 return await run_bench(args, clients, profiler, pids)
@@ -543,13 +650,14 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for r in rs:
         unit = f" {r['unit']}" if r["unit"] else ""
-        print(f"{r['name']:<52} {r['value']:8.3f}{unit:<3}  target {r['target']:<9} "
-              f"{'OK' if r['ok'] else 'MISSED'}")
+        print(f"{r['name']:<52} {r['value']:8.3f}{unit:<3}  target {r['target']:<9} {'OK' if r['ok'] else 'MISSED'}")
     print(f"\nloadavg at start {load_start}, at end {load_end}")
     prof = out["profile"]
     if prof:
-        print(f"\nserver during {args.profile_at} (py-spy{' --native' if args.profile_native else ''}); busy seconds "
-              f"per thread: {prof['threads_busy_s']}")
+        print(
+            f"\nserver during {args.profile_at} (py-spy{' --native' if args.profile_native else ''}); busy seconds "
+            f"per thread: {prof['threads_busy_s']}"
+        )
         for title, key in (("top functions by self time", "self"), ("countersign functions, inclusive", "inclusive")):
             print(f"  MainThread (event loop), {title}, % of its busy samples:")
             for row in prof[key]:
@@ -560,18 +668,35 @@ def main(argv: list[str] | None = None) -> int:
     (RESULTS / ".gitkeep").touch()
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
     path = RESULTS / f"write_path-{stamp}.json"
-    path.write_text(json.dumps({
-        "started_utc": started.isoformat(), "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "code": code,
-        "settings": {"seconds": args.seconds, "warmup": args.warmup, "rounds": args.rounds,
-                     "concurrency": list(CONCURRENCY), "profile": args.profile},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "loadavg_start": load_start, "loadavg_end": load_end},
-        "cells": [cells[(s, c)].summary() for s in ORDER for c in CONCURRENCY],
-        "ratios": [{**r, "value": round(r["value"], 3)} for r in rs],
-        "profile": {"cell": args.profile_at, **out["profile"]} if out["profile"] else {},
-        "descriptions": DESCRIPTION,
-    }, indent=2) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "started_utc": started.isoformat(),
+                "command": " ".join([Path(sys.executable).name, *sys.argv]),
+                "code": code,
+                "settings": {
+                    "seconds": args.seconds,
+                    "warmup": args.warmup,
+                    "rounds": args.rounds,
+                    "concurrency": list(CONCURRENCY),
+                    "profile": args.profile,
+                },
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "platform": platform.platform(),
+                    "python": platform.python_version(),
+                    "loadavg_start": load_start,
+                    "loadavg_end": load_end,
+                },
+                "cells": [cells[(s, c)].summary() for s in ORDER for c in CONCURRENCY],
+                "ratios": [{**r, "value": round(r["value"], 3)} for r in rs],
+                "profile": {"cell": args.profile_at, **out["profile"]} if out["profile"] else {},
+                "descriptions": DESCRIPTION,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"results: {path.relative_to(ROOT)}")
     return 0
 

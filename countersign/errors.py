@@ -67,7 +67,7 @@ class CountersignError(Exception):
     """Base of every error a caller may see."""
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
-    retry_after = 0.0   # seconds; when set, the status carries a google.rpc.RetryInfo
+    retry_after = 0.0  # seconds; when set, the status carries a google.rpc.RetryInfo
 
     def __init__(
         self,
@@ -110,8 +110,9 @@ class DataLoss(CountersignError):
 class Unavailable(CountersignError):
     code = grpc.StatusCode.UNAVAILABLE
 
-    def __init__(self, reason: str, message: str, *, metadata: dict[str, str] | None = None,
-                 retry_after: float = 0.0) -> None:
+    def __init__(
+        self, reason: str, message: str, *, metadata: dict[str, str] | None = None, retry_after: float = 0.0
+    ) -> None:
         super().__init__(reason, message, metadata=metadata)
         self.retry_after = retry_after
 
@@ -119,8 +120,9 @@ class Unavailable(CountersignError):
 class ResourceExhausted(CountersignError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
-    def __init__(self, reason: str, message: str, *, metadata: dict[str, str] | None = None,
-                 retry_after: float = 0.0) -> None:
+    def __init__(
+        self, reason: str, message: str, *, metadata: dict[str, str] | None = None, retry_after: float = 0.0
+    ) -> None:
         super().__init__(reason, message, metadata=metadata)
         self.retry_after = retry_after
 

@@ -63,7 +63,7 @@ class Keyring:
     active: str
     keys: dict[str, bytes]
     generated: bool = False
-    id_key: bytes = b""       # empty: the key with the smallest key id (see id_key_source)
+    id_key: bytes = b""  # empty: the key with the smallest key id (see id_key_source)
 
     def __post_init__(self) -> None:
         if not self.id_key:

@@ -81,11 +81,22 @@ class Reason(StrEnum):
 
 # Reasons an alert fires on or a runbook entry concerns: someone may be paged for them, so docs/runbook.md names
 # each (tests/unit/test_reasons.py).
-PAGES = frozenset({
-    Reason.STORE_UNAVAILABLE, Reason.OVERLOADED, Reason.REPLICAS_NOT_ACKNOWLEDGED, Reason.DOWNSTREAM_NOT_SENT,
-    Reason.RECORD_TAMPERED, Reason.CONFIRMATION_TAMPERED, Reason.LEASE_LAPSED, Reason.NO_LOOKUP,
-    Reason.NOT_RESOLVED_IN_WINDOW, Reason.RECEIPT_INVALID, Reason.KEY_NOT_IN_KEYS_FILE, Reason.COMPENSATION_FAILED,
-})
+PAGES = frozenset(
+    {
+        Reason.STORE_UNAVAILABLE,
+        Reason.OVERLOADED,
+        Reason.REPLICAS_NOT_ACKNOWLEDGED,
+        Reason.DOWNSTREAM_NOT_SENT,
+        Reason.RECORD_TAMPERED,
+        Reason.CONFIRMATION_TAMPERED,
+        Reason.LEASE_LAPSED,
+        Reason.NO_LOOKUP,
+        Reason.NOT_RESOLVED_IN_WINDOW,
+        Reason.RECEIPT_INVALID,
+        Reason.KEY_NOT_IN_KEYS_FILE,
+        Reason.COMPENSATION_FAILED,
+    }
+)
 
 OTHER = "OTHER"
 _OURS = frozenset(Reason)

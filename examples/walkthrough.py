@@ -48,8 +48,15 @@ class Mismatch(Exception):
 
 def ctx(request_id: str) -> common_pb2.CallContext:
     """The caller: alice, in her own session, speaking Chinese; request_id is the user turn."""
-    return common_pb2.CallContext(tenant_id="demo", actor_id="alice", subject_id="alice", session_id="s-1",
-                                  request_id=request_id, role="user", locale="zh-CN")
+    return common_pb2.CallContext(
+        tenant_id="demo",
+        actor_id="alice",
+        subject_id="alice",
+        session_id="s-1",
+        request_id=request_id,
+        role="user",
+        locale="zh-CN",
+    )
 
 
 def expect(what: str, ok: bool, got: object) -> None:
@@ -83,8 +90,9 @@ class TodoService:
 
     def call(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json", **(headers or {})})
+        request = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
+        )
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
                 return json.loads(answer.read() or b"null")
@@ -104,8 +112,9 @@ class Agent:
         self.stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)  # type: ignore[no-untyped-call]
 
     def invoke(self, request_id: str, tool: str, args: dict[str, Any]) -> gateway_pb2.InvokeResponse:
-        request = gateway_pb2.InvokeRequest(context=ctx(request_id), tool_name=tool,
-                                            arguments_json=json.dumps(args, ensure_ascii=False))
+        request = gateway_pb2.InvokeRequest(
+            context=ctx(request_id), tool_name=tool, arguments_json=json.dumps(args, ensure_ascii=False)
+        )
         response: gateway_pb2.InvokeResponse = self.stub.Invoke(request, timeout=RPC_TIMEOUT)
         return response
 
@@ -132,9 +141,19 @@ class Walkthrough:
 
     def run(self) -> None:
         steps: list[Callable[[int], None]] = [
-            self.read, self.write, self.retry_same_turn, self.two_tabs, self.confirm_after_settle,
-            self.invoke_after_settle, self.refusals, self.stale_status, self.forged_token,
-            self.continuation, self.guard_failed, self.unknown_reconciled, self.compensation,
+            self.read,
+            self.write,
+            self.retry_same_turn,
+            self.two_tabs,
+            self.confirm_after_settle,
+            self.invoke_after_settle,
+            self.refusals,
+            self.stale_status,
+            self.forged_token,
+            self.continuation,
+            self.guard_failed,
+            self.unknown_reconciled,
+            self.compensation,
         ]
         for number, step in enumerate(steps, 1):
             self.steps += 1
@@ -179,15 +198,20 @@ class Walkthrough:
         risk = common_pb2.RiskLevel.Name(card.risk).removeprefix("RISK_LEVEL_").lower()
         print(f"[{n}] write: create_todo {json.dumps(args, ensure_ascii=False)} → a card, nothing written yet")
         print(f"    {card.preview.title}「{card.preview.target}」 {card.preview.impact}")
-        print(f"    prepared {json.dumps(prepared, ensure_ascii=False)}, risk {risk}, "
-              f"expires in {card.expires_at.seconds - int(time.time())} s, action {card.action_id}")
+        print(
+            f"    prepared {json.dumps(prepared, ensure_ascii=False)}, risk {risk}, "
+            f"expires in {card.expires_at.seconds - int(time.time())} s, action {card.action_id}"
+        )
         expect("aliases normalised to title/dueAt", set(prepared) == {"title", "dueAt"}, prepared)
         expect("title 买牛奶", prepared.get("title") == "买牛奶", prepared.get("title"))
         due = str(prepared.get("dueAt", ""))
         expect("dueAt as a concrete timestamp", due[:2] == "20" and "T" in due and "21:00" in due, due)
         expect("a token and an action id", bool(card.token) and bool(card.action_id), card.token)
-        expect("preview 创建待办 / 买牛奶", (card.preview.title, card.preview.target) == ("创建待办", "买牛奶"),
-               (card.preview.title, card.preview.target))
+        expect(
+            "preview 创建待办 / 买牛奶",
+            (card.preview.title, card.preview.target) == ("创建待办", "买牛奶"),
+            (card.preview.title, card.preview.target),
+        )
         expect("risk low", card.risk == common_pb2.RISK_LEVEL_LOW, risk)
         expect("an expiry", card.expires_at.seconds > 0, card.expires_at)
 
@@ -198,8 +222,10 @@ class Walkthrough:
         expect("a ConfirmationCard", outcome(response) == "confirmation", outcome(response))
         again = response.confirmation
         same = again.action_id == card.action_id and again.token == card.token
-        print(f"[{n}] the model repeats the call in the same turn → the same card "
-              f"(action {again.action_id}, same token: {'yes' if again.token == card.token else 'no'})")
+        print(
+            f"[{n}] the model repeats the call in the same turn → the same card "
+            f"(action {again.action_id}, same token: {'yes' if again.token == card.token else 'no'})"
+        )
         expect(f"the same action {card.action_id} and token", same, again.action_id)
 
     # [4] ----------------------------------------------------------------------------------
@@ -215,8 +241,11 @@ class Walkthrough:
             answers = list(pool.map(click, (1, 2)))
         originals = [a for a in answers if not a.replayed]
         replays = [a for a in answers if a.replayed]
-        expect("one original answer and one replayed", len(originals) == 1 and len(replays) == 1,
-               [short(a) for a in answers])
+        expect(
+            "one original answer and one replayed",
+            len(originals) == 1 and len(replays) == 1,
+            [short(a) for a in answers],
+        )
         first = self.first = originals[0]
         expect("the original SUCCEEDED", first.state == common_pb2.ACTION_STATE_SUCCEEDED, short(first))
         other = replays[0]
@@ -224,15 +253,22 @@ class Walkthrough:
         if other.state == common_pb2.ACTION_STATE_RUNNING:
             other = self.agent.confirm("turn-1-tab-2", card.token, wait_ms=5000)
             note = "the other tab saw RUNNING, then (wait_ms) the replayed receipt"
-        expect("the other tab's receipt equal to the original",
-               other.replayed and other.receipt.SerializeToString() == first.receipt.SerializeToString(),
-               short(other))
-        posts = [e for e in self.todo.requests()
-                 if e["method"] == "POST" and e["path"] == "/todos" and e["idempotency_key"] == card.action_id]
+        expect(
+            "the other tab's receipt equal to the original",
+            other.replayed and other.receipt.SerializeToString() == first.receipt.SerializeToString(),
+            short(other),
+        )
+        posts = [
+            e
+            for e in self.todo.requests()
+            if e["method"] == "POST" and e["path"] == "/todos" and e["idempotency_key"] == card.action_id
+        ]
         resource = first.receipt.resource_id
         print(f"[{n}] two tabs confirm at once → todo {resource} created once; {note}")
-        print(f"    receipt «{first.receipt.summary}» resource {resource} version {first.receipt.resource_version}"
-              f"; the todo service saw {len(posts)} POST /todos with Idempotency-Key {card.action_id}")
+        print(
+            f"    receipt «{first.receipt.summary}» resource {resource} version {first.receipt.resource_version}"
+            f"; the todo service saw {len(posts)} POST /todos with Idempotency-Key {card.action_id}"
+        )
         expect("exactly one POST /todos with the action's key", len(posts) == 1, len(posts))
         expect("a resource id", resource.startswith("t_"), resource)
         stored = self.todo.call("GET", f"/todos/{resource}")
@@ -245,8 +281,9 @@ class Walkthrough:
         assert self.first is not None
         late = self.agent.confirm("turn-2", card.token)
         same = late.receipt.SerializeToString() == self.first.receipt.SerializeToString()
-        print(f"[{n}] a late Confirm of the same token → {short(late)}; receipt byte-identical: "
-              f"{'yes' if same else 'no'}")
+        print(
+            f"[{n}] a late Confirm of the same token → {short(late)}; receipt byte-identical: {'yes' if same else 'no'}"
+        )
         expect("SUCCEEDED, replayed", late.state == common_pb2.ACTION_STATE_SUCCEEDED and late.replayed, short(late))
         expect("a byte-identical receipt", same, late.receipt)
 
@@ -255,21 +292,27 @@ class Walkthrough:
         card = self.need_card()
         response = self.agent.invoke("turn-1", "create_todo", {"taskTitle": "买牛奶", "deadline": "今晚 9 点"})
         kind = outcome(response)
-        print(f"[{n}] the agent loop runs again in the same turn with the same call → {kind}"
-              + (f": {short(response.replay)}" if kind == "replay" else ""))
+        print(
+            f"[{n}] the agent loop runs again in the same turn with the same call → {kind}"
+            + (f": {short(response.replay)}" if kind == "replay" else "")
+        )
         expect("a replay of the settled action", kind == "replay", kind)
         action = response.replay
-        expect(f"action {card.action_id} SUCCEEDED",
-               action.action_id == card.action_id and action.state == common_pb2.ACTION_STATE_SUCCEEDED, short(action))
+        expect(
+            f"action {card.action_id} SUCCEEDED",
+            action.action_id == card.action_id and action.state == common_pb2.ACTION_STATE_SUCCEEDED,
+            short(action),
+        )
         posts = [e for e in self.todo.requests() if e["method"] == "POST" and e["path"] == "/todos"]
         expect("still one POST /todos in all", len(posts) == 1, len(posts))
 
     # [7] ----------------------------------------------------------------------------------
     def refusals(self, n: int) -> None:
         print(f"[{n}] capabilities the assistant does not have:")
-        wanted = {"delete_note": ("note.delete", common_pb2.CAPABILITY_STATUS_PLANNED, "当前请前往笔记页面手动删除。"),
-                  "delete_account": ("account.delete", common_pb2.CAPABILITY_STATUS_FORBIDDEN,
-                                     "Agent 不允许执行账号注销。")}
+        wanted = {
+            "delete_note": ("note.delete", common_pb2.CAPABILITY_STATUS_PLANNED, "当前请前往笔记页面手动删除。"),
+            "delete_account": ("account.delete", common_pb2.CAPABILITY_STATUS_FORBIDDEN, "Agent 不允许执行账号注销。"),
+        }
         args: dict[str, dict[str, Any]] = {"delete_note": {"noteId": "n_1"}, "delete_account": {"confirm": True}}
         for tool, (capability, status, guidance) in wanted.items():
             response = self.agent.invoke("turn-3", tool, args[tool])
@@ -278,9 +321,11 @@ class Walkthrough:
             refusal = response.refusal
             status_text = common_pb2.CapabilityStatus.Name(refusal.status).removeprefix("CAPABILITY_STATUS_").lower()
             print(f"    {tool} → refused ({refusal.capability_id}, {status_text}): {refusal.guidance}")
-            expect(f"{capability} {common_pb2.CapabilityStatus.Name(status)} «{guidance}»",
-                   (refusal.capability_id, refusal.status, refusal.guidance) == (capability, status, guidance),
-                   (refusal.capability_id, common_pb2.CapabilityStatus.Name(refusal.status), refusal.guidance))
+            expect(
+                f"{capability} {common_pb2.CapabilityStatus.Name(status)} «{guidance}»",
+                (refusal.capability_id, refusal.status, refusal.guidance) == (capability, status, guidance),
+                (refusal.capability_id, common_pb2.CapabilityStatus.Name(refusal.status), refusal.guidance),
+            )
 
     # [8] ----------------------------------------------------------------------------------
     def stale_status(self, n: int) -> None:
@@ -297,8 +342,12 @@ class Walkthrough:
         print(f"    set_todo_status done @ version 1 → card «{card.preview.impact}»")
         # Meanwhile someone else changes the todo in the app: done, then open again (version 1 → 3).
         for i, (status, version) in enumerate((("done", 1), ("open", 2)), 1):
-            changed = self.todo.call("POST", f"/todos/{todo_id}/status", {"status": status, "version": version},
-                                     headers={"Idempotency-Key": f'"walkthrough-elsewhere-{i}"'})
+            changed = self.todo.call(
+                "POST",
+                f"/todos/{todo_id}/status",
+                {"status": status, "version": version},
+                headers={"Idempotency-Key": f'"walkthrough-elsewhere-{i}"'},
+            )
             expect(f"the service to accept the change to {status}", changed.get("status") == status, changed)
         print(f"    meanwhile, in another app, {todo_id} is marked done and opened again (now version 3)")
         action = self.agent.confirm("turn-5", card.token)
@@ -306,13 +355,16 @@ class Walkthrough:
         evidence = json.loads(action.receipt.evidence_json or "{}")
         http_status = str(evidence.get("status", "?")) if isinstance(evidence, dict) else "?"
         print(f"    the user confirms the stale card → {short(action)} (the service answered {http_status})")
-        print(f"    the todo at the service: status {after.get('status')}, version {after.get('version')}"
-              " — not overwritten")
+        print(
+            f"    the todo at the service: status {after.get('status')}, version {after.get('version')}"
+            " — not overwritten"
+        )
         self.stale = action
         expect("FAILED", action.state == common_pb2.ACTION_STATE_FAILED, short(action))
         # the card's prepared version (1) went out as If-Match; the service answers 412 before looking further
-        expect("reason RESOURCE_VERSION_CONFLICT", action.error.reason == "RESOURCE_VERSION_CONFLICT",
-               action.error.reason)
+        expect(
+            "reason RESOURCE_VERSION_CONFLICT", action.error.reason == "RESOURCE_VERSION_CONFLICT", action.error.reason
+        )
         expect("not retryable", not action.error.retryable, action.error)
         expect("the service's 412 as evidence", http_status == "412", http_status)
         expect("the todo still open at version 3", (after.get("status"), after.get("version")) == ("open", 3), after)
@@ -335,41 +387,61 @@ class Walkthrough:
             reason = reasons[0][1] if reasons else "(no ErrorInfo)"
             print(f"[{n}] Confirm with a forged token → {err.code().name}, ErrorInfo reason {reason}")
             expect("INVALID_ARGUMENT", err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.code().name)
-            expect("ErrorInfo countersign/CONFIRMATION_TOKEN_INVALID",
-                   reasons == [("countersign", "CONFIRMATION_TOKEN_INVALID")], reasons)
+            expect(
+                "ErrorInfo countersign/CONFIRMATION_TOKEN_INVALID",
+                reasons == [("countersign", "CONFIRMATION_TOKEN_INVALID")],
+                reasons,
+            )
             return
         print(f"[{n}] Confirm with a forged token → {short(action)}")
         raise Mismatch(f"expected INVALID_ARGUMENT, got an Action: {short(action)}")
-
 
     # [10] ---------------------------------------------------------------------------------
     def continuation(self, n: int) -> None:
         card = self.need_card()
         conts = continuation_pb2_grpc.ContinuationServiceStub(self.agent.channel)  # type: ignore[no-untyped-call]
-        snapshot = continuation_pb2.ContinuationSnapshot(question="帮我建一个今晚 9 点买牛奶的待办", locale="zh-CN",
-                                                         lead_in="好的，")
-        opened = conts.OpenContinuation(continuation_pb2.OpenContinuationRequest(
-            context=ctx("turn-1"), action_id=card.action_id, snapshot=snapshot), timeout=RPC_TIMEOUT).continuation
-        got = conts.ClaimContinuation(continuation_pb2.ClaimContinuationRequest(
-            context=ctx("turn-1"), token=opened.token), timeout=RPC_TIMEOUT).continuation
+        snapshot = continuation_pb2.ContinuationSnapshot(
+            question="帮我建一个今晚 9 点买牛奶的待办", locale="zh-CN", lead_in="好的，"
+        )
+        opened = conts.OpenContinuation(
+            continuation_pb2.OpenContinuationRequest(
+                context=ctx("turn-1"), action_id=card.action_id, snapshot=snapshot
+            ),
+            timeout=RPC_TIMEOUT,
+        ).continuation
+        got = conts.ClaimContinuation(
+            continuation_pb2.ClaimContinuationRequest(context=ctx("turn-1"), token=opened.token), timeout=RPC_TIMEOUT
+        ).continuation
         facts = ", ".join(f"{f.tool_name} ({f.summary})" for f in got.facts) or "none"
-        print(f"[{n}] the reply, after the write: continuation {cont_state(opened.state)} → claimed "
-              f"{cont_state(got.state)}; it offers no tools, only facts: {facts}; receipt «{got.receipt.summary}»")
+        print(
+            f"[{n}] the reply, after the write: continuation {cont_state(opened.state)} → claimed "
+            f"{cont_state(got.state)}; it offers no tools, only facts: {facts}; receipt «{got.receipt.summary}»"
+        )
         reply = "好的，已经帮你创建好了待办「买牛奶」，今晚 9 点提醒你。"
-        settled = conts.SettleContinuation(continuation_pb2.SettleContinuationRequest(
-            context=ctx("turn-1"), token=opened.token, reply_text=reply, claim_id=got.claim_id),
-            timeout=RPC_TIMEOUT).continuation
-        again = conts.ClaimContinuation(continuation_pb2.ClaimContinuationRequest(
-            context=ctx("turn-1"), token=opened.token), timeout=RPC_TIMEOUT).continuation
+        settled = conts.SettleContinuation(
+            continuation_pb2.SettleContinuationRequest(
+                context=ctx("turn-1"), token=opened.token, reply_text=reply, claim_id=got.claim_id
+            ),
+            timeout=RPC_TIMEOUT,
+        ).continuation
+        again = conts.ClaimContinuation(
+            continuation_pb2.ClaimContinuationRequest(context=ctx("turn-1"), token=opened.token), timeout=RPC_TIMEOUT
+        ).continuation
         print(f"    the model's reply passes the guard (a succeeded receipt backs it): «{settled.reply_text}»")
         print(f"    a retried generation gets the stored reply (replayed: {again.replayed}); nothing ran again")
-        expect("READY at once (the action already succeeded)",
-               opened.state == continuation_pb2.CONTINUATION_STATE_READY, cont_state(opened.state))
+        expect(
+            "READY at once (the action already succeeded)",
+            opened.state == continuation_pb2.CONTINUATION_STATE_READY,
+            cont_state(opened.state),
+        )
         expect("the read of step 1 among the facts", any(f.tool_name == "list_todos" for f in got.facts), facts)
         expect("the reply kept", settled.reply_text == reply, settled.reply_text)
         expect("replayed, same reply", again.replayed and again.reply_text == reply, again)
-        expect("still one POST /todos for the action", len(self.todo_writes(card.action_id)) == 1,
-               self.todo_writes(card.action_id))
+        expect(
+            "still one POST /todos for the action",
+            len(self.todo_writes(card.action_id)) == 1,
+            self.todo_writes(card.action_id),
+        )
 
     # [11] ---------------------------------------------------------------------------------
     def guard_failed(self, n: int) -> None:
@@ -377,32 +449,44 @@ class Walkthrough:
         assert self.stale is not None
         guard = guard_pb2_grpc.ReplyGuardServiceStub(self.agent.channel)  # type: ignore[no-untyped-call]
         claim = "✅ 已经帮你把「交房租」标记为完成了！"
-        verdict = guard.CheckReply(guard_pb2.CheckReplyRequest(
-            context=ctx("turn-5"), reply_text=claim, action_ids=[self.stale.action_id]), timeout=RPC_TIMEOUT)
+        verdict = guard.CheckReply(
+            guard_pb2.CheckReplyRequest(context=ctx("turn-5"), reply_text=claim, action_ids=[self.stale.action_id]),
+            timeout=RPC_TIMEOUT,
+        )
         print(f"[{n}] the model claims «{claim}» for the action that FAILED (412)")
-        print(f"    guard: {guard_pb2.GuardVerdict.Name(verdict.verdict).removeprefix('GUARD_VERDICT_')} "
-              f"({verdict.reason.split(':')[0]}) → «{verdict.reply_text}»")
+        print(
+            f"    guard: {guard_pb2.GuardVerdict.Name(verdict.verdict).removeprefix('GUARD_VERDICT_')} "
+            f"({verdict.reason.split(':')[0]}) → «{verdict.reply_text}»"
+        )
         expect("REPLACED", verdict.verdict == guard_pb2.GUARD_VERDICT_REPLACED, verdict)
-        expect("a deterministic sentence", verdict.reply_text != claim and "完成了" not in verdict.reply_text,
-               verdict.reply_text)
+        expect(
+            "a deterministic sentence",
+            verdict.reply_text != claim and "完成了" not in verdict.reply_text,
+            verdict.reply_text,
+        )
 
     # [12] ---------------------------------------------------------------------------------
     def unknown_reconciled(self, n: int) -> None:
         response = self.agent.invoke("turn-7", "create_todo", {"title": "取快递"})
         card = response.confirmation
-        self.todo.call("POST", "/_test/faults", {"path": "/todos", "method": "POST", "mode": "hang_after_commit",
-                                                 "seconds": 2.0, "times": 1})
+        self.todo.call(
+            "POST",
+            "/_test/faults",
+            {"path": "/todos", "method": "POST", "mode": "hang_after_commit", "seconds": 2.0, "times": 1},
+        )
         action = self.agent.confirm("turn-7", card.token)
         print(f"[{n}] the service commits 取快递 and then hangs past the deadline → {short(action)}")
         again = self.agent.confirm("turn-7", card.token)
         print(f"    the user clicks again → {short(again)}: the claim stays held, nothing is re-sent")
-        resolved = self.agent.stub.Reconcile(gateway_pb2.ReconcileRequest(
-            context=ctx("turn-7"), action_id=card.action_id), timeout=RPC_TIMEOUT).action
+        resolved = self.agent.stub.Reconcile(
+            gateway_pb2.ReconcileRequest(context=ctx("turn-7"), action_id=card.action_id), timeout=RPC_TIMEOUT
+        ).action
         print(f"    Reconcile asks the service by idempotency key → {short(resolved)}")
         self.reconciled = resolved
         expect("UNKNOWN first", action.state == common_pb2.ACTION_STATE_UNKNOWN, short(action))
-        expect("UNKNOWN again, replayed", again.state == common_pb2.ACTION_STATE_UNKNOWN and again.replayed,
-               short(again))
+        expect(
+            "UNKNOWN again, replayed", again.state == common_pb2.ACTION_STATE_UNKNOWN and again.replayed, short(again)
+        )
         expect("SUCCEEDED by evidence", resolved.state == common_pb2.ACTION_STATE_SUCCEEDED, short(resolved))
         expect("one POST /todos", len(self.todo_writes(card.action_id)) == 1, self.todo_writes(card.action_id))
 
@@ -415,12 +499,17 @@ class Walkthrough:
         undone = self.agent.stub.Compensate(request, timeout=RPC_TIMEOUT).action
         twice = self.agent.stub.Compensate(request, timeout=RPC_TIMEOUT).action
         gone = self.todo.call("GET", f"/todos/{todo_id}")
-        print(f"[{n}] the user changes their mind: Compensate runs the declared inverse (delete_todo {todo_id}) → "
-              f"{state_name(undone.state)}; again → {state_name(twice.state)} (replayed: {twice.replayed})")
+        print(
+            f"[{n}] the user changes their mind: Compensate runs the declared inverse (delete_todo {todo_id}) → "
+            f"{state_name(undone.state)}; again → {state_name(twice.state)} (replayed: {twice.replayed})"
+        )
         print(f"    the todo at the service: {gone.get('reason', gone)}")
         expect("COMPENSATED", undone.state == common_pb2.ACTION_STATE_COMPENSATED, short(undone))
-        expect("the first outcome again", twice.state == common_pb2.ACTION_STATE_COMPENSATED and twice.replayed,
-               short(twice))
+        expect(
+            "the first outcome again",
+            twice.state == common_pb2.ACTION_STATE_COMPENSATED and twice.replayed,
+            short(twice),
+        )
         expect("the todo deleted", gone.get("reason") == "TODO_NOT_FOUND", gone)
 
     def todo_writes(self, key: str) -> list[dict[str, Any]]:
@@ -443,11 +532,16 @@ def main(verbose: bool = False) -> int:
         todo = processes.start_todo_service(work)
         procs.append(todo)
         registry = processes.write_registry(work, todo.info["url"])
-        sidecar = processes.start_sidecar(work, registry, flags=["--log-level", "warning", "--downstream-deadline",
-                                                               "1s", "--reconcile-interval", "1h"])
+        sidecar = processes.start_sidecar(
+            work,
+            registry,
+            flags=["--log-level", "warning", "--downstream-deadline", "1s", "--reconcile-interval", "1h"],
+        )
         procs.append(sidecar)
-        print(f"Countersign walkthrough — sidecar {sidecar.info.get('grpc')} (redis: "
-              f"{sidecar.info.get('redis')}), todo service {todo.info['url']}")
+        print(
+            f"Countersign walkthrough — sidecar {sidecar.info.get('grpc')} (redis: "
+            f"{sidecar.info.get('redis')}), todo service {todo.info['url']}"
+        )
         print("user alice, session s-1, locale zh-CN; a scripted agent plays the model\n")
         with grpc.insecure_channel(str(sidecar.info["grpc"])) as channel:
             grpc.channel_ready_future(channel).result(timeout=10)

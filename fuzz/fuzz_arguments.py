@@ -30,8 +30,9 @@ with atheris.instrument_imports():
 REGISTRY = registry.load(str(ROOT / "examples" / "registry.yaml"))
 TOOLS = sorted(REGISTRY.tools) + sorted(REGISTRY.refusals) + ["no_such_tool"]
 KEYS = sorted({k for tool in REGISTRY.tools.values() for k in (*tool.aliases, *tool.schema.get("properties", {}))})
-CONTEXT = common_pb2.CallContext(tenant_id="t1", actor_id="alice", subject_id="alice", session_id="s1",
-                                 request_id="r1", role="user", locale="zh-CN")
+CONTEXT = common_pb2.CallContext(
+    tenant_id="t1", actor_id="alice", subject_id="alice", session_id="s1", request_id="r1", role="user", locale="zh-CN"
+)
 REASON = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
 
 
@@ -40,13 +41,13 @@ def arguments_text(fdp: atheris.FuzzedDataProvider) -> str:
     mode = fdp.ConsumeIntInRange(0, 3)
     if mode == 0:
         return fdp.ConsumeBytes(fdp.remaining_bytes()).decode("utf-8", "replace")
-    if mode == 1:   # any code unit, lone surrogates included (the normaliser must refuse them itself)
+    if mode == 1:  # any code unit, lone surrogates included (the normaliser must refuse them itself)
         raw = fdp.ConsumeBytes(fdp.remaining_bytes())
         if fdp.ConsumeBool() or len(raw) < 2:
             return raw.decode("latin-1")
         return raw[: len(raw) // 2 * 2].decode("utf-16-le", "surrogatepass")
     key = fdp.PickValueInList(KEYS)
-    if mode == 2:   # {"<known key>": <fuzz>}
+    if mode == 2:  # {"<known key>": <fuzz>}
         return f'{{"{key}": {fdp.ConsumeUnicodeNoSurrogates(fdp.remaining_bytes())}}}'
     other = fdp.PickValueInList(KEYS)
     return f'{{"{key}": "x", "{other}": {fdp.ConsumeUnicodeNoSurrogates(fdp.remaining_bytes())}}}'

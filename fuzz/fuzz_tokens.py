@@ -21,7 +21,7 @@ with atheris.instrument_imports():
     from countersign.keyring import Keyring
 
 KEYRING = Keyring(active="k1", keys={"k1": bytes.fromhex("11" * 32), "k0": bytes.fromhex("22" * 32)})
-LABELS = ["confirm", "continue"]   # the confirmation and the continuation token labels
+LABELS = ["confirm", "continue"]  # the confirmation and the continuation token labels
 ACTION = "0123456789abcdef0123456789abcdef"
 REAL = {label: [KEYRING.token(ACTION, kid, label) for kid in KEYRING.keys] for label in LABELS}
 
@@ -30,20 +30,20 @@ def candidate(fdp: atheris.FuzzedDataProvider, label: str) -> str:
     """Free text, or a real token with bytes overwritten, cut, inserted or its parts replaced."""
     mode = fdp.ConsumeIntInRange(0, 4)
     if mode == 0:
-        return fdp.ConsumeUnicode(fdp.ConsumeIntInRange(0, 300))       # may hold lone surrogates
+        return fdp.ConsumeUnicode(fdp.ConsumeIntInRange(0, 300))  # may hold lone surrogates
     real = fdp.PickValueInList(REAL[label])
-    if mode == 1:                                                      # overwrite a few characters
+    if mode == 1:  # overwrite a few characters
         chars = list(real)
         for _ in range(fdp.ConsumeIntInRange(1, 4)):
             chars[fdp.ConsumeIntInRange(0, len(chars) - 1)] = fdp.ConsumeUnicodeNoSurrogates(1) or "."
         return "".join(chars)
-    if mode == 2:                                                      # cut a slice out
+    if mode == 2:  # cut a slice out
         i, j = sorted((fdp.ConsumeIntInRange(0, len(real)), fdp.ConsumeIntInRange(0, len(real))))
         return real[:i] + real[j:]
-    if mode == 3:                                                      # insert text
+    if mode == 3:  # insert text
         i = fdp.ConsumeIntInRange(0, len(real))
         return real[:i] + fdp.ConsumeUnicode(fdp.ConsumeIntInRange(1, 40)) + real[i:]
-    parts = real.split(".")                                            # replace one dot-separated part
+    parts = real.split(".")  # replace one dot-separated part
     parts[fdp.ConsumeIntInRange(0, len(parts) - 1)] = fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 60))
     return ".".join(parts)
 

@@ -32,10 +32,10 @@ from countersign.registry import HttpCall, Tool
 from countersign.registry.templates import PLACEHOLDER, path_problem, path_span, safe_url, text_of
 
 UPPER_SNAKE = re.compile(r"^[A-Z][A-Z0-9_]{1,63}$")
-MAX_ANSWER_BYTES = 1 << 20          # the largest answer an adapter reads (decoded); beyond it: unusable
-ANSWER_HEADROOM = 16 << 10          # what a reply needs besides a downstream's answer (it must fit in one message)
+MAX_ANSWER_BYTES = 1 << 20  # the largest answer an adapter reads (decoded); beyond it: unusable
+ANSWER_HEADROOM = 16 << 10  # what a reply needs besides a downstream's answer (it must fit in one message)
 # What an If-Match may carry: a strong entity-tag's characters (RFC 9110 §8.8.3, etagc without obs-text).
-_ETAG = re.compile(r'^[\x21\x23-\x7e]{1,256}$')
+_ETAG = re.compile(r"^[\x21\x23-\x7e]{1,256}$")
 
 
 class Kind(enum.Enum):
@@ -50,8 +50,8 @@ class Outcome:
     reason: str = ""
     message: str = ""
     retryable: bool = False
-    status: str = ""                     # "201", "409", "OK", "FAILED_PRECONDITION", "" when not sent
-    body: Any = None                     # the downstream's parsed answer
+    status: str = ""  # "201", "409", "OK", "FAILED_PRECONDITION", "" when not sent
+    body: Any = None  # the downstream's parsed answer
     resource_id: str = ""
     resource_version: str = ""
 
@@ -79,14 +79,14 @@ class LookupKind(enum.Enum):
     APPLIED = "applied"
     ABSENT_FENCED = "absent_fenced"
     ABSENT_UNFENCED = "absent_unfenced"
-    UNREACHABLE = "unreachable"       # no answer (refused, timeout, 5xx): ask again later
-    UNREADABLE = "unreadable"         # an answer, but no verdict in it (redirect, cut, lacks the receipt fields)
+    UNREACHABLE = "unreachable"  # no answer (refused, timeout, 5xx): ask again later
+    UNREADABLE = "unreadable"  # an answer, but no verdict in it (redirect, cut, lacks the receipt fields)
 
 
 @dataclass(frozen=True)
 class Lookup:
     kind: LookupKind
-    outcome: Outcome | None = None       # when APPLIED: the answer the key produced
+    outcome: Outcome | None = None  # when APPLIED: the answer the key produced
     message: str = ""
 
 
@@ -94,14 +94,14 @@ class Lookup:
 class CallMeta:
     """What travels with every downstream call besides the arguments."""
 
-    idempotency_key: str = ""            # the action id for writes; empty for reads
+    idempotency_key: str = ""  # the action id for writes; empty for reads
     attempt: int = 1
     policy_version: str = ""
     tenant_id: str = ""
     actor_id: str = ""
     subject_id: str = ""
     locale: str = ""
-    if_match: str = ""                   # the prepared resource version the write expects to change
+    if_match: str = ""  # the prepared resource version the write expects to change
     # propagation (traceparent, tracestate): asked for each request as it is sent, so it names the span current
     # then. The caller hands it in (the executor: observability.tracing.outgoing_headers); adapters know no tracing.
     trace_headers: Callable[[], Mapping[str, str]] = field(default=dict, compare=False)
@@ -123,11 +123,9 @@ class CallMeta:
 
 
 class Adapter(Protocol):
-    async def prepare(self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta,
-                      timeout: float) -> Prepared: ...
+    async def prepare(self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float) -> Prepared: ...
 
-    async def execute(self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta,
-                      timeout: float) -> Outcome: ...
+    async def execute(self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float) -> Outcome: ...
 
     async def lookup(self, tool: Tool, meta: CallMeta, fence: bool, timeout: float) -> Lookup: ...
 
@@ -155,8 +153,11 @@ def entity_tag(version: str) -> str:
     """A resource version as an If-Match value: quoted, or as given when it is a strong entity-tag already."""
     inner = version[1:-1] if len(version) >= 2 and version[0] == version[-1] == '"' else version
     if not _ETAG.match(inner):
-        raise NotSendable(Reason.RESOURCE_VERSION_INVALID, "the resource version cannot be sent as an If-Match "
-                          "entity-tag (at most 256 visible ASCII characters, no quote or space)")
+        raise NotSendable(
+            Reason.RESOURCE_VERSION_INVALID,
+            "the resource version cannot be sent as an If-Match "
+            "entity-tag (at most 256 visible ASCII characters, no quote or space)",
+        )
     return f'"{inner}"'
 
 
@@ -189,8 +190,9 @@ def receipt_problem(tool: Tool, body: Any) -> str:
             continue
         path = getattr(tool.receipt, name)
         value = _field(body, path)
-        if not ((isinstance(value, str) and value) or (isinstance(value, (int, float))
-                                                       and not isinstance(value, bool))):
+        if not (
+            (isinstance(value, str) and value) or (isinstance(value, (int, float)) and not isinstance(value, bool))
+        ):
             return f"the answer lacks the receipt field {path!r} (a non-empty string or number)"
     return ""
 

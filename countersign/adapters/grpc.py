@@ -39,11 +39,19 @@ from countersign.registry import Tool
 from countersign.v1 import backend_pb2, backend_pb2_grpc
 
 # Answers that mean "the downstream looked at it and said no": nothing was applied.
-REFUSALS = frozenset({
-    grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ALREADY_EXISTS,
-    grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED,
-    grpc.StatusCode.ABORTED, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.UNIMPLEMENTED,
-})
+REFUSALS = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
 
 
 class GrpcAdapter:
@@ -57,8 +65,9 @@ class GrpcAdapter:
         channel = self._channels.get(target)
         if channel is None:
             # an answer over the cap fails on receipt (RESOURCE_EXHAUSTED), as an oversize HTTP answer does
-            channel = grpc.aio.insecure_channel(target, options=[
-                ("grpc.max_receive_message_length", self.max_answer_bytes)])
+            channel = grpc.aio.insecure_channel(
+                target, options=[("grpc.max_receive_message_length", self.max_answer_bytes)]
+            )
             self._channels[target] = channel
         return channel, backend_pb2_grpc.ToolBackendServiceStub(channel)  # type: ignore[no-untyped-call]
 
@@ -69,13 +78,16 @@ class GrpcAdapter:
     @staticmethod
     def _metadata(meta: CallMeta) -> tuple[tuple[str, str], ...]:
         """The HTTP headers as metadata; the key and the version bare (no structured-field quotes)."""
-        return tuple((k.lower(), v.strip('"') if k in ("Idempotency-Key", "If-Match") else v)
-                     for k, v in meta.wire_headers().items())
+        return tuple(
+            (k.lower(), v.strip('"') if k in ("Idempotency-Key", "If-Match") else v)
+            for k, v in meta.wire_headers().items()
+        )
 
     @staticmethod
     def _context(meta: CallMeta) -> backend_pb2.BackendContext:
-        return backend_pb2.BackendContext(tenant_id=meta.tenant_id, actor_id=meta.actor_id,
-                                          subject_id=meta.subject_id, locale=meta.locale)
+        return backend_pb2.BackendContext(
+            tenant_id=meta.tenant_id, actor_id=meta.actor_id, subject_id=meta.subject_id, locale=meta.locale
+        )
 
     async def _connected(self, channel: grpc.aio.Channel, timeout: float) -> bool:
         try:
@@ -84,38 +96,37 @@ class GrpcAdapter:
         except (TimeoutError, grpc.aio.AioRpcError):
             return False
 
-    async def prepare(
-        self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float
-    ) -> Prepared:
+    async def prepare(self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float) -> Prepared:
         if not tool.adapter.grpc_prepare:
             return Prepared(dict(arguments))
         _, stub = self._stub(tool.adapter.target)
-        request = backend_pb2.PrepareRequest(tool_name=tool.name, arguments_json=json.dumps(arguments),
-                                             context=self._context(meta))
+        request = backend_pb2.PrepareRequest(
+            tool_name=tool.name, arguments_json=json.dumps(arguments), context=self._context(meta)
+        )
         try:
             answer = await stub.Prepare(request, timeout=deadline(tool, timeout), metadata=self._metadata(meta))
         except grpc.aio.AioRpcError as exc:
             if exc.code() in REFUSALS:
                 raise PrepareRefused(*_reason(exc)) from exc
-            raise PrepareUnavailable(f"prepare for {tool.name!r} at {tool.adapter.target} failed: "
-                                     f"{exc.code().name}") from exc
+            raise PrepareUnavailable(
+                f"prepare for {tool.name!r} at {tool.adapter.target} failed: {exc.code().name}"
+            ) from exc
         try:
             args = json.loads(answer.arguments_json)
         except (ValueError, RecursionError) as exc:
-            raise PrepareUnavailable(f"prepare for {tool.name!r} at {tool.adapter.target} answered invalid "
-                                     "JSON") from exc
+            raise PrepareUnavailable(
+                f"prepare for {tool.name!r} at {tool.adapter.target} answered invalid JSON"
+            ) from exc
         if not isinstance(args, dict):
-            raise PrepareUnavailable(f"prepare for {tool.name!r} at {tool.adapter.target} answered arguments "
-                                     "that are not an object")
+            raise PrepareUnavailable(
+                f"prepare for {tool.name!r} at {tool.adapter.target} answered arguments that are not an object"
+            )
         preview = None
         if answer.HasField("preview"):
-            preview = {"title": answer.preview.title, "target": answer.preview.target,
-                       "impact": answer.preview.impact}
+            preview = {"title": answer.preview.title, "target": answer.preview.target, "impact": answer.preview.impact}
         return Prepared(args, answer.resource_version, preview)
 
-    async def execute(
-        self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float
-    ) -> Outcome:
+    async def execute(self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float) -> Outcome:
         until = time.monotonic() + deadline(tool, timeout)
         try:
             metadata = self._metadata(meta)
@@ -123,10 +134,10 @@ class GrpcAdapter:
             return Outcome(Kind.FAILED, exc.reason, exc.message)
         channel, stub = self._stub(tool.adapter.target)
         if not await self._connected(channel, min(until - time.monotonic(), 2.0)):
-            return Outcome(Kind.FAILED, Reason.NOT_SENT, f"could not connect to {tool.adapter.target}",
-                           retryable=True)
-        request = backend_pb2.ExecuteRequest(tool_name=tool.name, arguments_json=json.dumps(arguments),
-                                             context=self._context(meta))
+            return Outcome(Kind.FAILED, Reason.NOT_SENT, f"could not connect to {tool.adapter.target}", retryable=True)
+        request = backend_pb2.ExecuteRequest(
+            tool_name=tool.name, arguments_json=json.dumps(arguments), context=self._context(meta)
+        )
         try:
             answer = await stub.Execute(request, timeout=max(until - time.monotonic(), 0.001), metadata=metadata)
         except grpc.aio.AioRpcError as exc:
@@ -134,7 +145,7 @@ class GrpcAdapter:
             if _oversize(exc):
                 return _unusable(tool, f"the answer is larger than {self.max_answer_bytes} bytes", "OK")
             if exc.code() == grpc.StatusCode.ABORTED and meta.if_match and reason == "ABORTED":
-                reason = Reason.RESOURCE_VERSION_CONFLICT     # ABORTED to an if-match: the version moved on
+                reason = Reason.RESOURCE_VERSION_CONFLICT  # ABORTED to an if-match: the version moved on
             if exc.code() in REFUSALS:
                 return Outcome(Kind.FAILED, reason, message, status=exc.code().name)
             return Outcome(Kind.UNKNOWN, f"DOWNSTREAM_{exc.code().name}", message, status=exc.code().name)
@@ -144,14 +155,12 @@ class GrpcAdapter:
         if not tool.adapter.grpc_lookup:
             return Lookup(LookupKind.UNREACHABLE, message="no lookup declared")
         _, stub = self._stub(tool.adapter.target)
-        request = backend_pb2.LookupRequest(tool_name=tool.name, idempotency_key=meta.idempotency_key,
-                                            fence=fence)
+        request = backend_pb2.LookupRequest(tool_name=tool.name, idempotency_key=meta.idempotency_key, fence=fence)
         try:
             answer = await stub.Lookup(request, timeout=timeout, metadata=self._metadata(meta))
         except grpc.aio.AioRpcError as exc:
             if _oversize(exc):
-                return Lookup(LookupKind.UNREADABLE,
-                              message=f"the answer is larger than {self.max_answer_bytes} bytes")
+                return Lookup(LookupKind.UNREADABLE, message=f"the answer is larger than {self.max_answer_bytes} bytes")
             return Lookup(LookupKind.UNREACHABLE, message=exc.code().name)
         if answer.result == backend_pb2.LOOKUP_RESULT_APPLIED:
             outcome = _applied(tool, answer.resource_id, answer.resource_version, answer.result_json)
@@ -177,10 +186,16 @@ def _applied(tool: Tool, resource_id: str, version: str, result_json: str) -> Ou
 
 def _unusable(tool: Tool, problem: str, status: str) -> Outcome:
     if tool.is_write:
-        return Outcome(Kind.UNKNOWN, Reason.RECEIPT_INVALID, f"the downstream answered {status} but {problem}; the "
-                       "write may have been applied: reconciliation will ask by idempotency key", status=status)
-    return Outcome(Kind.FAILED, Reason.DOWNSTREAM_ANSWER_INVALID, f"the downstream answered {status} but {problem}",
-                   status=status)
+        return Outcome(
+            Kind.UNKNOWN,
+            Reason.RECEIPT_INVALID,
+            f"the downstream answered {status} but {problem}; the "
+            "write may have been applied: reconciliation will ask by idempotency key",
+            status=status,
+        )
+    return Outcome(
+        Kind.FAILED, Reason.DOWNSTREAM_ANSWER_INVALID, f"the downstream answered {status} but {problem}", status=status
+    )
 
 
 def _oversize(exc: grpc.aio.AioRpcError) -> bool:

@@ -61,8 +61,10 @@ class HttpAdapter:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self._pool_size, keepalive_timeout=30, ttl_dns_cache=60)
             self._session = aiohttp.ClientSession(
-                connector=connector, json_serialize=lambda v: json.dumps(v, ensure_ascii=False),
-                auto_decompress=True, raise_for_status=False,
+                connector=connector,
+                json_serialize=lambda v: json.dumps(v, ensure_ascii=False),
+                auto_decompress=True,
+                raise_for_status=False,
             )
         return self._session
 
@@ -77,51 +79,68 @@ class HttpAdapter:
         # encoded=True: every value is percent-encoded already, and yarl must not decode %2E or fold dot segments
         url = yarl.URL(render_url(call.url, values), encoded=True)
         headers = meta.wire_headers()
-        kwargs: dict[str, Any] = {"headers": headers, "timeout": aiohttp.ClientTimeout(total=timeout),
-                                  "allow_redirects": False}
+        kwargs: dict[str, Any] = {
+            "headers": headers,
+            "timeout": aiohttp.ClientTimeout(total=timeout),
+            "allow_redirects": False,
+        }
         if call.method != "GET" and body is not None:
             kwargs["json"] = body
         async with self._client().request(call.method, url, **kwargs) as resp:
             return Answer(resp.status, *await _read(resp, self.max_answer_bytes))
 
-    async def prepare(
-        self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float
-    ) -> Prepared:
+    async def prepare(self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float) -> Prepared:
         call = tool.adapter.prepare
         if call is None:
             return Prepared(dict(arguments))
-        body = {"tool": tool.name, "arguments": dict(arguments), "context": {
-            "tenant_id": meta.tenant_id, "actor_id": meta.actor_id,
-            "subject_id": meta.subject_id, "locale": meta.locale}}
+        body = {
+            "tool": tool.name,
+            "arguments": dict(arguments),
+            "context": {
+                "tenant_id": meta.tenant_id,
+                "actor_id": meta.actor_id,
+                "subject_id": meta.subject_id,
+                "locale": meta.locale,
+            },
+        }
         try:
             answer = await self._send(call, arguments, body, meta, deadline(tool, timeout))
         except NotSendable as exc:
             raise PrepareRefused(exc.reason, exc.message) from exc
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError, TypeError) as exc:
-            raise PrepareUnavailable(f"prepare for {tool.name!r} at {address(tool, call)} failed: "
-                                     f"{_failure(exc)}") from exc
+            raise PrepareUnavailable(
+                f"prepare for {tool.name!r} at {address(tool, call)} failed: {_failure(exc)}"
+            ) from exc
         status, got = answer.status, answer.body
         if 300 <= status < 400:
-            raise PrepareRefused(Reason.DOWNSTREAM_REDIRECT, f"prepare for {tool.name!r} at {address(tool, call)} "
-                                 f"answered {status}; redirects are never followed")
+            raise PrepareRefused(
+                Reason.DOWNSTREAM_REDIRECT,
+                f"prepare for {tool.name!r} at {address(tool, call)} answered {status}; redirects are never followed",
+            )
         if 200 <= status < 300:
             version = got.get("resource_version") if isinstance(got, dict) else None
-            shaped = isinstance(got, dict) and isinstance(got.get("arguments"), dict) and (
-                version is None or (isinstance(version, (str, int)) and not isinstance(version, bool)))
+            shaped = (
+                isinstance(got, dict)
+                and isinstance(got.get("arguments"), dict)
+                and (version is None or (isinstance(version, (str, int)) and not isinstance(version, bool)))
+            )
             if answer.problem or not shaped:
-                raise PrepareUnavailable(f"prepare for {tool.name!r} at {address(tool, call)} answered {status} "
-                                         f"but {answer.problem or 'not {arguments, resource_version?, preview?}'}")
+                raise PrepareUnavailable(
+                    f"prepare for {tool.name!r} at {address(tool, call)} answered {status} "
+                    f"but {answer.problem or 'not {arguments, resource_version?, preview?}'}"
+                )
             preview = got.get("preview")
-            return Prepared(got["arguments"], "" if version is None else str(version),
-                            preview if isinstance(preview, dict) else None)
+            return Prepared(
+                got["arguments"],
+                "" if version is None else str(version),
+                preview if isinstance(preview, dict) else None,
+            )
         if 400 <= status < 500:
             reason, message = _reason(got, status)
             raise PrepareRefused(reason, message)
         raise PrepareUnavailable(f"prepare for {tool.name!r} at {address(tool, call)} answered {status}")
 
-    async def execute(
-        self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float
-    ) -> Outcome:
+    async def execute(self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float) -> Outcome:
         call = tool.adapter.execute
         assert call is not None  # the registry guarantees it for http adapters
         values = {**arguments, "idempotency_key": meta.idempotency_key, "action_id": meta.idempotency_key}
@@ -135,8 +154,12 @@ class HttpAdapter:
         except (ValueError, TypeError) as exc:
             # The request could not even be built (a header or URL aiohttp refuses): nothing was sent, but
             # unlike NOT_SENT (which gives the card back) it would fail the same way on every retry: FAILED.
-            return Outcome(Kind.FAILED, Reason.REQUEST_NOT_BUILDABLE, f"the request could not be built: "
-                           f"{str(exc)[:120]}", retryable=False)
+            return Outcome(
+                Kind.FAILED,
+                Reason.REQUEST_NOT_BUILDABLE,
+                f"the request could not be built: {str(exc)[:120]}",
+                retryable=False,
+            )
         except (TimeoutError, aiohttp.ServerTimeoutError):
             return Outcome(Kind.UNKNOWN, Reason.DOWNSTREAM_TIMEOUT, "no answer before the deadline")
         except (aiohttp.ClientError, OSError) as exc:
@@ -193,21 +216,37 @@ def classify(tool: Tool, answer: Answer) -> Outcome:
     status, body = answer.status, answer.body
     if 300 <= status < 400:
         # never followed: for a write the request may have been applied before the redirect was sent
-        return Outcome(Kind.UNKNOWN if tool.is_write else Kind.FAILED, Reason.DOWNSTREAM_REDIRECT,
-                       f"the downstream answered {status} (a redirect); redirects are never followed",
-                       status=str(status))
+        return Outcome(
+            Kind.UNKNOWN if tool.is_write else Kind.FAILED,
+            Reason.DOWNSTREAM_REDIRECT,
+            f"the downstream answered {status} (a redirect); redirects are never followed",
+            status=str(status),
+        )
     if 200 <= status < 300:
         problem = answer.problem or (receipt_problem(tool, body) if tool.is_write else "")
         if problem and tool.is_write:
-            return Outcome(Kind.UNKNOWN, Reason.RECEIPT_INVALID, f"the downstream answered {status} but {problem}; "
-                           "the write may have been applied: reconciliation will ask by idempotency key",
-                           status=str(status), body=body)
+            return Outcome(
+                Kind.UNKNOWN,
+                Reason.RECEIPT_INVALID,
+                f"the downstream answered {status} but {problem}; "
+                "the write may have been applied: reconciliation will ask by idempotency key",
+                status=str(status),
+                body=body,
+            )
         if problem:
-            return Outcome(Kind.FAILED, Reason.DOWNSTREAM_ANSWER_INVALID,
-                           f"the downstream answered {status} but {problem}", status=str(status))
-        return Outcome(Kind.SUCCEEDED, status=str(status), body=body,
-                       resource_id=field_of(body, tool.receipt.resource_id),
-                       resource_version=field_of(body, tool.receipt.resource_version))
+            return Outcome(
+                Kind.FAILED,
+                Reason.DOWNSTREAM_ANSWER_INVALID,
+                f"the downstream answered {status} but {problem}",
+                status=str(status),
+            )
+        return Outcome(
+            Kind.SUCCEEDED,
+            status=str(status),
+            body=body,
+            resource_id=field_of(body, tool.receipt.resource_id),
+            resource_version=field_of(body, tool.receipt.resource_version),
+        )
     if status == 412:
         _, message = _reason(body, status)
         return Outcome(Kind.FAILED, Reason.RESOURCE_VERSION_CONFLICT, message, status=str(status), body=body)
@@ -234,4 +273,3 @@ def _failure(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "no answer before the deadline"
     return type(exc).__name__
-

@@ -9,7 +9,7 @@ from typing import Any
 from countersign.keyring import Keyring
 
 UNRESOLVED = frozenset({"RUNNING", "UNKNOWN", "NEEDS_MANUAL_REVIEW"})
-OUTCOME_EVENTS = ("settled", "rejected", "resolved")     # events that record the outcome a run record holds
+OUTCOME_EVENTS = ("settled", "rejected", "resolved")  # events that record the outcome a run record holds
 
 
 def encode(event: dict[str, Any]) -> bytes:
@@ -24,7 +24,7 @@ def anchor_mac(keyring: Keyring, kid: str, action_id: str, seq: int, head: str) 
 
 def state_after(kind: str, fields: dict[str, Any]) -> str | None:
     """The action state an event records, or None for an event that changes none (continuations, guard)."""
-    if kind in ("issued", "released"):      # released: a claim given back, its card READY again
+    if kind in ("issued", "released"):  # released: a claim given back, its card READY again
         return "READY"
     if kind == "claimed":
         return "RUNNING"
@@ -61,5 +61,6 @@ def chain_state(events: list[dict[str, Any]]) -> str | None:
 
 def unknown_key(kid: str) -> str:
     """Why a record cannot be checked: its key id is not in this keys file (not the same as edited)."""
-    return (f"key {kid!r} is not in the keys file: written by a sidecar with other keys"
-            + (" (a generated key: that sidecar ran without COUNTERSIGN_KEYS_FILE)" if kid == "gen" else ""))
+    return f"key {kid!r} is not in the keys file: written by a sidecar with other keys" + (
+        " (a generated key: that sidecar ran without COUNTERSIGN_KEYS_FILE)" if kid == "gen" else ""
+    )

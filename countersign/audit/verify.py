@@ -51,7 +51,7 @@ from countersign.v1 import common_pb2
 class Problem:
     action_id: str
     what: str
-    entry_id: str = ""          # the event it concerns, when it concerns one
+    entry_id: str = ""  # the event it concerns, when it concerns one
     seq: int = 0
 
     def __str__(self) -> str:
@@ -74,25 +74,28 @@ def _chain(keyring: Keyring, evidence: AuditEvidence) -> list[dict[str, Any]] | 
     if not entries and not anchor:
         return []
     if not anchor:
-        return Problem(action_id, f"the anchor is missing (cs:{{{action_id}}}:audit was deleted): the end of its "
-                       f"{len(entries)} event(s) cannot be checked")
+        return Problem(
+            action_id,
+            f"the anchor is missing (cs:{{{action_id}}}:audit was deleted): the end of its "
+            f"{len(entries)} event(s) cannot be checked",
+        )
     try:
         anchored = (int(anchor.get("seq", "")), anchor.get("head", ""))
     except ValueError:
         return Problem(action_id, "the anchor is not an anchor (its seq is not a number)")
     kid = anchor.get("kid", "")
     if not kid or not anchor.get("mac"):
-        return Problem(action_id, "the anchor carries no MAC: it was rewritten, or written before anchors were "
-                       "MAC'd")
+        return Problem(action_id, "the anchor carries no MAC: it was rewritten, or written before anchors were MAC'd")
     if kid not in keyring.keys:
         return Problem(action_id, f"the anchor: {unknown_key(kid)}")
-    if not keyring.verify(kid, "audit-anchor", f"{action_id}:{anchored[0]}:{anchored[1]}".encode(),
-                          anchor.get("mac", "")):
-        return Problem(action_id, f"the anchor's MAC does not verify: it was rewritten (it says {anchored[0]} "
-                       "event(s))")
+    if not keyring.verify(
+        kid, "audit-anchor", f"{action_id}:{anchored[0]}:{anchored[1]}".encode(), anchor.get("mac", "")
+    ):
+        return Problem(
+            action_id, f"the anchor's MAC does not verify: it was rewritten (it says {anchored[0]} event(s))"
+        )
     if not entries:
-        return Problem(action_id, f"the anchor says {anchored[0]} event(s) but there are none: the events "
-                       "were deleted")
+        return Problem(action_id, f"the anchor says {anchored[0]} event(s) but there are none: the events were deleted")
     events: list[dict[str, Any]] = []
     expected_seq, prev = 1, ""
     for entry_id, raw in entries:
@@ -106,8 +109,7 @@ def _chain(keyring: Keyring, evidence: AuditEvidence) -> list[dict[str, Any]] | 
             return Problem(action_id, "belongs to another action", entry_id, seq)
         event_kid = str(body.get("kid", ""))
         if event_kid not in keyring.keys:
-            return Problem(action_id, unknown_key(event_kid),
-                           entry_id, seq)
+            return Problem(action_id, unknown_key(event_kid), entry_id, seq)
         if not keyring.verify(event_kid, "audit", encode(body), str(event.get("mac", ""))):
             return Problem(action_id, "edited: its MAC does not verify", entry_id, seq)
         if seq != expected_seq:
@@ -118,8 +120,12 @@ def _chain(keyring: Keyring, evidence: AuditEvidence) -> list[dict[str, Any]] | 
         expected_seq, prev = seq + 1, str(event["mac"])
         events.append(event)
     if anchored != (expected_seq - 1, prev):
-        return Problem(action_id, f"missing event(s) at the end: the anchor says {anchored[0]} events",
-                       entries[-1][0], expected_seq - 1)
+        return Problem(
+            action_id,
+            f"missing event(s) at the end: the anchor says {anchored[0]} events",
+            entries[-1][0],
+            expected_seq - 1,
+        )
     return events
 
 
@@ -135,11 +141,16 @@ def _records(keyring: Keyring, evidence: AuditEvidence, events: list[dict[str, A
         if not events:
             return Problem(action_id, f"the run record says {label} but there is no audit chain")
         if out:
-            if not any(e.get("t") in OUTCOME_EVENTS and
-                       keyring.digest_matches(str((e.get("f") or {}).get("outcome_hmac", "")), "outcome", out)
-                       for e in events):
-                return Problem(action_id, f"the run record says {label} but no event records that outcome "
-                               "(no settled, rejected or resolved event with its outcome_hmac)")
+            if not any(
+                e.get("t") in OUTCOME_EVENTS
+                and keyring.digest_matches(str((e.get("f") or {}).get("outcome_hmac", "")), "outcome", out)
+                for e in events
+            ):
+                return Problem(
+                    action_id,
+                    f"the run record says {label} but no event records that outcome "
+                    "(no settled, rejected or resolved event with its outcome_hmac)",
+                )
         elif "claimed" not in kinds:
             return Problem(action_id, f"the run record says {label} but no claimed event records the claim")
         return None
@@ -147,11 +158,11 @@ def _records(keyring: Keyring, evidence: AuditEvidence, events: list[dict[str, A
         return None
     state = chain_state(events)
     if state in UNRESOLVED:
-        return Problem(action_id, f"the chain says {state} but the run record is gone: an unresolved action "
-                       "is never forgotten")
+        return Problem(
+            action_id, f"the chain says {state} but the run record is gone: an unresolved action is never forgotten"
+        )
     if evidence.indexed and not events:
-        return Problem(action_id, "listed as unresolved (cs:{open}) but neither its run record nor its chain "
-                       "exists")
+        return Problem(action_id, "listed as unresolved (cs:{open}) but neither its run record nor its chain exists")
     return None
 
 
@@ -171,18 +182,23 @@ class Report:
     actions: int
     events: int
     problems: list[Problem]
-    looked_again: int           # actions found wrong at first and looked at again after the grace period
+    looked_again: int  # actions found wrong at first and looked at again after the grace period
 
 
-async def verify(store: AuditReader, keyring: Keyring, grace: float, batch: int = 500,
-                 waiting: Callable[[int], None] = lambda n: None) -> Report:
+async def verify(
+    store: AuditReader,
+    keyring: Keyring,
+    grace: float,
+    batch: int = 500,
+    waiting: Callable[[int], None] = lambda n: None,
+) -> Report:
     """Cross-check every action Redis knows of; what is wrong is looked at again once, ``grace`` later
     (``waiting`` is told how many actions before the wait)."""
     ids = [a for a in await store.audited_ids() if is_action_id(a)]
     problems: dict[str, Problem] = {}
     events = 0
     for i in range(0, len(ids), batch):
-        for evidence in await store.audit_evidence(ids[i:i + batch]):
+        for evidence in await store.audit_evidence(ids[i : i + batch]):
             events += len(evidence.events)
             problem = check(keyring, evidence)
             if problem is not None:
@@ -190,10 +206,10 @@ async def verify(store: AuditReader, keyring: Keyring, grace: float, batch: int 
     looked_again = len(problems)
     if problems:
         waiting(looked_again)
-        await asyncio.sleep(grace)        # an event may still be on its way (audit writes are asynchronous)
+        await asyncio.sleep(grace)  # an event may still be on its way (audit writes are asynchronous)
         again = list(problems)
         for i in range(0, len(again), batch):
-            for evidence in await store.audit_evidence(again[i:i + batch]):
+            for evidence in await store.audit_evidence(again[i : i + batch]):
                 problem = check(keyring, evidence)
                 if problem is None:
                     del problems[evidence.action_id]
@@ -202,8 +218,9 @@ async def verify(store: AuditReader, keyring: Keyring, grace: float, batch: int 
     return Report(len(ids), events, list(problems.values()), looked_again)
 
 
-async def check_one(store: AuditReader, keyring: Keyring, action_id: str, grace: float) -> tuple[AuditEvidence,
-                                                                                           Problem | None]:
+async def check_one(
+    store: AuditReader, keyring: Keyring, action_id: str, grace: float
+) -> tuple[AuditEvidence, Problem | None]:
     """One action's evidence and what is wrong with it (looked at again after ``grace`` if anything is)."""
     evidence = (await store.audit_evidence([action_id]))[0]
     problem = check(keyring, evidence)

@@ -27,14 +27,14 @@ class Audit:
         self.store, self.keyring, self.metrics, self.audit_ttl_ms = store, keyring, metrics, audit_ttl_ms
         self.pending: set[asyncio.Task[Any]] = set()
         self._queues: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
-        self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()   # the last chain state we wrote
+        self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()  # the last chain state we wrote
         self.batch_delay = 0.02
 
     def event(self, action_id: str, kind: str, **fields: Any) -> None:
         """Record an event in the background (never raises, never waits)."""
         queue = self._queues.get(action_id)
         entry = (kind, int(time.time() * 1000), fields)
-        if queue is not None:            # a writer for this action is running: it takes this one too
+        if queue is not None:  # a writer for this action is running: it takes this one too
             queue.append(entry)
             return
         self._queues[action_id] = [entry]
@@ -63,8 +63,7 @@ class Audit:
                 seq, head = state
                 events, prev = [], head
                 for n, (kind, at, fields) in enumerate(batch, start=1):
-                    body = {"a": action_id, "seq": seq + n, "prev": prev, "t": kind, "at": at,
-                            "kid": kid, "f": fields}
+                    body = {"a": action_id, "seq": seq + n, "prev": prev, "t": kind, "at": at, "kid": kid, "f": fields}
                     prev = self.keyring.mac(kid, "audit", encode(body))
                     events.append((encode({**body, "mac": prev}), prev))
                 anchor = Anchor(kid, anchor_mac(self.keyring, kid, action_id, seq + len(batch), prev))
@@ -78,8 +77,16 @@ class Audit:
             raise RuntimeError("the chain kept moving")
         except (CountersignError, RuntimeError, OSError) as exc:
             self.metrics.audit_write_failures.inc(len(batch))
-            log.warning(json.dumps({"event": "audit_write_failed", "action_id": action_id,
-                                    "kinds": [k for k, _, _ in batch], "error": str(exc)[:200]}))
+            log.warning(
+                json.dumps(
+                    {
+                        "event": "audit_write_failed",
+                        "action_id": action_id,
+                        "kinds": [k for k, _, _ in batch],
+                        "error": str(exc)[:200],
+                    }
+                )
+            )
 
     async def drain(self, timeout: float) -> None:
         if self.pending:

@@ -27,8 +27,12 @@ class JsonLines(JsonFormatter):
     """The sidecar's log line (see the module docstring)."""
 
     def __init__(self) -> None:
-        super().__init__(["levelname", "name", "message"], rename_fields={"levelname": "level", "name": "logger"},
-                         timestamp=True, json_ensure_ascii=False)
+        super().__init__(
+            ["levelname", "name", "message"],
+            rename_fields={"levelname": "level", "name": "logger"},
+            timestamp=True,
+            json_ensure_ascii=False,
+        )
 
     def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
         super().add_fields(log_data, record, message_dict)
@@ -61,7 +65,7 @@ def stamp_trace_ids() -> None:
         ctx = trace.get_current_span().get_span_context()
         if ctx.is_valid:
             record.trace_id = format(ctx.trace_id, "032x")
-            if not ctx.is_remote:   # a remote context's span id is the caller's span, not one of ours
+            if not ctx.is_remote:  # a remote context's span id is the caller's span, not one of ours
                 record.span_id = format(ctx.span_id, "016x")
         return record
 
@@ -78,8 +82,9 @@ def configure(level: str) -> None:
 
 def always(event: str, **fields: Any) -> None:
     """A lifecycle line (stopped) printed to stderr whatever the log level, in the same shape as every log line."""
-    record = logging.getLogger("countersign").makeRecord("countersign", logging.INFO, "", 0, event, (), None,
-                                                          extra={"event": event, **fields})
+    record = logging.getLogger("countersign").makeRecord(
+        "countersign", logging.INFO, "", 0, event, (), None, extra={"event": event, **fields}
+    )
     print(JsonLines().format(record), file=sys.stderr, flush=True)
 
 
@@ -87,5 +92,14 @@ def decision(action_id: str, tool: str, decision: str, reason: str, **extra: str
     """Log what was decided about one call. Callers pass keyed hashes (args_hmac), never raw values."""
     if not log.isEnabledFor(logging.INFO):
         return
-    log.info("decision", extra={"event": "decision", "action_id": action_id, "tool": tool, "decision": decision,
-                                "reason": reason, **extra})
+    log.info(
+        "decision",
+        extra={
+            "event": "decision",
+            "action_id": action_id,
+            "tool": tool,
+            "decision": decision,
+            "reason": reason,
+            **extra,
+        },
+    )

@@ -22,18 +22,28 @@ from countersign.reasons import Reason, label
 REASONS = frozenset(Reason)
 
 # Sub-millisecond decisions up to multi-second downstream calls.
-BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-           2.5, 5.0, 10.0)
+BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 # The label values created at start (see Metrics._zero_series); the code paths that count them are
 # pipeline.py (claims), compensate.py, reconcile.py and server.py (refusals by RPC).
-RPCS = ("Invoke", "Confirm", "Reject", "GetAction", "Compensate", "Reconcile", "OpenContinuation",
-        "ClaimContinuation", "SettleContinuation", "ReleaseContinuation", "CheckReply")
-PRECREATED_REASONS = (Reason.OVERLOADED, Reason.STORE_UNAVAILABLE)   # refusals an alert matches, created for every RPC
+RPCS = (
+    "Invoke",
+    "Confirm",
+    "Reject",
+    "GetAction",
+    "Compensate",
+    "Reconcile",
+    "OpenContinuation",
+    "ClaimContinuation",
+    "SettleContinuation",
+    "ReleaseContinuation",
+    "CheckReply",
+)
+PRECREATED_REASONS = (Reason.OVERLOADED, Reason.STORE_UNAVAILABLE)  # refusals an alert matches, created for every RPC
 CLAIM_RESULTS = ("won", "running", "replayed", "tampered")
 REFUSED_CLAIMS = ("expired", "forbidden", "role")
 COMPENSATION_RESULTS = ("compensated", "failed", "unknown")
-EXECUTION_OUTCOMES = ("succeeded", "failed", "unknown", "not_sent")    # not_sent: the card was given back
+EXECUTION_OUTCOMES = ("succeeded", "failed", "unknown", "not_sent")  # not_sent: the card was given back
 RECONCILE_RESULTS = ("succeeded", "failed", "not_applied", "still_unknown", "manual_review", "key_not_listed")
 ACTION_STATES = ("running", "unknown", "lease_lapsed", "needs_manual_review", "tool_not_in_registry")
 
@@ -58,50 +68,92 @@ class _Off:
 
 
 class Metrics:
-    def __init__(self, tools: frozenset[str] = frozenset(), *, enabled: bool = True,
-                 reads: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, tools: frozenset[str] = frozenset(), *, enabled: bool = True, reads: frozenset[str] = frozenset()
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.tools = tools
         self.enabled = enabled
         r = self.registry
-        self.invocations = Counter("countersign_invocations", "Invoke calls by tool, kind and decision",
-                                   ["tool", "kind", "decision"], registry=r)
+        self.invocations = Counter(
+            "countersign_invocations",
+            "Invoke calls by tool, kind and decision",
+            ["tool", "kind", "decision"],
+            registry=r,
+        )
         self.claims = Counter("countersign_claims", "Confirm claims by result", ["tool", "result"], registry=r)
-        self.replay_hits = Counter("countersign_replay_hits", "Duplicates answered from a stored outcome",
-                                   ["tool", "source"], registry=r)
-        self.executions = Counter("countersign_executions", "Downstream executions by outcome",
-                                  ["tool", "outcome"], registry=r)
-        self.refusals = Counter("countersign_refusals", "Requests refused, by reason", ["rpc", "reason"],
-                                registry=r)
-        self.fail_closed = Counter("countersign_fail_closed", "Requests refused because the store was "
-                                   "unavailable", ["rpc"], registry=r)
-        self.reconciliations = Counter("countersign_reconciliations", "Reconciliation attempts by result",
-                                       ["tool", "result"], registry=r)
-        self.compensations = Counter("countersign_compensations", "Compensations by result", ["tool", "result"],
-                                     registry=r)
-        self.audit_write_failures = Counter("countersign_audit_write_failures", "Audit events that could not "
-                                            "be written (counted, never raised)", registry=r)
+        self.replay_hits = Counter(
+            "countersign_replay_hits", "Duplicates answered from a stored outcome", ["tool", "source"], registry=r
+        )
+        self.executions = Counter(
+            "countersign_executions", "Downstream executions by outcome", ["tool", "outcome"], registry=r
+        )
+        self.refusals = Counter("countersign_refusals", "Requests refused, by reason", ["rpc", "reason"], registry=r)
+        self.fail_closed = Counter(
+            "countersign_fail_closed", "Requests refused because the store was unavailable", ["rpc"], registry=r
+        )
+        self.reconciliations = Counter(
+            "countersign_reconciliations", "Reconciliation attempts by result", ["tool", "result"], registry=r
+        )
+        self.compensations = Counter(
+            "countersign_compensations", "Compensations by result", ["tool", "result"], registry=r
+        )
+        self.audit_write_failures = Counter(
+            "countersign_audit_write_failures",
+            "Audit events that could not be written (counted, never raised)",
+            registry=r,
+        )
         self.guard = Counter("countersign_reply_guard", "Reply guard verdicts", ["verdict"], registry=r)
-        self.settle_retries = Counter("countersign_settle_retries", "Settles retried in the background",
-                                      ["result"], registry=r)
-        self.stage = Histogram("countersign_stage_duration_seconds", "Time spent per pipeline stage",
-                               ["stage"], buckets=BUCKETS, registry=r)
-        self.downstream = Histogram("countersign_downstream_duration_seconds", "Downstream call latency",
-                                    ["tool", "adapter"], buckets=BUCKETS, registry=r)
-        self.actions = Gauge("countersign_actions", "Actions seen in a state by this sidecar's last "
-                             "reconciler scan", ["state"], registry=r)
+        self.settle_retries = Counter(
+            "countersign_settle_retries", "Settles retried in the background", ["result"], registry=r
+        )
+        self.stage = Histogram(
+            "countersign_stage_duration_seconds",
+            "Time spent per pipeline stage",
+            ["stage"],
+            buckets=BUCKETS,
+            registry=r,
+        )
+        self.downstream = Histogram(
+            "countersign_downstream_duration_seconds",
+            "Downstream call latency",
+            ["tool", "adapter"],
+            buckets=BUCKETS,
+            registry=r,
+        )
+        self.actions = Gauge(
+            "countersign_actions",
+            "Actions seen in a state by this sidecar's last reconciler scan",
+            ["state"],
+            registry=r,
+        )
 
         # ---- RED and USE (issue 16): every RPC by method and gRPC code, saturation against the limit, and the
         # Redis round trip of each script. Observed in one place each: the rpc wrapper, the gate, the store.
-        self.rpc_duration = Histogram("countersign_rpc_server_duration_seconds", "gRPC calls handled, by method "
-                                      "and status code (OTel rpc.server.duration): rate, errors and duration",
-                                      ["method", "code"], buckets=BUCKETS, registry=r)
-        self.in_flight = Gauge("countersign_in_flight", "Calls the sidecar holds now (running, or received and "
-                               "waiting inside gRPC), as admission counts them", registry=r)
-        self.max_in_flight = Gauge("countersign_max_in_flight", "The configured --max-in-flight: beyond it calls "
-                                   "are shed with RESOURCE_EXHAUSTED", registry=r)
-        self.redis = Histogram("countersign_redis_duration_seconds", "Redis round trips by script (failed ones "
-                               "included)", ["script"], buckets=BUCKETS, registry=r)
+        self.rpc_duration = Histogram(
+            "countersign_rpc_server_duration_seconds",
+            "gRPC calls handled, by method and status code (OTel rpc.server.duration): rate, errors and duration",
+            ["method", "code"],
+            buckets=BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "countersign_in_flight",
+            "Calls the sidecar holds now (running, or received and waiting inside gRPC), as admission counts them",
+            registry=r,
+        )
+        self.max_in_flight = Gauge(
+            "countersign_max_in_flight",
+            "The configured --max-in-flight: beyond it calls are shed with RESOURCE_EXHAUSTED",
+            registry=r,
+        )
+        self.redis = Histogram(
+            "countersign_redis_duration_seconds",
+            "Redis round trips by script (failed ones included)",
+            ["script"],
+            buckets=BUCKETS,
+            registry=r,
+        )
 
         self._zero_series(tools, reads)
         if not enabled:
@@ -128,13 +180,16 @@ class Metrics:
                 self.compensations.labels(tool, result)
             for result in RECONCILE_RESULTS:
                 self.reconciliations.labels(tool, result)
-            kind, decisions = ("read", ("succeeded", "failed", "unknown")) if tool in reads else \
-                ("write", ("card", "same_card", "replay"))
+            kind, decisions = (
+                ("read", ("succeeded", "failed", "unknown"))
+                if tool in reads
+                else ("write", ("card", "same_card", "replay"))
+            )
             for decision in decisions:
                 self.invocations.labels(tool, kind, decision)
-        for result in REFUSED_CLAIMS:                       # refused before the tool is known
+        for result in REFUSED_CLAIMS:  # refused before the tool is known
             self.claims.labels("other", result)
-        self.reconciliations.labels("other", "tool_not_in_registry")   # a tool this registry lacks is "other"
+        self.reconciliations.labels("other", "tool_not_in_registry")  # a tool this registry lacks is "other"
         for rpc in RPCS:
             self.fail_closed.labels(rpc)
             for reason in PRECREATED_REASONS:

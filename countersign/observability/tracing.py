@@ -40,20 +40,27 @@ from countersign.registry.templates import safe_url as safe_url  # shown in span
 log = logging.getLogger("countersign.tracing")
 tracer = trace.get_tracer("countersign")
 _configured = False
-recording = False     # True once setup() installed the SDK: stage spans are worth creating
+recording = False  # True once setup() installed the SDK: stage spans are worth creating
 
 # gRPC codes that mean the server failed (semantic conventions, gRPC server spans); every other code is the
 # caller's business (a refusal, a precondition, a shed call) and leaves the span's status unset.
-SERVER_FAULTS = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE,
-                           grpc.StatusCode.DATA_LOSS, grpc.StatusCode.DEADLINE_EXCEEDED,
-                           grpc.StatusCode.UNIMPLEMENTED})
+SERVER_FAULTS = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
 _PROTOCOLS = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto_http"}
 
 
 def version() -> str:
     try:
         return metadata.version("countersign")
-    except metadata.PackageNotFoundError:   # a source tree that was never installed
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
         return "0+unknown"
 
 
@@ -69,7 +76,7 @@ def exporter_names(environ: dict[str, str] | None = None) -> list[str]:
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return []
     asked = env.get("OTEL_TRACES_EXPORTER", "").strip()
-    if not asked:   # the cheap default: without an endpoint there is nowhere to send spans, so none are made
+    if not asked:  # the cheap default: without an endpoint there is nowhere to send spans, so none are made
         endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         asked = "otlp" if endpoint else "none"
     names = []
@@ -77,11 +84,11 @@ def exporter_names(environ: dict[str, str] | None = None) -> list[str]:
         if name in ("", "none"):
             continue
         if name == "otlp":
-            protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                        or "grpc").strip()
+            protocol = (
+                env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+            ).strip()
             if protocol not in _PROTOCOLS:
-                raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: the sidecar speaks grpc or "
-                                 "http/protobuf")
+                raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: the sidecar speaks grpc or http/protobuf")
             name = _PROTOCOLS[protocol]
         names.append(name)
     return names
@@ -125,8 +132,8 @@ def setup(*, force: bool = False) -> bool:
 class RpcMethod:
     """One RPC of the contract as the conventions name it: span name and the rpc.* attributes."""
 
-    service: str      # countersign.v1.ToolGatewayService
-    method: str       # Invoke
+    service: str  # countersign.v1.ToolGatewayService
+    method: str  # Invoke
 
     @property
     def full_name(self) -> str:
@@ -137,14 +144,21 @@ class RpcMethod:
 
 
 @contextmanager
-def server_span(method: RpcMethod, attributes: dict[str, str],
-                metadata: Iterable[tuple[str, str | bytes]] | None) -> Iterator[Span]:
+def server_span(
+    method: RpcMethod, attributes: dict[str, str], metadata: Iterable[tuple[str, str | bytes]] | None
+) -> Iterator[Span]:
     """The span of one RPC, a child of the caller's traceparent when it sent one. ``attributes`` is
     ``method.attributes()``, made once per method rather than per call."""
     carrier = {k: v for k, v in (metadata or ()) if isinstance(v, str) and k in ("traceparent", "tracestate")}
     parent = propagate.extract(carrier) if carrier else None
-    with tracer.start_as_current_span(method.full_name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
-                                      record_exception=False, set_status_on_exception=False) as span:
+    with tracer.start_as_current_span(
+        method.full_name,
+        context=parent,
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
         yield span
 
 
@@ -172,7 +186,7 @@ def outgoing_headers() -> dict[str, str]:
         propagate.inject(headers)
         return headers
     ctx = span.get_span_context()
-    if ctx.is_valid:    # continue the caller's trace as a hop of our own
+    if ctx.is_valid:  # continue the caller's trace as a hop of our own
         headers["traceparent"] = f"00-{ctx.trace_id:032x}-{os.urandom(8).hex()}-{int(ctx.trace_flags):02x}"
         if ctx.trace_state:
             headers["tracestate"] = ctx.trace_state.to_header()
@@ -211,11 +225,19 @@ def downstream_attributes(kind: str, method: str, url_or_target: str) -> dict[st
     if kind == "http":
         url = safe_url(url_or_target)
         host, port = _server(url)
-        return {"http.request.method": method, "server.address": host, "server.port": port, "url.full": url,
-                "url.template": urllib.parse.urlsplit(url).path}
+        return {
+            "http.request.method": method,
+            "server.address": host,
+            "server.port": port,
+            "url.full": url,
+            "url.template": urllib.parse.urlsplit(url).path,
+        }
     target = url_or_target
-    attrs: dict[str, Any] = {"rpc.system": "grpc", "rpc.service": "countersign.v1.ToolBackendService",
-                             "rpc.method": method}
+    attrs: dict[str, Any] = {
+        "rpc.system": "grpc",
+        "rpc.service": "countersign.v1.ToolBackendService",
+        "rpc.method": method,
+    }
     if target.startswith("unix:"):
         attrs["server.address"] = target[5:]
     else:
@@ -231,14 +253,14 @@ def client_span(tool: str, adapter: str, method: str, url_or_target: str) -> Ite
     """The downstream call itself: one CLIENT span (the adapters inject its traceparent), named
     ``POST /todos`` (HTTP: method and path template) or ``countersign.v1.ToolBackendService/Execute`` (gRPC)."""
     if not recording or not trace.get_current_span().is_recording():
-        yield trace.INVALID_SPAN     # outgoing_headers still hands the trace on, as a hop of its own
+        yield trace.INVALID_SPAN  # outgoing_headers still hands the trace on, as a hop of its own
         return
     attributes = downstream_attributes(adapter, method, url_or_target)
-    name = (f"{method} {attributes['url.template']}" if adapter == "http"
-            else f"{attributes['rpc.service']}/{method}")
+    name = f"{method} {attributes['url.template']}" if adapter == "http" else f"{attributes['rpc.service']}/{method}"
     attributes.update({"countersign.tool": tool, "countersign.adapter": adapter})
-    with tracer.start_as_current_span(name, kind=SpanKind.CLIENT, record_exception=False,
-                                      attributes=attributes) as span:
+    with tracer.start_as_current_span(
+        name, kind=SpanKind.CLIENT, record_exception=False, attributes=attributes
+    ) as span:
         yield span
 
 
@@ -255,7 +277,7 @@ def end_client_span(span: Span, adapter: str, status: str, reason: str) -> None:
         span.set_attribute("rpc.grpc.status_code", grpc.StatusCode[status].value[0])
         failed = status != "OK"
         error_type = status
-    else:   # no answer
+    else:  # no answer
         failed, error_type = True, reason or "NO_ANSWER"
     if failed:
         span.set_status(Status(StatusCode.ERROR, reason or error_type))

@@ -54,8 +54,7 @@ class Card:
 
 def owner(context: common_pb2.CallContext) -> list[str]:
     """What a card is bound to, besides the tool: who, for whom, where, under which admin context."""
-    return [context.tenant_id, context.actor_id, context.subject_id, context.session_id,
-            context.admin_context_id]
+    return [context.tenant_id, context.actor_id, context.subject_id, context.session_id, context.admin_context_id]
 
 
 def binding_of(keyring: Keyring, record: CardRecord | RunRecord, context: common_pb2.CallContext) -> str:
@@ -74,18 +73,26 @@ def check_run(keyring: Keyring, action_id: str, run: RunRecord) -> None:
     except ValueError as exc:
         raise tampered from exc
     if not isinstance(body, dict) or (body.get("action_id"), body.get("kid"), body.get("tool"), body.get("b")) != (
-            action_id, run.kid, run.tool, run.binding):
+        action_id,
+        run.kid,
+        run.tool,
+        run.binding,
+    ):
         raise tampered
     if run.kid not in keyring.keys:
-        raise DataLoss(Reason.RECORD_TAMPERED, f"the record was sealed with key {run.kid[:32]!r}, which this "
-                       "sidecar's keys file does not list (changed by hand, or a key removed while records it "
-                       "sealed are live)")
+        raise DataLoss(
+            Reason.RECORD_TAMPERED,
+            f"the record was sealed with key {run.kid[:32]!r}, which this "
+            "sidecar's keys file does not list (changed by hand, or a key removed while records it "
+            "sealed are live)",
+        )
     if not keyring.verify(run.kid, "card", run.card, run.cmac):
         raise DataLoss(Reason.CONFIRMATION_TAMPERED, "the stored confirmation was changed; nothing was executed")
 
 
-def require_owner(keyring: Keyring, action_id: str, record: CardRecord | RunRecord,
-                  context: common_pb2.CallContext) -> None:
+def require_owner(
+    keyring: Keyring, action_id: str, record: CardRecord | RunRecord, context: common_pb2.CallContext
+) -> None:
     """The record verifies (DATA_LOSS if not), and the caller is who it is bound to (PERMISSION_DENIED if not)."""
     if isinstance(record, RunRecord):
         check_run(keyring, action_id, record)
@@ -95,8 +102,9 @@ def require_owner(keyring: Keyring, action_id: str, record: CardRecord | RunReco
         raise PermissionDenied(Reason.CONFIRMATION_BINDING_MISMATCH, "the action belongs to another owner or session")
 
 
-async def owned_action(store: Peek, keyring: Keyring, context: common_pb2.CallContext, action_id: str, *,
-                       admin_may: bool = False) -> CardRecord | RunRecord:
+async def owned_action(
+    store: Peek, keyring: Keyring, context: common_pb2.CallContext, action_id: str, *, admin_may: bool = False
+) -> CardRecord | RunRecord:
     """The action a caller names by id, checked once for every entry that takes an id (GetAction, Compensate,
     Reconcile, OpenContinuation): a valid context, a well-formed id, an action that exists, records that verify,
     and the caller its owner (``admin_may``: or an admin context in MAINTAIN mode)."""
@@ -117,26 +125,46 @@ def refusal_error(refused: Refused) -> CountersignError:
     if refused.why == "expired":
         return NotFound(Reason.CONFIRMATION_EXPIRED, "the confirmation expired or was never issued")
     if refused.why == "none":
-        return NotFound(Reason.CONTINUATION_NOT_FOUND, "no continuation (or action) by that id: never opened, or "
-                        "expired")
+        return NotFound(
+            Reason.CONTINUATION_NOT_FOUND, "no continuation (or action) by that id: never opened, or expired"
+        )
     if refused.why == "role":
-        return PermissionDenied(Reason.ROLE_NOT_ALLOWED, f"your role may not run {refused.tool!r}; the card is "
-                                "still waiting")
+        return PermissionDenied(
+            Reason.ROLE_NOT_ALLOWED, f"your role may not run {refused.tool!r}; the card is still waiting"
+        )
     return PermissionDenied(Reason.CONFIRMATION_BINDING_MISMATCH, "this belongs to another owner or session")
 
 
 def seal(
-    keyring: Keyring, *, action_id: str, binding: str, tool: Tool, policy_version: str,
-    arguments: dict[str, Any], resource_version: str, preview: common_pb2.Preview,
-    now_ms: int, ttl_ms: int, extra: dict[str, Any] | None = None,
+    keyring: Keyring,
+    *,
+    action_id: str,
+    binding: str,
+    tool: Tool,
+    policy_version: str,
+    arguments: dict[str, Any],
+    resource_version: str,
+    preview: common_pb2.Preview,
+    now_ms: int,
+    ttl_ms: int,
+    extra: dict[str, Any] | None = None,
 ) -> CardRecord:
     body = {
-        "v": VERSION, "action_id": action_id, "kid": keyring.active, "b": binding, "tool": tool.name,
-        "capability": tool.capability, "risk": tool.risk, "confirmation": tool.confirmation,
-        "policy_version": policy_version, "args": arguments,
+        "v": VERSION,
+        "action_id": action_id,
+        "kid": keyring.active,
+        "b": binding,
+        "tool": tool.name,
+        "capability": tool.capability,
+        "risk": tool.risk,
+        "confirmation": tool.confirmation,
+        "policy_version": policy_version,
+        "args": arguments,
         "resource_version": resource_version,
         "preview": json_format.MessageToDict(preview, preserving_proto_field_name=True),
-        "issued_at_ms": now_ms, "expires_at_ms": now_ms + ttl_ms, **(extra or {}),
+        "issued_at_ms": now_ms,
+        "expires_at_ms": now_ms + ttl_ms,
+        **(extra or {}),
     }
     raw = canonical(body)
     return CardRecord(keyring.active, tool.name, raw, keyring.mac(keyring.active, "card", raw), binding)
@@ -146,32 +174,50 @@ def open_card(keyring: Keyring, action_id: str, record: CardRecord) -> Card:
     """Verify the record's MAC and that it is this action's; raise CONFIRMATION_TAMPERED if not."""
     tampered = DataLoss(Reason.CONFIRMATION_TAMPERED, "the stored confirmation was changed; nothing was executed")
     if record.kid not in keyring.keys:
-        raise DataLoss(Reason.CONFIRMATION_TAMPERED, f"the stored confirmation names key {record.kid[:32]!r}, which "
-                       "this sidecar's keys file does not list (changed by hand, or a key removed while cards it "
-                       "sealed were live); nothing was executed")
+        raise DataLoss(
+            Reason.CONFIRMATION_TAMPERED,
+            f"the stored confirmation names key {record.kid[:32]!r}, which "
+            "this sidecar's keys file does not list (changed by hand, or a key removed while cards it "
+            "sealed were live); nothing was executed",
+        )
     if not keyring.verify(record.kid, "card", record.body, record.mac):
         raise tampered
     try:
         body = json.loads(record.body)
     except ValueError as exc:
         raise tampered from exc
-    if (body.get("action_id") != action_id or body.get("kid") != record.kid or body.get("tool") != record.tool
-            or (record.binding and body.get("b") != record.binding)):
+    if (
+        body.get("action_id") != action_id
+        or body.get("kid") != record.kid
+        or body.get("tool") != record.tool
+        or (record.binding and body.get("b") != record.binding)
+    ):
         raise tampered
     args = body["args"]
     return Card(
-        action_id=action_id, kid=record.kid, binding=body["b"], tool=body["tool"],
-        capability=body["capability"], risk=body["risk"], confirmation=body["confirmation"],
-        policy_version=body["policy_version"], arguments=args,
-        resource_version=body.get("resource_version", ""), preview=body.get("preview", {}),
-        issued_at_ms=int(body["issued_at_ms"]), expires_at_ms=int(body["expires_at_ms"]),
+        action_id=action_id,
+        kid=record.kid,
+        binding=body["b"],
+        tool=body["tool"],
+        capability=body["capability"],
+        risk=body["risk"],
+        confirmation=body["confirmation"],
+        policy_version=body["policy_version"],
+        arguments=args,
+        resource_version=body.get("resource_version", ""),
+        preview=body.get("preview", {}),
+        issued_at_ms=int(body["issued_at_ms"]),
+        expires_at_ms=int(body["expires_at_ms"]),
     )
 
 
 def to_proto(keyring: Keyring, card: Card) -> gateway_pb2.ConfirmationCard:
     out = gateway_pb2.ConfirmationCard(
-        token=keyring.token(card.action_id, card.kid), action_id=card.action_id,
-        capability_id=card.capability, tool_name=card.tool, risk=RISK_ENUM.get(card.risk, 0),  # type: ignore[arg-type]
+        token=keyring.token(card.action_id, card.kid),
+        action_id=card.action_id,
+        capability_id=card.capability,
+        tool_name=card.tool,
+        risk=RISK_ENUM.get(card.risk, 0),  # type: ignore[arg-type]
         prepared_arguments_json=canonical(card.arguments).decode(),
     )
     json_format.ParseDict(card.preview, out.preview)

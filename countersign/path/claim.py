@@ -1,10 +1,10 @@
 """Claim: Confirm's step that makes one caller the executor (I3), or answers every other caller from the record.
 
-    token (constant time, before Redis) -> context may write now (refused here: the card stays READY)
-      -> claim.lua: ready -> running
-           won        the card, for the executor
-           a record   replayed: the settled outcome, or RUNNING (waited for, bounded by wait_ms)
-           refused    CONFIRMATION_EXPIRED, ROLE_NOT_ALLOWED (the card stays READY), CONFIRMATION_BINDING_MISMATCH
+token (constant time, before Redis) -> context may write now (refused here: the card stays READY)
+  -> claim.lua: ready -> running
+       won        the card, for the executor
+       a record   replayed: the settled outcome, or RUNNING (waited for, bounded by wait_ms)
+       refused    CONFIRMATION_EXPIRED, ROLE_NOT_ALLOWED (the card stays READY), CONFIRMATION_BINDING_MISMATCH
 """
 
 from __future__ import annotations
@@ -35,22 +35,25 @@ class Claimed:
 
 
 class Claims:
-    def __init__(self, store: ClaimStore, keyring: Keyring, metrics: Metrics, *, lease_ms: int,
-                 max_wait: float) -> None:
+    def __init__(
+        self, store: ClaimStore, keyring: Keyring, metrics: Metrics, *, lease_ms: int, max_wait: float
+    ) -> None:
         self.store, self.keyring, self.metrics = store, keyring, metrics
         self.lease_ms, self.max_wait = lease_ms, max_wait
 
-    async def claim(self, registry: Registry, context: common_pb2.CallContext, token: str,
-                    wait_ms: int) -> Claimed | common_pb2.Action:
+    async def claim(
+        self, registry: Registry, context: common_pb2.CallContext, token: str, wait_ms: int
+    ) -> Claimed | common_pb2.Action:
         """The claim for this caller, or the action as it stands (replayed) when another caller claimed it."""
-        kid, action_id = self.keyring.parse_token(token)          # constant time, before Redis
+        kid, action_id = self.keyring.parse_token(token)  # constant time, before Redis
         policy.check_context(context)
-        policy.may_write_now(context)                              # refused here: the card stays READY
+        policy.may_write_now(context)  # refused here: the card stays READY
         binding = self.keyring.binding(kid, owner(context))
         claim_id = os.urandom(12).hex()
         with self.metrics.timed("claim"):
-            found = await self.store.claim(action_id, binding, registry.denied_tools(context.role), claim_id,
-                                           self.lease_ms)
+            found = await self.store.claim(
+                action_id, binding, registry.denied_tools(context.role), claim_id, self.lease_ms
+            )
         tracing.annotate(action_id=action_id)
         if isinstance(found, Refused):
             self.metrics.claims.labels("other", found.why).inc()

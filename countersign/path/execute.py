@@ -33,14 +33,23 @@ from countersign.store import CardRecord, RunRecord
 from countersign.store.protocols import ReleaseStore
 from countersign.v1 import common_pb2
 
-NOT_SENT_RETRY_AFTER = 1.0       # seconds: RetryInfo of DOWNSTREAM_NOT_SENT (a refused connection is often brief)
+NOT_SENT_RETRY_AFTER = 1.0  # seconds: RetryInfo of DOWNSTREAM_NOT_SENT (a refused connection is often brief)
 
 
 class Executor:
     """claim won -> card verified -> policy re-checked -> one adapter call -> settle."""
 
-    def __init__(self, store: ReleaseStore, keyring: Keyring, adapters: dict[str, Adapter], settler: Settler,
-                 timing: Timing, metrics: Metrics, audit: Audit, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: ReleaseStore,
+        keyring: Keyring,
+        adapters: dict[str, Adapter],
+        settler: Settler,
+        timing: Timing,
+        metrics: Metrics,
+        audit: Audit,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store, self.keyring, self.adapters, self.settler = store, keyring, adapters, settler
         self.timing, self.metrics, self.audit, self.clock = timing, metrics, audit, clock
         self.background: set[asyncio.Task[Any]] = set()
@@ -48,40 +57,64 @@ class Executor:
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 
-    async def run(self, registry: Registry, context: common_pb2.CallContext, action_id: str, claim_id: str,
-                  record: CardRecord) -> common_pb2.Action:
+    async def run(
+        self, registry: Registry, context: common_pb2.CallContext, action_id: str, claim_id: str, record: CardRecord
+    ) -> common_pb2.Action:
         """Shielded from the caller: the work of a won claim always ends in a settle attempt."""
         return await asyncio.shield(spawn(self.background, self._run(registry, context, action_id, claim_id, record)))
 
-    async def _run(self, registry: Registry, context: common_pb2.CallContext, action_id: str,
-                   claim_id: str, record: CardRecord) -> common_pb2.Action:
+    async def _run(
+        self, registry: Registry, context: common_pb2.CallContext, action_id: str, claim_id: str, record: CardRecord
+    ) -> common_pb2.Action:
         self.audit.event(action_id, "claimed", tool=record.tool)
         try:
             card = open_card(self.keyring, action_id, record)
         except DataLoss as exc:
             self.metrics.claims.labels(self.metrics.tool(record.tool), "tampered").inc()
-            await self.settler.settle(action_id, record.kid, claim_id,
-                               refused_action(action_id, record.tool, exc.reason, exc.message, self._now_ms()))
+            await self.settler.settle(
+                action_id,
+                record.kid,
+                claim_id,
+                refused_action(action_id, record.tool, exc.reason, exc.message, self._now_ms()),
+            )
             raise
         tracing.annotate(action_id=action_id, tool=card.tool, capability=card.capability, risk=card.risk)
         with self.metrics.timed("policy"):
             tool = self._recheck(registry, context, card)
         if isinstance(tool, FailedPrecondition):
-            await self.settler.settle(action_id, card.kid, claim_id,
-                               refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms()))
+            await self.settler.settle(
+                action_id,
+                card.kid,
+                claim_id,
+                refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms()),
+            )
             raise tool
         # the prepared version travels as If-Match: a resource changed since the card was shown is not written
-        meta = CallMeta(idempotency_key=action_id, attempt=1, policy_version=card.policy_version,
-                        tenant_id=context.tenant_id, actor_id=context.actor_id,
-                        subject_id=context.subject_id, locale=context.locale, if_match=card.resource_version,
-                        trace_headers=tracing.outgoing_headers)
+        meta = CallMeta(
+            idempotency_key=action_id,
+            attempt=1,
+            policy_version=card.policy_version,
+            tenant_id=context.tenant_id,
+            actor_id=context.actor_id,
+            subject_id=context.subject_id,
+            locale=context.locale,
+            if_match=card.resource_version,
+            trace_headers=tracing.outgoing_headers,
+        )
         call = tool.adapter.execute
-        with self.metrics.timed("execute", span=False), tracing.client_span(
-                tool.name, tool.adapter.kind, call.method if call else "Execute",
-                call.url if call else tool.adapter.target) as span:
+        with (
+            self.metrics.timed("execute", span=False),
+            tracing.client_span(
+                tool.name,
+                tool.adapter.kind,
+                call.method if call else "Execute",
+                call.url if call else tool.adapter.target,
+            ) as span,
+        ):
             start = time.perf_counter()
             outcome = await self.adapters[tool.adapter.kind].execute(
-                tool, card.arguments, meta, self.timing.downstream_deadline)
+                tool, card.arguments, meta, self.timing.downstream_deadline
+            )
             elapsed = time.perf_counter() - start
             span.set_attribute("countersign.outcome", outcome.kind.value)
             tracing.end_client_span(span, tool.adapter.kind, outcome.status, outcome.reason)
@@ -94,38 +127,45 @@ class Executor:
             return await self._give_back(action_id, claim_id, tool, outcome)
         action = to_action(action_id, tool, card, outcome, self._now_ms())
         await self.settler.settle(action_id, card.kid, claim_id, action)
-        decision(action_id, tool.name, "executed", outcome.reason or outcome.kind.value.upper(),
-                 outcome=outcome.kind.value)
+        decision(
+            action_id, tool.name, "executed", outcome.reason or outcome.kind.value.upper(), outcome=outcome.kind.value
+        )
         return action
 
     async def _give_back(self, action_id: str, claim_id: str, tool: Tool, outcome: Outcome) -> common_pb2.Action:
         """Nothing reached the downstream: put the card back (READY, same token) and say when to try again."""
         result = await self.store.release(action_id, claim_id)
         decision(action_id, tool.name, "released", Reason.NOT_SENT, result=result)
-        where = address(tool)       # the caller and the refused log line name the tool and where it is
+        where = address(tool)  # the caller and the refused log line name the tool and where it is
         never = f"the request to {tool.name!r} at {where} was never sent ({outcome.message})"
         named = {"tool": tool.name, "downstream": where}
         if result == "ready":
             self.audit.event(action_id, "released", reason=Reason.DOWNSTREAM_NOT_SENT)
-            raise Unavailable(Reason.DOWNSTREAM_NOT_SENT, f"{never}; nothing reached the downstream and the card is "
-                              "ready again: confirm the same token later", metadata=named,
-                              retry_after=NOT_SENT_RETRY_AFTER)
+            raise Unavailable(
+                Reason.DOWNSTREAM_NOT_SENT,
+                f"{never}; nothing reached the downstream and the card is ready again: confirm the same token later",
+                metadata=named,
+                retry_after=NOT_SENT_RETRY_AFTER,
+            )
         if result == "expired":
             self.audit.event(action_id, "released", reason=Reason.DOWNSTREAM_NOT_SENT, expired=True)
-            raise Unavailable(Reason.DOWNSTREAM_NOT_SENT, f"{never}, and the card expired meanwhile: nothing reached "
-                              "the downstream; ask for a new card", metadata=named)
-        found = await self.store.peek(action_id)      # a reconciler holds it: where it stands now
+            raise Unavailable(
+                Reason.DOWNSTREAM_NOT_SENT,
+                f"{never}, and the card expired meanwhile: nothing reached the downstream; ask for a new card",
+                metadata=named,
+            )
+        found = await self.store.peek(action_id)  # a reconciler holds it: where it stands now
         if not isinstance(found, RunRecord):
             raise Unavailable(Reason.DOWNSTREAM_NOT_SENT, never, metadata=named)
         return open_action(self.keyring, action_id, found, replayed=True)
 
     def _recheck(self, registry: Registry, context: common_pb2.CallContext, card: Card) -> Tool | FailedPrecondition:
         """Policy again, against the registry in force at claim time (docs/design.md §5)."""
-        changed = FailedPrecondition(Reason.POLICY_CHANGED, "the registry changed since the card was issued; "
-                                     "the action was not executed")
+        changed = FailedPrecondition(
+            Reason.POLICY_CHANGED, "the registry changed since the card was issued; the action was not executed"
+        )
         try:
-            allowed = policy.authorize(registry, context, card.tool, card.arguments, policy.Phase.EXECUTE,
-                                       claimed=True)
+            allowed = policy.authorize(registry, context, card.tool, card.arguments, policy.Phase.EXECUTE, claimed=True)
         except CountersignError as exc:
             changed.message = f"{changed.message} ({exc.reason})"
             return changed

@@ -44,10 +44,13 @@ def overlay(original: common_pb2.Action, inverse: common_pb2.Action | None) -> c
     out.CopyFrom(original)
     if inverse.state == common_pb2.ACTION_STATE_SUCCEEDED:
         out.state = common_pb2.ACTION_STATE_COMPENSATED
-    elif inverse.state in (common_pb2.ACTION_STATE_RUNNING, common_pb2.ACTION_STATE_UNKNOWN,
-                           common_pb2.ACTION_STATE_READY):
+    elif inverse.state in (
+        common_pb2.ACTION_STATE_RUNNING,
+        common_pb2.ACTION_STATE_UNKNOWN,
+        common_pb2.ACTION_STATE_READY,
+    ):
         out.state = common_pb2.ACTION_STATE_COMPENSATING
-        if inverse.state == common_pb2.ACTION_STATE_UNKNOWN:       # say what UNKNOWN means, here too
+        if inverse.state == common_pb2.ACTION_STATE_UNKNOWN:  # say what UNKNOWN means, here too
             out.error.reason = inverse.error.reason
             out.error.message = f"the inverse ({inverse.tool_name}) is UNKNOWN: {inverse.error.message}"
     else:

@@ -1,10 +1,10 @@
 """The path of one call, stage by stage (docs/design.md §3). No I/O of its own: stages and the store do it.
 
-    Invoke     registry -> policy -> (read: quota -> adapter now -> the turn's fact)
-                                   | (write: action id -> quota -> prepare -> preview -> card -> issue)
-    Confirm    claim (token, context may write, claim.lua) -> (won: execute -> settle) | (else: replay / RUNNING)
-    Reject     token -> reject.lua
-    GetAction  the owned action -> its outcome, seen through its compensation
+Invoke     registry -> policy -> (read: quota -> adapter now -> the turn's fact)
+                               | (write: action id -> quota -> prepare -> preview -> card -> issue)
+Confirm    claim (token, context may write, claim.lua) -> (won: execute -> settle) | (else: replay / RUNNING)
+Reject     token -> reject.lua
+GetAction  the owned action -> its outcome, seen through its compensation
 """
 
 from __future__ import annotations
@@ -37,8 +37,11 @@ from countersign.store import CardRecord, Issued, Refused, Rejected, RunRecord
 from countersign.store.protocols import CardStore, RejectStore, TurnStore
 from countersign.v1 import common_pb2, gateway_pb2
 
-_CAP_STATUS = {"enabled": common_pb2.CAPABILITY_STATUS_ENABLED, "planned": common_pb2.CAPABILITY_STATUS_PLANNED,
-               "forbidden": common_pb2.CAPABILITY_STATUS_FORBIDDEN}
+_CAP_STATUS = {
+    "enabled": common_pb2.CAPABILITY_STATUS_ENABLED,
+    "planned": common_pb2.CAPABILITY_STATUS_PLANNED,
+    "forbidden": common_pb2.CAPABILITY_STATUS_FORBIDDEN,
+}
 
 
 class PipelineStore(CardStore, RejectStore, TurnStore, Protocol):
@@ -46,31 +49,54 @@ class PipelineStore(CardStore, RejectStore, TurnStore, Protocol):
 
 
 class Pipeline:
-    def __init__(self, *, registry: Registry, store: PipelineStore, keyring: Keyring, adapters: dict[str, Adapter],
-                 quota: Quota, claims: Claims, executor: Executor, audit: Audit, metrics: Metrics, timing: Timing,
-                 confirm_ttl_ms: int, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        store: PipelineStore,
+        keyring: Keyring,
+        adapters: dict[str, Adapter],
+        quota: Quota,
+        claims: Claims,
+        executor: Executor,
+        audit: Audit,
+        metrics: Metrics,
+        timing: Timing,
+        confirm_ttl_ms: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.registry, self.store, self.keyring, self.adapters = registry, store, keyring, adapters
         self.quota, self.claims, self.executor, self.audit = quota, claims, executor, audit
         self.metrics, self.timing, self.confirm_ttl_ms, self.clock = metrics, timing, confirm_ttl_ms, clock
 
     # -- Invoke --------------------------------------------------------------------------------
 
-    async def invoke(self, context: common_pb2.CallContext, tool_name: str,
-                     arguments_json: str) -> gateway_pb2.InvokeResponse:
+    async def invoke(
+        self, context: common_pb2.CallContext, tool_name: str, arguments_json: str
+    ) -> gateway_pb2.InvokeResponse:
         registry = self.registry
         with self.metrics.timed("policy"):
             allowed = policy.authorize(registry, context, tool_name, arguments_json, policy.Phase.INVOKE)
         if isinstance(allowed, Capability):
             self.metrics.invocations.labels(self.metrics.tool(allowed.tool), "refusal", allowed.status).inc()
             decision("", allowed.tool, "refusal", allowed.status.upper())
-            return gateway_pb2.InvokeResponse(refusal=gateway_pb2.Refusal(
-                capability_id=allowed.id, status=_CAP_STATUS[allowed.status],  # type: ignore[arg-type]
-                guidance=allowed.guidance_for(context.locale)))
+            return gateway_pb2.InvokeResponse(
+                refusal=gateway_pb2.Refusal(
+                    capability_id=allowed.id,
+                    status=_CAP_STATUS[allowed.status],  # type: ignore[arg-type]
+                    guidance=allowed.guidance_for(context.locale),
+                )
+            )
         tool = allowed.tool
         tracing.annotate(tool=tool.name, capability=tool.capability, risk=tool.risk)
-        meta = CallMeta(policy_version=registry.policy_version, tenant_id=context.tenant_id,
-                        actor_id=context.actor_id, subject_id=context.subject_id, locale=context.locale,
-                        trace_headers=tracing.outgoing_headers)
+        meta = CallMeta(
+            policy_version=registry.policy_version,
+            tenant_id=context.tenant_id,
+            actor_id=context.actor_id,
+            subject_id=context.subject_id,
+            locale=context.locale,
+            trace_headers=tracing.outgoing_headers,
+        )
         adapter = self.adapters[tool.adapter.kind]
         label = self.metrics.tool(tool.name)
         turn = turn_key(self.keyring, context)
@@ -79,23 +105,32 @@ class Pipeline:
             with self.metrics.timed("read"):
                 outcome = await adapter.execute(tool, allowed.arguments, meta, self.timing.downstream_deadline)
             self.metrics.invocations.labels(label, "read", outcome.kind.value).inc()
-            await self.store.remember(turn, fact_entry(
-                tool.name, outcome.kind.value, read_summary(tool, outcome.body, outcome.message)),
-                self.timing.replay_ttl_ms)
+            await self.store.remember(
+                turn,
+                fact_entry(tool.name, outcome.kind.value, read_summary(tool, outcome.body, outcome.message)),
+                self.timing.replay_ttl_ms,
+            )
             if outcome.kind is Kind.SUCCEEDED:
-                return gateway_pb2.InvokeResponse(result=gateway_pb2.ToolResult(
-                    tool_name=tool.name, result_json=json.dumps(outcome.body, ensure_ascii=False)))
+                return gateway_pb2.InvokeResponse(
+                    result=gateway_pb2.ToolResult(
+                        tool_name=tool.name, result_json=json.dumps(outcome.body, ensure_ascii=False)
+                    )
+                )
             if outcome.kind is Kind.FAILED and outcome.reason != Reason.NOT_SENT:
                 raise FailedPrecondition(outcome.reason, outcome.message)
             where = address(tool)
-            raise Unavailable(Reason.DOWNSTREAM_UNAVAILABLE, f"the read {tool.name!r} at {where} got no answer: "
-                              f"{outcome.reason} ({outcome.message})", metadata={"tool": tool.name,
-                                                                                 "downstream": where})
+            raise Unavailable(
+                Reason.DOWNSTREAM_UNAVAILABLE,
+                f"the read {tool.name!r} at {where} got no answer: {outcome.reason} ({outcome.message})",
+                metadata={"tool": tool.name, "downstream": where},
+            )
 
-        scope = {"request": context.request_id, "session": context.session_id}.get(
-            tool.intent_scope) or os.urandom(16).hex()
+        scope = {"request": context.request_id, "session": context.session_id}.get(tool.intent_scope) or os.urandom(
+            16
+        ).hex()
         action_id = self.keyring.action_id(
-            [*cards.owner(context), tool.intent_scope, scope, tool.name, allowed.arguments])
+            [*cards.owner(context), tool.intent_scope, scope, tool.name, allowed.arguments]
+        )
         tracing.annotate(action_id=action_id)
         if tool.intent_scope != "none":
             existing = await self.store.peek(action_id)
@@ -110,32 +145,45 @@ class Pipeline:
         tenant = await self._quota(context, ["a:" + action_id, "r:" + turn])
         try:
             with self.metrics.timed("prepare"):
-                prepared = await prepare.prepare(adapter, tool, allowed.arguments, meta,
-                                                 self.timing.downstream_deadline)
+                prepared = await prepare.prepare(
+                    adapter, tool, allowed.arguments, meta, self.timing.downstream_deadline
+                )
         except CountersignError:
-            with contextlib.suppress(CountersignError):   # the refusal is the answer, whatever Redis does now
-                await self.quota.forget(tenant, ["a:" + action_id])    # no card: the action keeps nothing
+            with contextlib.suppress(CountersignError):  # the refusal is the answer, whatever Redis does now
+                await self.quota.forget(tenant, ["a:" + action_id])  # no card: the action keeps nothing
             raise
         record = cards.seal(
-            self.keyring, action_id=action_id,
-            binding=self.keyring.binding(self.keyring.active, cards.owner(context)), tool=tool,
-            policy_version=registry.policy_version, arguments=prepared.arguments,
+            self.keyring,
+            action_id=action_id,
+            binding=self.keyring.binding(self.keyring.active, cards.owner(context)),
+            tool=tool,
+            policy_version=registry.policy_version,
+            arguments=prepared.arguments,
             resource_version=prepared.resource_version,
             preview=prepare.preview(tool, prepared, action_id),
-            now_ms=int(self.clock() * 1000), ttl_ms=self.confirm_ttl_ms)
+            now_ms=int(self.clock() * 1000),
+            ttl_ms=self.confirm_ttl_ms,
+        )
         with self.metrics.timed("issue"):
             found = await self.store.issue(action_id, record, self.confirm_ttl_ms)
         if not isinstance(found, Issued):
             return self._existing(action_id, found, label)
         # the event before any other await: a card whose Invoke fails or is cancelled now still has it
         args_hmac = self.keyring.digest("args", allowed.canonical_args)
-        self.audit.event(action_id, "issued", tool=tool.name, capability=tool.capability,
-                         policy_version=registry.policy_version, args_hmac=args_hmac)
+        self.audit.event(
+            action_id,
+            "issued",
+            tool=tool.name,
+            capability=tool.capability,
+            policy_version=registry.policy_version,
+            args_hmac=args_hmac,
+        )
         self.metrics.invocations.labels(label, "write", "card").inc()
         decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_hmac=args_hmac)
         await self.store.remember(turn, action_entry(action_id), self.timing.replay_ttl_ms)
-        return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(
-            self.keyring, cards.open_card(self.keyring, action_id, record)))
+        return gateway_pb2.InvokeResponse(
+            confirmation=cards.to_proto(self.keyring, cards.open_card(self.keyring, action_id, record))
+        )
 
     async def _quota(self, context: common_pb2.CallContext, members: list[str]) -> str:
         """Count what this call would keep against the tenant's cap, before anything is stored (QUOTA_EXCEEDED).
@@ -148,8 +196,9 @@ class Pipeline:
         """The same call in the same turn: the same card, or the settled outcome."""
         if isinstance(found, CardRecord):
             self.metrics.invocations.labels(label, "write", "same_card").inc()
-            return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(
-                self.keyring, cards.open_card(self.keyring, action_id, found)))
+            return gateway_pb2.InvokeResponse(
+                confirmation=cards.to_proto(self.keyring, cards.open_card(self.keyring, action_id, found))
+            )
         self.metrics.invocations.labels(label, "write", "replay").inc()
         self.metrics.replay_hits.labels(label, "invoke").inc()
         return gateway_pb2.InvokeResponse(replay=open_action(self.keyring, action_id, found, replayed=True))

@@ -37,9 +37,9 @@ MAX_ID_BYTES = 256
 
 
 class Phase(enum.Enum):
-    INVOKE = "invoke"          # a read runs now; a write is prepared into a card
-    CONFIRM = "confirm"        # may this context write now? (checked before the claim)
-    EXECUTE = "execute"        # a write runs: only with a claimed confirmation
+    INVOKE = "invoke"  # a read runs now; a write is prepared into a card
+    CONFIRM = "confirm"  # may this context write now? (checked before the claim)
+    EXECUTE = "execute"  # a write runs: only with a claimed confirmation
     COMPENSATE = "compensate"
     RECONCILE = "reconcile"
 
@@ -47,8 +47,8 @@ class Phase(enum.Enum):
 @dataclass(frozen=True)
 class Allowed:
     tool: Tool
-    arguments: dict[str, Any]      # normalised and validated
-    canonical_args: bytes          # RFC 8785 bytes of ``arguments``
+    arguments: dict[str, Any]  # normalised and validated
+    canonical_args: bytes  # RFC 8785 bytes of ``arguments``
 
 
 def resolve(registry: Registry, name: str) -> Tool | Capability:
@@ -62,8 +62,7 @@ def resolve(registry: Registry, name: str) -> Tool | Capability:
     refusal = registry.refusals.get(name)
     if refusal is not None:
         return refusal
-    raise NotFound(Reason.TOOL_NOT_FOUND, f"no tool named {cut(name)!r} is registered",
-                   metadata={"tool": name[:64]})
+    raise NotFound(Reason.TOOL_NOT_FOUND, f"no tool named {cut(name)!r} is registered", metadata={"tool": name[:64]})
 
 
 def check_context(context: common_pb2.CallContext) -> None:
@@ -72,21 +71,27 @@ def check_context(context: common_pb2.CallContext) -> None:
     missing = [f for f in _ID_FIELDS if not getattr(context, f)]
     if missing:
         raise InvalidArgument(
-            Reason.REQUEST_INVALID, f"context is missing {', '.join(missing)}",
+            Reason.REQUEST_INVALID,
+            f"context is missing {', '.join(missing)}",
             violations=tuple(FieldViolation(f"context.{f}", "required") for f in missing),
         )
     bad = [f for f in _TEXT_FIELDS if not _id_ok(getattr(context, f))]
     if bad:
         raise InvalidArgument(
-            Reason.REQUEST_INVALID, f"context.{bad[0]} must be at most {MAX_ID_BYTES} bytes of printable text",
-            violations=tuple(FieldViolation(f"context.{f}", f"at most {MAX_ID_BYTES} bytes, no control "
-                                            "characters") for f in bad),
+            Reason.REQUEST_INVALID,
+            f"context.{bad[0]} must be at most {MAX_ID_BYTES} bytes of printable text",
+            violations=tuple(
+                FieldViolation(f"context.{f}", f"at most {MAX_ID_BYTES} bytes, no control characters") for f in bad
+            ),
         )
 
 
 def _id_ok(value: str) -> bool:
-    return len(value) <= MAX_ID_BYTES and len(value.encode("utf-8", "surrogatepass")) <= MAX_ID_BYTES \
+    return (
+        len(value) <= MAX_ID_BYTES
+        and len(value.encode("utf-8", "surrogatepass")) <= MAX_ID_BYTES
         and value.isprintable()
+    )
 
 
 def cut(value: str, limit: int = 64) -> str:
@@ -120,8 +125,9 @@ def authorize(
         raise PermissionDenied(Reason.ROLE_NOT_ALLOWED, f"role {cut(context.role)!r} may not use {tool.name!r}")
     args, canonical_args = _normalise(tool, arguments)
     if tool.is_write and phase in (Phase.EXECUTE, Phase.COMPENSATE) and not claimed:
-        raise FailedPrecondition(Reason.TOOL_CONFIRMATION_REQUIRED,
-                                 f"{tool.name!r} writes; it runs only after a claimed confirmation")
+        raise FailedPrecondition(
+            Reason.TOOL_CONFIRMATION_REQUIRED, f"{tool.name!r} writes; it runs only after a claimed confirmation"
+        )
     _session_mode(context, tool.is_write)
     return Allowed(tool, args, canonical_args)
 
@@ -145,14 +151,18 @@ def _normalise(tool: Tool, arguments: Mapping[str, Any] | str | None) -> tuple[d
     if not problems:
         problems = validate(tool, out)
     if problems:
-        raise InvalidArgument(Reason.ARGS_INVALID, f"arguments of {tool.name!r} do not match its schema: "
-                              + "; ".join(f"{p.field or '(root)'}: {p.description}" for p in problems[:5]),
-                              violations=tuple(problems[:20]))
+        raise InvalidArgument(
+            Reason.ARGS_INVALID,
+            f"arguments of {tool.name!r} do not match its schema: "
+            + "; ".join(f"{p.field or '(root)'}: {p.description}" for p in problems[:5]),
+            violations=tuple(problems[:20]),
+        )
     try:
         return out, canonical(out)
     except ValueError as exc:
-        raise InvalidArgument(Reason.ARGS_INVALID, f"arguments are not canonical JSON: {exc}",
-                              violations=(FieldViolation("", str(exc)),)) from exc
+        raise InvalidArgument(
+            Reason.ARGS_INVALID, f"arguments are not canonical JSON: {exc}", violations=(FieldViolation("", str(exc)),)
+        ) from exc
 
 
 def validate(tool: Tool, arguments: Mapping[str, Any]) -> list[FieldViolation]:
@@ -174,9 +184,13 @@ def _schema_violations(tool: Tool, arguments: Mapping[str, Any]) -> list[FieldVi
         if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
             violations.append(FieldViolation(".".join([*path, str(kind.property)]), err.message[:300]))
         elif isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
-            violations += [FieldViolation(".".join([*path, str(name)]),
-                                          f"additional properties are not allowed ({str(name)[:64]!r} was unexpected)")
-                           for name in kind.unexpected]
+            violations += [
+                FieldViolation(
+                    ".".join([*path, str(name)]),
+                    f"additional properties are not allowed ({str(name)[:64]!r} was unexpected)",
+                )
+                for name in kind.unexpected
+            ]
         else:
             violations.append(FieldViolation(".".join(path), err.message[:300]))
     return violations
@@ -196,8 +210,7 @@ def decode_arguments(text: str | None) -> dict[str, Any]:
     if len(text) > MAX_ARGUMENTS_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_ARGUMENTS_BYTES:
         raise _bad(f"arguments_json is larger than {MAX_ARGUMENTS_BYTES} bytes")
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
-                           parse_float=_finite)
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError as exc:
         raise _bad("arguments_json is nested too deeply") from exc
     except ValueError as exc:
@@ -215,8 +228,7 @@ def decode_arguments(text: str | None) -> dict[str, Any]:
 
 def _boundary(context: common_pb2.CallContext, is_write: bool) -> None:
     mode = context.admin_mode
-    admin = bool(context.admin_context_id) and mode in (common_pb2.ADMIN_MODE_READONLY,
-                                                        common_pb2.ADMIN_MODE_MAINTAIN)
+    admin = bool(context.admin_context_id) and mode in (common_pb2.ADMIN_MODE_READONLY, common_pb2.ADMIN_MODE_MAINTAIN)
     if context.actor_id != context.subject_id and not admin:
         raise PermissionDenied(Reason.SUBJECT_NOT_ALLOWED, "acting for another subject needs an admin context")
     if is_write and mode == common_pb2.ADMIN_MODE_READONLY:

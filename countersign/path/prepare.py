@@ -37,15 +37,20 @@ async def prepare(
     except PrepareRefused as exc:
         raise FailedPrecondition(exc.reason, exc.message) from exc
     except PrepareUnavailable as exc:
-        raise Unavailable(Reason.DOWNSTREAM_UNAVAILABLE, str(exc), metadata={
-            "tool": tool.name, "downstream": address(tool, tool.adapter.prepare)}) from exc
+        raise Unavailable(
+            Reason.DOWNSTREAM_UNAVAILABLE,
+            str(exc),
+            metadata={"tool": tool.name, "downstream": address(tool, tool.adapter.prepare)},
+        ) from exc
     if prepared.resource_version:
-        try:   # it is sent back as If-Match at execute: a card must not hold one that cannot be
+        try:  # it is sent back as If-Match at execute: a card must not hold one that cannot be
             entity_tag(prepared.resource_version)
         except NotSendable as exc:
-            raise FailedPrecondition(Reason.PREPARED_VERSION_INVALID, f"the downstream prepared a resource version "
-                                     f"for {tool.name!r} that {exc.message.removeprefix('the resource version ')}") \
-                from exc
+            raise FailedPrecondition(
+                Reason.PREPARED_VERSION_INVALID,
+                f"the downstream prepared a resource version "
+                f"for {tool.name!r} that {exc.message.removeprefix('the resource version ')}",
+            ) from exc
     problems = policy.validate(tool, prepared.arguments)
     if problems:
         raise FailedPrecondition(

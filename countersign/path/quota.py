@@ -39,26 +39,33 @@ from countersign.store import QuotaCount
 from countersign.store.protocols import QuotaStore
 
 log = logging.getLogger("countersign.quota")
-FLUSH_EVERY = 0.05      # seconds a far-from-the-cap member may wait before it is sent (in one batch per tenant)
-STALE = 1.0             # seconds after which a heard count is too old to admit without asking
-MAX_TENANTS = 10_000    # idle tenants beyond this are forgotten (their count is asked again)
+FLUSH_EVERY = 0.05  # seconds a far-from-the-cap member may wait before it is sent (in one batch per tenant)
+STALE = 1.0  # seconds after which a heard count is too old to admit without asking
+MAX_TENANTS = 10_000  # idle tenants beyond this are forgotten (their count is asked again)
 
 
 @dataclass
 class _Tenant:
-    known: int = 0                  # members Redis said it held, at heard_at
+    known: int = 0  # members Redis said it held, at heard_at
     heard_at: float = float("-inf")
-    unsent: dict[str, None] = field(default_factory=dict)   # admitted here, not yet in Redis (ordered, unique)
-    sending: int = 0                # members on their way to Redis right now
+    unsent: dict[str, None] = field(default_factory=dict)  # admitted here, not yet in Redis (ordered, unique)
+    sending: int = 0  # members on their way to Redis right now
     flusher: asyncio.Task[Any] | None = None
 
 
 class Quota:
-    def __init__(self, store: QuotaStore, tenant_quota: int, replay_ttl_ms: int, *,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: QuotaStore,
+        tenant_quota: int,
+        replay_ttl_ms: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.store, self.tenant_quota, self.replay_ttl_ms = store, tenant_quota, replay_ttl_ms
         self.clock, self.wall = clock, wall
-        self.far = tenant_quota // 2     # below half the cap a tenant is admitted at once (the batched path)
+        self.far = tenant_quota // 2  # below half the cap a tenant is admitted at once (the batched path)
         self._tenants: dict[str, _Tenant] = {}
 
     async def take(self, tenant: str, members: list[str]) -> None:
@@ -74,10 +81,13 @@ class Quota:
         if not heard.counted:
             wait = max(0.0, heard.first_gone_ms / 1000 - self.wall())
             raise ResourceExhausted(
-                Reason.QUOTA_EXCEEDED, f"this tenant keeps {heard.held} records in the sidecar's store (actions and "
+                Reason.QUOTA_EXCEEDED,
+                f"this tenant keeps {heard.held} records in the sidecar's store (actions and "
                 f"turns, each counted for --replay-ttl), as many as --tenant-quota allows ({self.tenant_quota}); "
                 f"nothing was stored. The oldest stops counting in {wait:.0f} s",
-                metadata={"cap": str(self.tenant_quota)}, retry_after=wait)
+                metadata={"cap": str(self.tenant_quota)},
+                retry_after=wait,
+            )
 
     async def forget(self, tenant: str, members: list[str]) -> None:
         """Stop counting members whose records were never stored (a prepare refused: no card)."""
@@ -103,7 +113,7 @@ class Quota:
         try:
             heard = await self.store.quota(tenant, stored, members, self.tenant_quota, self.replay_ttl_ms)
         except CountersignError:
-            t.unsent.update(dict.fromkeys(stored))     # sent again with the next batch
+            t.unsent.update(dict.fromkeys(stored))  # sent again with the next batch
             raise
         finally:
             t.sending -= len(stored) + len(members)
@@ -118,10 +128,11 @@ class Quota:
                 try:
                     await self._send(t, tenant, [])
                     delay = FLUSH_EVERY
-                except CountersignError as exc:    # kept, and sent with the next batch
+                except CountersignError as exc:  # kept, and sent with the next batch
                     delay = min(delay * 2, 5.0)
-                    log.warning(json.dumps({"event": "quota_flush_failed", "reason": exc.reason,
-                                            "members": len(t.unsent)}))
+                    log.warning(
+                        json.dumps({"event": "quota_flush_failed", "reason": exc.reason, "members": len(t.unsent)})
+                    )
         finally:
             t.flusher = None
 
@@ -132,4 +143,3 @@ class Quota:
                     del self._tenants[name]
         t = self._tenants[tenant] = _Tenant()
         return t
-

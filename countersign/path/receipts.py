@@ -19,8 +19,11 @@ from countersign.store import RunRecord
 from countersign.v1 import common_pb2
 
 EVIDENCE_BYTES = 64 << 10
-_ACTION_STATES = {Kind.SUCCEEDED: common_pb2.ACTION_STATE_SUCCEEDED, Kind.FAILED: common_pb2.ACTION_STATE_FAILED,
-                  Kind.UNKNOWN: common_pb2.ACTION_STATE_UNKNOWN}
+_ACTION_STATES = {
+    Kind.SUCCEEDED: common_pb2.ACTION_STATE_SUCCEEDED,
+    Kind.FAILED: common_pb2.ACTION_STATE_FAILED,
+    Kind.UNKNOWN: common_pb2.ACTION_STATE_UNKNOWN,
+}
 # what a stored outcome may say, by the record's state: a state changed by hand disagrees with the MAC'd outcome
 _OUTCOME_STATES = {
     "settled": {common_pb2.ACTION_STATE_SUCCEEDED, common_pb2.ACTION_STATE_FAILED, common_pb2.ACTION_STATE_REJECTED},
@@ -38,8 +41,10 @@ def seal_action(keyring: Keyring, kid: str, action: common_pb2.Action) -> tuple[
 def unknown_message(detail: str) -> str:
     """What UNKNOWN means, every time it is said (I6): it may have landed, it was not retried, it is being
     reconciled by key."""
-    return (f"{detail.rstrip('.')}. The request may have reached the downstream; it was not retried, and "
-            "reconciliation is asking the downstream by its idempotency key (the action id) what became of it")
+    return (
+        f"{detail.rstrip('.')}. The request may have reached the downstream; it was not retried, and "
+        "reconciliation is asking the downstream by its idempotency key (the action id) what became of it"
+    )
 
 
 def open_action(keyring: Keyring, action_id: str, run: RunRecord, *, replayed: bool) -> common_pb2.Action:
@@ -54,8 +59,7 @@ def open_action(keyring: Keyring, action_id: str, run: RunRecord, *, replayed: b
         action = common_pb2.Action(action_id=action_id, state=state, replayed=replayed, tool_name=run.tool)
         if state == common_pb2.ACTION_STATE_UNKNOWN:
             action.error.reason = run.reason or Reason.UNKNOWN
-            action.error.message = unknown_message("The executing sidecar's lease lapsed before it recorded an "
-                                                   "answer")
+            action.error.message = unknown_message("The executing sidecar's lease lapsed before it recorded an answer")
         return action
     if not keyring.verify(run.kid, "outcome:" + action_id, run.out, run.omac):
         raise tampered
@@ -79,14 +83,19 @@ def to_action(action_id: str, tool: Tool, card: Card, outcome: Outcome, now_ms: 
     receipt = action.receipt
     receipt.action_id = action_id
     receipt.tool_name = tool.name
-    receipt.status = (common_pb2.RECEIPT_STATUS_SUCCEEDED if outcome.kind is Kind.SUCCEEDED
-                      else common_pb2.RECEIPT_STATUS_FAILED)
+    receipt.status = (
+        common_pb2.RECEIPT_STATUS_SUCCEEDED if outcome.kind is Kind.SUCCEEDED else common_pb2.RECEIPT_STATUS_FAILED
+    )
     receipt.resource_id = outcome.resource_id
     receipt.resource_version = outcome.resource_version
     if outcome.kind is Kind.SUCCEEDED:
-        values: dict[str, Any] = {**card.arguments, "action_id": action_id, "idempotency_key": action_id,
-                                  "receipt.resource_id": outcome.resource_id,
-                                  "receipt.resource_version": outcome.resource_version}
+        values: dict[str, Any] = {
+            **card.arguments,
+            "action_id": action_id,
+            "idempotency_key": action_id,
+            "receipt.resource_id": outcome.resource_id,
+            "receipt.resource_version": outcome.resource_version,
+        }
         receipt.summary = render(tool.receipt.summary, values)
     else:
         receipt.summary = outcome.message
@@ -106,8 +115,10 @@ def evidence(outcome: Outcome) -> str:
     if len(text) <= EVIDENCE_BYTES:
         return text
     whole = text.encode()
-    return json.dumps({"status": outcome.status, "evidence_sha256": hashlib.sha256(whole).hexdigest(),
-                       "evidence_bytes": len(whole)}, sort_keys=True)
+    return json.dumps(
+        {"status": outcome.status, "evidence_sha256": hashlib.sha256(whole).hexdigest(), "evidence_bytes": len(whole)},
+        sort_keys=True,
+    )
 
 
 def refused_action(action_id: str, tool: str, reason: str, message: str, now_ms: int) -> common_pb2.Action:

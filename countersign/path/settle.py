@@ -31,9 +31,9 @@ log = logging.getLogger("countersign.settle")
 class Timing:
     """The durations every stage of the path shares (from the settings, in the path's units)."""
 
-    lease_ms: int                 # --lease: how long a claim may run before it is reported UNKNOWN
-    replay_ttl_ms: int            # --replay-ttl: how long a settled outcome is replayed
-    downstream_deadline: float    # --downstream-deadline, seconds
+    lease_ms: int  # --lease: how long a claim may run before it is reported UNKNOWN
+    replay_ttl_ms: int  # --replay-ttl: how long a settled outcome is replayed
+    downstream_deadline: float  # --downstream-deadline, seconds
 
 
 def spawn(tasks: set[asyncio.Task[Any]], work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -47,32 +47,43 @@ def spawn(tasks: set[asyncio.Task[Any]], work: Coroutine[Any, Any, Any]) -> asyn
 class Settler:
     """running|unknown -> settled | unknown | review, by the holder of the claim id."""
 
-    def __init__(self, store: SettleStore, keyring: Keyring, audit: Audit, metrics: Metrics, timing: Timing,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: SettleStore,
+        keyring: Keyring,
+        audit: Audit,
+        metrics: Metrics,
+        timing: Timing,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store, self.keyring, self.audit, self.metrics = store, keyring, audit, metrics
         self.timing, self.clock = timing, clock
         self.background: set[asyncio.Task[Any]] = set()
 
-    async def settle(self, action_id: str, kid: str, claim_id: str, action: common_pb2.Action,
-                     state: str = "") -> None:
+    async def settle(self, action_id: str, kid: str, claim_id: str, action: common_pb2.Action, state: str = "") -> None:
         """Record ``action`` as the outcome; ``state`` review for a reconciler's verdict that needs a person."""
         # A record naming a key this sidecar does not list was changed by hand (the token's key is listed):
         # its refusal is sealed with the active key, and readers find the record tampered either way.
         kid = kid if kid in self.keyring.keys else self.keyring.active
         out, omac = seal_action(self.keyring, kid, action)
         state = state or ("unknown" if action.state == common_pb2.ACTION_STATE_UNKNOWN else "settled")
-        self.audit.event(action_id, "settled", state=states.name(action.state),
-                         reason=action.error.reason, resource_id=action.receipt.resource_id,
-                         outcome_hmac=self.keyring.digest("outcome", out),
-                         by=(claim_id[:1] == "r" and "reconciler") or "executor")
+        self.audit.event(
+            action_id,
+            "settled",
+            state=states.name(action.state),
+            reason=action.error.reason,
+            resource_id=action.receipt.resource_id,
+            outcome_hmac=self.keyring.digest("outcome", out),
+            by=(claim_id[:1] == "r" and "reconciler") or "executor",
+        )
         receipt = "SUCCEEDED" if action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED else ""
         args = (action_id, claim_id, state, out, omac, action.error.reason, receipt, self.timing.replay_ttl_ms)
-        if state == "unknown":   # only what may need reconciling is indexed; a settled Confirm costs nothing
+        if state == "unknown":  # only what may need reconciling is indexed; a settled Confirm costs nothing
             self.index(action_id, int(self.clock() * 1000))
         try:
             with self.metrics.timed("settle"):
                 result = await self.store.settle(*args)
-        except Unavailable:   # the store is away, or too few replicas acknowledged the settle
+        except Unavailable:  # the store is away, or too few replicas acknowledged the settle
             spawn(self.background, self._settle_later(args))
             return
         if result != "ok":
@@ -82,6 +93,7 @@ class Settler:
         """Keep the reconciler's index of open actions, in the background (off the caller's path).
 
         A sidecar killed mid-call never writes it: the reconciler's slow SCAN pass finds that lapsed lease."""
+
         async def write() -> None:
             try:
                 if due_ms is None:
@@ -90,6 +102,7 @@ class Settler:
                     await self.store.open_add(action_id, due_ms)
             except CountersignError:
                 pass
+
         spawn(self.background, write())
 
     async def _settle_later(self, args: tuple[Any, ...]) -> None:

@@ -39,55 +39,90 @@ class CompensateStore(CardStore, ClaimStore, Protocol):
 
 
 class Compensator:
-    def __init__(self, *, store: CompensateStore, keyring: Keyring, executor: Executor, registry: Registry,
-                 timing: Timing, metrics: Metrics, audit: Audit, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        store: CompensateStore,
+        keyring: Keyring,
+        executor: Executor,
+        registry: Registry,
+        timing: Timing,
+        metrics: Metrics,
+        audit: Audit,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store, self.keyring, self.executor, self.registry = store, keyring, executor, registry
         self.timing, self.metrics, self.audit, self.clock = timing, metrics, audit, clock
 
     async def compensate(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
         registry = self.registry
         found = await cards.owned_action(self.store, self.keyring, context, action_id)
-        original = open_action(self.keyring, action_id, found, replayed=False) if isinstance(found, RunRecord) \
+        original = (
+            open_action(self.keyring, action_id, found, replayed=False)
+            if isinstance(found, RunRecord)
             else common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
+        )
         if original.state != common_pb2.ACTION_STATE_SUCCEEDED:
-            raise FailedPrecondition(Reason.NOT_COMPENSABLE, f"only a SUCCEEDED action can be compensated; this one "
-                                     f"is {states.name(original.state)}")
+            raise FailedPrecondition(
+                Reason.NOT_COMPENSABLE,
+                f"only a SUCCEEDED action can be compensated; this one is {states.name(original.state)}",
+            )
         tool = registry.tools.get(original.tool_name)
         if tool is None or tool.compensation is None:
-            raise FailedPrecondition(Reason.NO_COMPENSATION, f"{original.tool_name!r} declares no compensation in the "
-                                     "registry")
+            raise FailedPrecondition(
+                Reason.NO_COMPENSATION, f"{original.tool_name!r} declares no compensation in the registry"
+            )
         args = self._arguments(tool.compensation.args, found, original)
         try:
-            allowed = policy.authorize(registry, context, tool.compensation.tool, args, policy.Phase.COMPENSATE,
-                                       claimed=True)
+            allowed = policy.authorize(
+                registry, context, tool.compensation.tool, args, policy.Phase.COMPENSATE, claimed=True
+            )
         except InvalidArgument as exc:
             # the inverse's arguments come from the receipt (a downstream's answer), not from this caller:
             # e.g. a resource id ".." that would send DELETE /todos/.. — nothing is issued, nothing sent
-            raise FailedPrecondition(Reason.NOT_COMPENSABLE, f"the inverse {tool.compensation.tool!r} cannot run on "
-                                     f"this receipt: {exc.message}") from exc
+            raise FailedPrecondition(
+                Reason.NOT_COMPENSABLE,
+                f"the inverse {tool.compensation.tool!r} cannot run on this receipt: {exc.message}",
+            ) from exc
         if isinstance(allowed, Capability):
-            raise FailedPrecondition(Reason.POLICY_CHANGED, f"the inverse {tool.compensation.tool!r} is "
-                                     f"{allowed.status} now")
+            raise FailedPrecondition(
+                Reason.POLICY_CHANGED, f"the inverse {tool.compensation.tool!r} is {allowed.status} now"
+            )
         inverse = allowed.tool
         comp_id = inverse_id(self.keyring, action_id)
         binding = self.keyring.binding(self.keyring.active, cards.owner(context))
         preview = common_pb2.Preview(title=f"compensate {original.tool_name}", target=original.receipt.resource_id)
-        record = cards.seal(self.keyring, action_id=comp_id, binding=binding, tool=inverse,
-                            policy_version=registry.policy_version, arguments=allowed.arguments,
-                            resource_version=original.receipt.resource_version, preview=preview,
-                            now_ms=int(self.clock() * 1000), ttl_ms=self.timing.lease_ms,
-                            extra={"compensates": action_id})
+        record = cards.seal(
+            self.keyring,
+            action_id=comp_id,
+            binding=binding,
+            tool=inverse,
+            policy_version=registry.policy_version,
+            arguments=allowed.arguments,
+            resource_version=original.receipt.resource_version,
+            preview=preview,
+            now_ms=int(self.clock() * 1000),
+            ttl_ms=self.timing.lease_ms,
+            extra={"compensates": action_id},
+        )
         existing = await self.store.issue(comp_id, record, self.timing.lease_ms)
         if isinstance(existing, Issued):
             # the inverse is an action like any other: its chain starts with its card (audit.verify expects it)
-            self.audit.event(comp_id, "issued", tool=inverse.name, capability=inverse.capability,
-                             policy_version=registry.policy_version, compensates=action_id,
-                             args_hmac=self.keyring.digest("args", allowed.canonical_args))
-        else:                         # issued (and maybe sealed) by another sidecar, perhaps under another key
+            self.audit.event(
+                comp_id,
+                "issued",
+                tool=inverse.name,
+                capability=inverse.capability,
+                policy_version=registry.policy_version,
+                compensates=action_id,
+                args_hmac=self.keyring.digest("args", allowed.canonical_args),
+            )
+        else:  # issued (and maybe sealed) by another sidecar, perhaps under another key
             binding = cards.binding_of(self.keyring, existing, context)
         claim_id = os.urandom(12).hex()
-        claimed = await self.store.claim(comp_id, binding, registry.denied_tools(context.role), claim_id,
-                                         self.timing.lease_ms)
+        claimed = await self.store.claim(
+            comp_id, binding, registry.denied_tools(context.role), claim_id, self.timing.lease_ms
+        )
         if isinstance(claimed, Refused):
             raise cards.refusal_error(claimed)
         if isinstance(claimed, Won):
@@ -97,12 +132,14 @@ class Compensator:
                 outcome = "unknown"
             self.metrics.compensations.labels(self.metrics.tool(original.tool_name), outcome).inc()
             self.audit.event(action_id, "compensated", inverse=comp_id, outcome=outcome, reason=result.error.reason)
-            decision(action_id, original.tool_name, "compensated", result.error.reason or outcome.upper(),
-                     inverse=comp_id)
+            decision(
+                action_id, original.tool_name, "compensated", result.error.reason or outcome.upper(), inverse=comp_id
+            )
         else:
             # a second Compensate waits (bounded) for the first to finish, then returns its outcome
-            settled = await self.store.wait_settled(comp_id, claimed,
-                                                    deadline(inverse, self.timing.downstream_deadline) + 1)
+            settled = await self.store.wait_settled(
+                comp_id, claimed, deadline(inverse, self.timing.downstream_deadline) + 1
+            )
             result = open_action(self.keyring, comp_id, settled, replayed=True)
         out = overlay(original, result)
         out.replayed = not isinstance(claimed, Won)
@@ -110,9 +147,12 @@ class Compensator:
 
     def _arguments(self, templates: Any, found: Any, original: common_pb2.Action) -> dict[str, Any]:
         """The inverse's arguments: templates over the receipt (and the action), one value each."""
-        values = {"receipt.resource_id": original.receipt.resource_id,
-                  "receipt.resource_version": original.receipt.resource_version,
-                  "action_id": original.action_id, "idempotency_key": original.action_id}
+        values = {
+            "receipt.resource_id": original.receipt.resource_id,
+            "receipt.resource_version": original.receipt.resource_version,
+            "action_id": original.action_id,
+            "idempotency_key": original.action_id,
+        }
         out: dict[str, Any] = {}
         for key, template in templates.items():
             names = PLACEHOLDER.findall(template)

@@ -32,8 +32,7 @@ from countersign.store import CardRecord, states
 from countersign.store.protocols import OperatorStore
 from countersign.v1 import common_pb2
 
-STATES = {"unknown": "unknown", "needs-manual-review": "review", "compensation-failed": "settled",
-          "running": "running"}
+STATES = {"unknown": "unknown", "needs-manual-review": "review", "compensation-failed": "settled", "running": "running"}
 
 
 def _action(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> common_pb2.Action | None:
@@ -42,11 +41,15 @@ def _action(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> commo
         return None
     kid = record.get("kid", b"").decode()
     if kid not in keyring.keys:
-        return common_pb2.Action(action_id=action_id, error=common_pb2.ActionError(
-            reason=Reason.KEY_NOT_IN_KEYS_FILE, message=unknown_key(kid)))
+        return common_pb2.Action(
+            action_id=action_id,
+            error=common_pb2.ActionError(reason=Reason.KEY_NOT_IN_KEYS_FILE, message=unknown_key(kid)),
+        )
     if not keyring.verify(kid, "outcome:" + action_id, out, record.get("omac", b"").decode()):
-        return common_pb2.Action(action_id=action_id, error=common_pb2.ActionError(
-            reason=Reason.RECORD_TAMPERED, message="the stored outcome does not verify"))
+        return common_pb2.Action(
+            action_id=action_id,
+            error=common_pb2.ActionError(reason=Reason.RECORD_TAMPERED, message="the stored outcome does not verify"),
+        )
     return common_pb2.Action.FromString(out)
 
 
@@ -54,17 +57,21 @@ def _row(keyring: Keyring, action_id: str, record: dict[str, bytes]) -> dict[str
     action = _action(keyring, action_id, record)
     card = json.loads(record.get("card", b"{}") or b"{}")
     ms = int(record.get("settled_at", b"0") or 0) or int(record.get("claimed_at", b"0") or 0)
-    return {"action_id": action_id, "record_state": record.get("st", b"").decode(),
-            "state": states.name(action.state) if action else
-            record.get("st", b"").decode().upper(),
-            "tool": record.get("tool", b"").decode(), "kid": record.get("kid", b"").decode(),
-            "reason": (action.error.reason if action else "") or record.get("reason", b"").decode(),
-            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000)) if ms else "",
-            "compensates": card.get("compensates", "")}
+    return {
+        "action_id": action_id,
+        "record_state": record.get("st", b"").decode(),
+        "state": states.name(action.state) if action else record.get("st", b"").decode().upper(),
+        "tool": record.get("tool", b"").decode(),
+        "kid": record.get("kid", b"").decode(),
+        "reason": (action.error.reason if action else "") or record.get("reason", b"").decode(),
+        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000)) if ms else "",
+        "compensates": card.get("compensates", ""),
+    }
 
 
-async def list_actions(store: OperatorStore, keyring: Keyring, state: str, as_json: bool,
-                       out: TextIO = sys.stdout) -> int:
+async def list_actions(
+    store: OperatorStore, keyring: Keyring, state: str, as_json: bool, out: TextIO = sys.stdout
+) -> int:
     wanted = STATES[state]
     rows = []
     cursor = 0
@@ -86,13 +93,15 @@ async def list_actions(store: OperatorStore, keyring: Keyring, state: str, as_js
         print(f"{len(rows)} action(s) {state}", file=out)
         for r in rows:
             extra = f"  compensates {r['compensates']}" if r["compensates"] else ""
-            print(f"  {r['action_id']}  {r['state']:<20} {r['tool']:<18} {r['reason']:<26} {r['since']}{extra}",
-                  file=out)
+            print(
+                f"  {r['action_id']}  {r['state']:<20} {r['tool']:<18} {r['reason']:<26} {r['since']}{extra}", file=out
+            )
     return 0
 
 
-async def show(store: OperatorStore, keyring: Keyring, action_id: str, as_json: bool, out: TextIO = sys.stdout,
-               grace: float = 5.0) -> int:
+async def show(
+    store: OperatorStore, keyring: Keyring, action_id: str, as_json: bool, out: TextIO = sys.stdout, grace: float = 5.0
+) -> int:
     if not is_action_id(action_id):
         print(f"not an action id: {action_id!r}", file=sys.stderr)
         return 2
@@ -108,8 +117,12 @@ async def show(store: OperatorStore, keyring: Keyring, action_id: str, as_json: 
         row = {"action_id": action_id, "state": "NOT_FOUND"}
     # "verified" only when the chain is intact AND every record has the event it is owed
     verdict = str(problem) if problem else "verified" if history else "no audit chain"
-    doc = {**row, "action": json_format.MessageToDict(action, preserving_proto_field_name=True) if action else None,
-           "history": history, "audit": verdict}
+    doc = {
+        **row,
+        "action": json_format.MessageToDict(action, preserving_proto_field_name=True) if action else None,
+        "history": history,
+        "audit": verdict,
+    }
     if as_json:
         print(json.dumps(doc, ensure_ascii=False, indent=2), file=out)
         return 0
@@ -143,8 +156,9 @@ def unresolved_since_ms(record: dict[str, bytes]) -> int:
     return 0
 
 
-async def _evidence(keyring: Keyring, action_id: str, record: dict[str, bytes],
-                    downstream: Downstream) -> tuple[str, str, Outcome | None]:
+async def _evidence(
+    keyring: Keyring, action_id: str, record: dict[str, bytes], downstream: Downstream
+) -> tuple[str, str, Outcome | None]:
     """Ask the downstream, as reconciliation does (the fence when the tool has one): (verdict, why, outcome);
     verdict is applied, fenced or unproven."""
     tool_name = record.get("tool", b"").decode()
@@ -154,13 +168,22 @@ async def _evidence(keyring: Keyring, action_id: str, record: dict[str, bytes],
     if tool is None or not tool.adapter.can_lookup:
         return "unproven", f"{tool_name!r} declares no lookup, so nothing can tell whether it landed", None
     try:
-        card = open_card(keyring, action_id, CardRecord(record.get("kid", b"").decode(), tool_name,
-                                                        record.get("card", b""), record.get("cmac", b"").decode()))
+        card = open_card(
+            keyring,
+            action_id,
+            CardRecord(
+                record.get("kid", b"").decode(), tool_name, record.get("card", b""), record.get("cmac", b"").decode()
+            ),
+        )
     except DataLoss:
         return "unproven", "the stored card does not verify", None
     fence = tool.adapter.can_fence
-    meta = CallMeta(idempotency_key=action_id, attempt=int(record.get("ratt", b"0") or 0) + 1,
-                    policy_version=card.policy_version, trace_headers=tracing.outgoing_headers)
+    meta = CallMeta(
+        idempotency_key=action_id,
+        attempt=int(record.get("ratt", b"0") or 0) + 1,
+        policy_version=card.policy_version,
+        trace_headers=tracing.outgoing_headers,
+    )
     found = await downstream.adapters[tool.adapter.kind].lookup(tool, meta, fence, downstream.deadline)
     asked = "the fence" if fence else "the lookup"
     if found.kind is LookupKind.APPLIED:
@@ -172,9 +195,21 @@ async def _evidence(keyring: Keyring, action_id: str, record: dict[str, bytes],
     return "unproven", f"the downstream did not answer {asked} ({found.message or 'no answer'})", None
 
 
-async def resolve(store: OperatorStore, keyring: Keyring, action_id: str, outcome: str, reason: str, operator: str,
-                  resource_id: str, *, downstream: Downstream, reconcile_window_ms: int, force: bool = False,
-                  out: TextIO = sys.stdout, replay_ttl_ms: int = 86_400_000) -> int:
+async def resolve(
+    store: OperatorStore,
+    keyring: Keyring,
+    action_id: str,
+    outcome: str,
+    reason: str,
+    operator: str,
+    resource_id: str,
+    *,
+    downstream: Downstream,
+    reconcile_window_ms: int,
+    force: bool = False,
+    out: TextIO = sys.stdout,
+    replay_ttl_ms: int = 86_400_000,
+) -> int:
     """Settle an unknown / needs-manual-review action by hand. Inside the reconcile window the request may still
     land, so the downstream is asked first (the fence, or the lookup): an outcome it contradicts is refused
     always, one it cannot prove is refused unless forced, and a forced one is recorded as forced, with why.
@@ -187,14 +222,18 @@ async def resolve(store: OperatorStore, keyring: Keyring, action_id: str, outcom
         print(f"no record of action {action_id}", file=sys.stderr)
         return 1
     kid = record.get("kid", b"").decode() or keyring.active
-    if kid not in keyring.keys:       # first: without its key nothing in the record can be checked, its state neither
-        print(f"action {action_id}: {unknown_key(kid)}; resolve it with the keys file of the sidecars "
-              "that wrote it", file=sys.stderr)
+    if kid not in keyring.keys:  # first: without its key nothing in the record can be checked, its state neither
+        print(
+            f"action {action_id}: {unknown_key(kid)}; resolve it with the keys file of the sidecars that wrote it",
+            file=sys.stderr,
+        )
         return 1
     state = record.get("st", b"").decode()
     if state not in ("unknown", "review"):
-        print(f"action {action_id} is {state}: only unknown or needs-manual-review actions are resolved by hand",
-              file=sys.stderr)
+        print(
+            f"action {action_id} is {state}: only unknown or needs-manual-review actions are resolved by hand",
+            file=sys.stderr,
+        )
         return 1
     tool = record.get("tool", b"").decode()
     age_ms = int(time.time() * 1000) - unresolved_since_ms(record)
@@ -203,17 +242,23 @@ async def resolve(store: OperatorStore, keyring: Keyring, action_id: str, outcom
         verdict, why, evidence = await _evidence(keyring, action_id, record, downstream)
         left = (reconcile_window_ms - age_ms) // 1000
         if verdict == "applied" and outcome == "failed":
-            print(f"refused: {why}; it is not FAILED. Resolve it --outcome succeeded, or let reconciliation record "
-                  "it (Reconcile, or the sidecars' background reconciler)", file=sys.stderr)
+            print(
+                f"refused: {why}; it is not FAILED. Resolve it --outcome succeeded, or let reconciliation record "
+                "it (Reconcile, or the sidecars' background reconciler)",
+                file=sys.stderr,
+            )
             return 1
         if verdict == "fenced" and outcome == "succeeded":
             print(f"refused: {why}; it is not SUCCEEDED. Resolve it --outcome failed", file=sys.stderr)
             return 1
         if verdict == "unproven" and not force:
-            print(f"refused: the action became unresolved {age_ms // 1000} s ago, inside the reconcile window "
-                  f"({reconcile_window_ms // 1000} s), so its request may still land at the downstream; {why}. Wait "
-                  f"{left} s for the window to pass (or for the fence to answer), or pass --force to record "
-                  f"{outcome.upper()} anyway (the audit marks it forced)", file=sys.stderr)
+            print(
+                f"refused: the action became unresolved {age_ms // 1000} s ago, inside the reconcile window "
+                f"({reconcile_window_ms // 1000} s), so its request may still land at the downstream; {why}. Wait "
+                f"{left} s for the window to pass (or for the fence to answer), or pass --force to record "
+                f"{outcome.upper()} anyway (the audit marks it forced)",
+                file=sys.stderr,
+            )
             return 1
     action = common_pb2.Action(action_id=action_id, tool_name=tool)
     receipt = action.receipt
@@ -222,8 +267,9 @@ async def resolve(store: OperatorStore, keyring: Keyring, action_id: str, outcom
         receipt.resource_id = resource_id or evidence.resource_id
         receipt.resource_version = evidence.resource_version
     receipt.summary = f"resolved by {operator}: {reason}"
-    receipt.evidence_json = json.dumps({"operator": operator, "reason": reason, "evidence": verdict},
-                                       ensure_ascii=False)
+    receipt.evidence_json = json.dumps(
+        {"operator": operator, "reason": reason, "evidence": verdict}, ensure_ascii=False
+    )
     receipt.settled_at.FromMilliseconds(int(time.time() * 1000))
     if outcome == "succeeded":
         action.state, receipt.status = common_pb2.ACTION_STATE_SUCCEEDED, common_pb2.RECEIPT_STATUS_SUCCEEDED
@@ -231,17 +277,28 @@ async def resolve(store: OperatorStore, keyring: Keyring, action_id: str, outcom
         action.state, receipt.status = common_pb2.ACTION_STATE_FAILED, common_pb2.RECEIPT_STATUS_FAILED
         action.error.reason, action.error.message = Reason.RESOLVED_BY_OPERATOR, reason
     blob, omac = seal_action(keyring, kid, action)
-    result = await store.resolve(action_id, blob, omac, action.error.reason,
-                                 "SUCCEEDED" if outcome == "succeeded" else "", replay_ttl_ms)
+    result = await store.resolve(
+        action_id, blob, omac, action.error.reason, "SUCCEEDED" if outcome == "succeeded" else "", replay_ttl_ms
+    )
     if not result.ok:
-        print(f"action {action_id} is {result.state}: only unknown or needs-manual-review actions are resolved by "
-              "hand", file=sys.stderr)
+        print(
+            f"action {action_id} is {result.state}: only unknown or needs-manual-review actions are resolved by hand",
+            file=sys.stderr,
+        )
         return 1
     forced = verdict == "unproven"
     trail = Audit(store, keyring, Metrics(), 30 * 86_400_000)
-    trail.event(action_id, "resolved", operator=operator, outcome=outcome, reason=reason,
-                outcome_hmac=keyring.digest("outcome", blob), evidence=verdict, forced=forced,
-                unproven=why if forced else "")
+    trail.event(
+        action_id,
+        "resolved",
+        operator=operator,
+        outcome=outcome,
+        reason=reason,
+        outcome_hmac=keyring.digest("outcome", blob),
+        evidence=verdict,
+        forced=forced,
+        unproven=why if forced else "",
+    )
     await trail.drain(10)
     note = f" (forced: {why})" if forced else f" ({why})" if why else ""
     print(f"action {action_id} resolved {outcome.upper()} by {operator}{note}", file=out)
@@ -250,24 +307,33 @@ async def resolve(store: OperatorStore, keyring: Keyring, action_id: str, outcom
 
 async def verify(store: OperatorStore, keyring: Keyring, out: TextIO = sys.stdout, grace: float = 5.0) -> int:
     def waiting(count: int) -> None:
-        print(f"{count} action(s) look wrong; looking at them again in {grace:g}s (audit events are written "
-              "asynchronously and may still be on their way)", file=sys.stderr, flush=True)
+        print(
+            f"{count} action(s) look wrong; looking at them again in {grace:g}s (audit events are written "
+            "asynchronously and may still be on their way)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     report = await audit_mod.verify(store, keyring, grace, waiting=waiting)
     problems = report.problems
     if problems:
-        what = "UNVERIFIABLE (keys missing)" if all("is not in the keys file" in p.what for p in problems) \
-            else "BROKEN"
+        what = "UNVERIFIABLE (keys missing)" if all("is not in the keys file" in p.what for p in problems) else "BROKEN"
         print(f"audit chain {what}: {len(problems)} of {report.actions} action(s); first: {problems[0]}", file=out)
         for problem in problems[1:20]:
             print(f"  also: {problem}", file=out)
         if len(problems) > 20:
             print(f"  and {len(problems) - 20} more", file=out)
         return 1
-    again = (f"; {report.looked_again} action(s) looked at again after {grace:g}s (their events were still on "
-             "their way)") if report.looked_again else ""
-    print(f"audit verified: {report.actions} action(s), {report.events} event(s), every chain intact and every "
-          f"record has its events{again}", file=out)
+    again = (
+        (f"; {report.looked_again} action(s) looked at again after {grace:g}s (their events were still on their way)")
+        if report.looked_again
+        else ""
+    )
+    print(
+        f"audit verified: {report.actions} action(s), {report.events} event(s), every chain intact and every "
+        f"record has its events{again}",
+        file=out,
+    )
     return 0
 
 
@@ -278,4 +344,3 @@ async def export(store: OperatorStore, out: TextIO) -> int:
         count += 1
     print(f"exported {count} event(s)", file=sys.stderr)
     return 0
-

@@ -41,14 +41,26 @@ from countersign.store.protocols import ReconcileStore
 from countersign.v1 import common_pb2
 
 log = logging.getLogger("countersign.reconcile")
-FOREIGN_DELAY_MS = 5_000   # an indexed action whose tool this registry lacks: when this sidecar looks again
-FOREIGN_MEMORY = 10_000    # at most this many remembered (forgotten all at once beyond: they are only re-checked)
+FOREIGN_DELAY_MS = 5_000  # an indexed action whose tool this registry lacks: when this sidecar looks again
+FOREIGN_MEMORY = 10_000  # at most this many remembered (forgotten all at once beyond: they are only re-checked)
 
 
 class Reconciler:
-    def __init__(self, *, store: ReconcileStore, keyring: Keyring, adapters: dict[str, Adapter], settler: Settler,
-                 registry: Registry, metrics: Metrics, audit: Audit, lease_ms: int, reconcile_window_ms: int,
-                 downstream_deadline: float, backoff_ms: int = 1000) -> None:
+    def __init__(
+        self,
+        *,
+        store: ReconcileStore,
+        keyring: Keyring,
+        adapters: dict[str, Adapter],
+        settler: Settler,
+        registry: Registry,
+        metrics: Metrics,
+        audit: Audit,
+        lease_ms: int,
+        reconcile_window_ms: int,
+        downstream_deadline: float,
+        backoff_ms: int = 1000,
+    ) -> None:
         self.store, self.keyring, self.adapters, self.settler = store, keyring, adapters, settler
         self.registry, self.metrics, self.audit = registry, metrics, audit
         self.lease_ms, self.reconcile_window_ms = lease_ms, reconcile_window_ms
@@ -100,24 +112,43 @@ class Reconciler:
             # Sealed with a key this sidecar does not list (removed here too early, or not yet distributed):
             # it can neither verify the card nor seal a verdict others could read. Left to a sidecar that can.
             self.metrics.reconciliations.labels(self.metrics.tool(work.card.tool), "key_not_listed").inc()
-            await self.store.reconcile_defer(action_id, claim_id, 0)      # due again at once, for the others
-            action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_UNKNOWN,
-                                       tool_name=work.card.tool, replayed=True)
-            action.error.reason = Reason.KEY_NOT_IN_KEYS_FILE    # the operator CLI's word for it too
-            action.error.message = unknown_message(f"This sidecar does not list key {work.card.kid[:32]!r}, which "
-                                                   "sealed the action; a sidecar that does will reconcile it")
+            await self.store.reconcile_defer(action_id, claim_id, 0)  # due again at once, for the others
+            action = common_pb2.Action(
+                action_id=action_id, state=common_pb2.ACTION_STATE_UNKNOWN, tool_name=work.card.tool, replayed=True
+            )
+            action.error.reason = Reason.KEY_NOT_IN_KEYS_FILE  # the operator CLI's word for it too
+            action.error.message = unknown_message(
+                f"This sidecar does not list key {work.card.kid[:32]!r}, which "
+                "sealed the action; a sidecar that does will reconcile it"
+            )
             return action
         try:
             card = open_card(self.keyring, action_id, work.card)
         except DataLoss:
-            return await self._review(action_id, work.card.kid, work.card.tool, claim_id, Reason.RECORD_TAMPERED,
-                                      "the stored card does not verify; a person must check the downstream")
+            return await self._review(
+                action_id,
+                work.card.kid,
+                work.card.tool,
+                claim_id,
+                Reason.RECORD_TAMPERED,
+                "the stored card does not verify; a person must check the downstream",
+            )
         tool = self.registry.tools.get(card.tool)
         if tool is None or not tool.adapter.can_lookup:
-            return await self._review(action_id, card.kid, card.tool, claim_id, Reason.NO_LOOKUP,
-                                      "the tool declares no lookup by idempotency key; a person must check")
-        meta = CallMeta(idempotency_key=action_id, attempt=work.attempts, policy_version=card.policy_version,
-                        trace_headers=tracing.outgoing_headers)
+            return await self._review(
+                action_id,
+                card.kid,
+                card.tool,
+                claim_id,
+                Reason.NO_LOOKUP,
+                "the tool declares no lookup by idempotency key; a person must check",
+            )
+        meta = CallMeta(
+            idempotency_key=action_id,
+            attempt=work.attempts,
+            policy_version=card.policy_version,
+            trace_headers=tracing.outgoing_headers,
+        )
         fence = tool.adapter.can_fence
         found = await self.adapters[tool.adapter.kind].lookup(tool, meta, fence, self.downstream_deadline)
         label = self.metrics.tool(tool.name)
@@ -127,19 +158,40 @@ class Reconciler:
             action = to_action(action_id, tool, card, outcome, now_ms)
             result = "succeeded" if outcome.kind is Kind.SUCCEEDED else "failed"
         elif found.kind is LookupKind.ABSENT_FENCED:
-            action = to_action(action_id, tool, card, Outcome(
-                Kind.FAILED, Reason.NOT_APPLIED, "the downstream never applied this key and now refuses it",
-                retryable=True, status="410"), now_ms)
+            action = to_action(
+                action_id,
+                tool,
+                card,
+                Outcome(
+                    Kind.FAILED,
+                    Reason.NOT_APPLIED,
+                    "the downstream never applied this key and now refuses it",
+                    retryable=True,
+                    status="410",
+                ),
+                now_ms,
+            )
             result = "not_applied"
         elif found.kind is LookupKind.ABSENT_UNFENCED and now_ms - work.unknown_since_ms >= self.reconcile_window_ms:
-            return await self._review(action_id, card.kid, tool.name, claim_id, Reason.NOT_RESOLVED_IN_WINDOW,
-                                      f"the downstream has no record of the key after {window_s} s; "
-                                      "without a fence that proves nothing")
+            return await self._review(
+                action_id,
+                card.kid,
+                tool.name,
+                claim_id,
+                Reason.NOT_RESOLVED_IN_WINDOW,
+                f"the downstream has no record of the key after {window_s} s; without a fence that proves nothing",
+            )
         elif found.kind is LookupKind.UNREADABLE and now_ms - work.unknown_since_ms >= self.reconcile_window_ms:
             # the downstream answers, but with nothing a verdict can be built on (a redirect, no receipt)
-            return await self._review(action_id, card.kid, tool.name, claim_id, Reason.RECEIPT_INVALID,
-                                      f"the lookup still gives no usable answer after {window_s} s "
-                                      f"({found.message[:200]}); a person must check the downstream")
+            return await self._review(
+                action_id,
+                card.kid,
+                tool.name,
+                claim_id,
+                Reason.RECEIPT_INVALID,
+                f"the lookup still gives no usable answer after {window_s} s "
+                f"({found.message[:200]}); a person must check the downstream",
+            )
         else:
             # a miss proves nothing, and an unreachable downstream is asked again too (never a verdict)
             delay = min(self.backoff_ms * 2 ** min(work.attempts - 1, 6), 60_000)
@@ -155,10 +207,12 @@ class Reconciler:
         decision(action_id, tool.name, "reconciled", action.error.reason or result.upper())
         return action
 
-    async def _review(self, action_id: str, kid: str, tool: str, claim_id: str, reason: str,
-                      message: str) -> common_pb2.Action:
-        action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_NEEDS_MANUAL_REVIEW,
-                                   tool_name=tool)
+    async def _review(
+        self, action_id: str, kid: str, tool: str, claim_id: str, reason: str, message: str
+    ) -> common_pb2.Action:
+        action = common_pb2.Action(
+            action_id=action_id, state=common_pb2.ACTION_STATE_NEEDS_MANUAL_REVIEW, tool_name=tool
+        )
         action.error.reason, action.error.message = reason, message
         await self.settler.settle(action_id, kid, claim_id, action, state="review")
         self.metrics.reconciliations.labels(self.metrics.tool(tool), "manual_review").inc()
@@ -230,8 +284,7 @@ class Reconciler:
                 try:
                     await self.reconcile(action_id)
                 except CountersignError as exc:
-                    log.warning(json.dumps({"event": "reconcile_failed", "action_id": action_id,
-                                            "reason": exc.reason}))
+                    log.warning(json.dumps({"event": "reconcile_failed", "action_id": action_id, "reason": exc.reason}))
         if cursor == 0:
             self.metrics.actions.labels("unknown").set(unknown)
             self.metrics.actions.labels("running").set(running)

@@ -45,6 +45,25 @@ from countersign.registry.model import (
 )
 from countersign.registry.templates import ACTION_FIELDS, PLACEHOLDER, RECEIPT_FIELDS
 
-__all__ = ["ACTION_FIELDS", "CONFIRMATIONS", "HTTP_METHODS", "PLACEHOLDER", "RECEIPT_FIELDS", "RISKS", "SCOPES",
-           "STATUSES", "VERBS", "AdapterSpec", "Capability", "Compensation", "HttpCall", "ReceiptSpec", "Registry",
-           "Tool", "build", "check_deadlines", "load", "loads"]
+__all__ = [
+    "ACTION_FIELDS",
+    "CONFIRMATIONS",
+    "HTTP_METHODS",
+    "PLACEHOLDER",
+    "RECEIPT_FIELDS",
+    "RISKS",
+    "SCOPES",
+    "STATUSES",
+    "VERBS",
+    "AdapterSpec",
+    "Capability",
+    "Compensation",
+    "HttpCall",
+    "ReceiptSpec",
+    "Registry",
+    "Tool",
+    "build",
+    "check_deadlines",
+    "load",
+    "loads",
+]

@@ -41,16 +41,18 @@ def loads(text: str | bytes, path: str) -> Registry:
     except yaml.YAMLError as exc:
         raise RegistryError(path, "-", "yaml", str(exc).replace("\n", " ")) from exc
     except (UnicodeDecodeError, TypeError, ValueError, RecursionError) as exc:
-        raise RegistryError(path, "-", "yaml", f"not a readable YAML mapping: {type(exc).__name__}: "
-                            f"{str(exc)[:200]}") from exc
+        raise RegistryError(
+            path, "-", "yaml", f"not a readable YAML mapping: {type(exc).__name__}: {str(exc)[:200]}"
+        ) from exc
     try:
         return build(doc, path)
     except RegistryError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as exc:
         # A shape no rule above anticipated: still a clear refusal, never a traceback.
-        raise RegistryError(path, "-", "known-keys", f"malformed registry: {type(exc).__name__}: "
-                            f"{str(exc)[:200]}") from exc
+        raise RegistryError(
+            path, "-", "known-keys", f"malformed registry: {type(exc).__name__}: {str(exc)[:200]}"
+        ) from exc
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -99,8 +101,11 @@ def build(doc: Any, path: str = "<registry>") -> Registry:
     for cap in caps.values():
         if cap.status != "enabled":
             if cap.tool in tools:
-                raise fail(cap.tool, "no-tool-for-disabled-capability",
-                           f"capability {cap.id!r} is {cap.status}; no tool of that name may be registered")
+                raise fail(
+                    cap.tool,
+                    "no-tool-for-disabled-capability",
+                    f"capability {cap.id!r} is {cap.status}; no tool of that name may be registered",
+                )
             refusals[cap.tool] = cap
             refusals[cap.id] = cap
 
@@ -110,13 +115,17 @@ def build(doc: Any, path: str = "<registry>") -> Registry:
             continue
         inverse = tools.get(comp.tool)
         if inverse is None or not inverse.is_write:
-            raise fail(tool.name, "compensation-is-write-tool",
-                       f"compensation names {comp.tool!r}, which is not a registered write tool")
+            raise fail(
+                tool.name,
+                "compensation-is-write-tool",
+                f"compensation names {comp.tool!r}, which is not a registered write tool",
+            )
         known = fields_of(inverse) | RECEIPT_FIELDS | ACTION_FIELDS | fields_of(tool)
         for key, template in comp.args.items():
             if key not in inverse.schema.get("properties", {}):
-                raise fail(tool.name, "template-fields",
-                           f"compensation argument {key!r} is not a property of {comp.tool!r}")
+                raise fail(
+                    tool.name, "template-fields", f"compensation argument {key!r} is not a property of {comp.tool!r}"
+                )
             check_template(template, known, tool.name, fail)
 
     writes = sorted(t.name for t in tools.values() if t.is_write)
@@ -170,9 +179,16 @@ def check_deadlines(registry: Registry, lease: float, default_deadline: float, m
             continue
         own = tool.adapter.timeout_ms / 1000 if tool.adapter.timeout_ms else 0.0
         if (own or default_deadline) + margin > lease:
-            which = f"adapter.timeout_ms {tool.adapter.timeout_ms} ms" if own else \
-                f"--downstream-deadline ({default_deadline:g} s)"
-            raise RegistryError(registry.path, tool.name, "deadline-below-lease",
-                                f"{which} plus a {margin * 1000:g} ms margin must not exceed --lease "
-                                f"({lease:g} s), or a call still running when the lease lapses is reported "
-                                "UNKNOWN and reconciled under it; lower timeout_ms or raise --lease")
+            which = (
+                f"adapter.timeout_ms {tool.adapter.timeout_ms} ms"
+                if own
+                else f"--downstream-deadline ({default_deadline:g} s)"
+            )
+            raise RegistryError(
+                registry.path,
+                tool.name,
+                "deadline-below-lease",
+                f"{which} plus a {margin * 1000:g} ms margin must not exceed --lease "
+                f"({lease:g} s), or a call still running when the lease lapses is reported "
+                "UNKNOWN and reconciled under it; lower timeout_ms or raise --lease",
+            )

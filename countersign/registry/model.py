@@ -44,16 +44,16 @@ class HttpCall:
 
 @dataclass(frozen=True)
 class AdapterSpec:
-    kind: str                       # http | grpc
+    kind: str  # http | grpc
     execute: HttpCall | None = None
     lookup: HttpCall | None = None
     fence: HttpCall | None = None
     prepare: HttpCall | None = None
-    target: str = ""                # grpc: host:port or unix:/path
+    target: str = ""  # grpc: host:port or unix:/path
     grpc_prepare: bool = False
     grpc_lookup: bool = False
     grpc_fence: bool = False
-    timeout_ms: int = 0             # 0: the sidecar's downstream deadline
+    timeout_ms: int = 0  # 0: the sidecar's downstream deadline
 
     @property
     def can_fence(self) -> bool:
@@ -96,7 +96,7 @@ class Tool:
     adapter: AdapterSpec
     receipt: ReceiptSpec
     compensation: Compensation | None
-    verbs: frozenset[str] = frozenset()     # what a success claim about this tool may say (reply guard)
+    verbs: frozenset[str] = frozenset()  # what a success claim about this tool may say (reply guard)
 
 
 @dataclass(frozen=True)
@@ -107,9 +107,9 @@ class Registry:
     policy_version: str
     capabilities: Mapping[str, Capability]
     tools: Mapping[str, Tool]
-    refusals: Mapping[str, Capability]          # tool name or capability id -> planned/forbidden
-    denied_by_role: Mapping[str, str]           # role -> ",tool,tool," write tools the role may not run
-    all_writes: str                             # ",tool,tool," every registered write tool
+    refusals: Mapping[str, Capability]  # tool name or capability id -> planned/forbidden
+    denied_by_role: Mapping[str, str]  # role -> ",tool,tool," write tools the role may not run
+    all_writes: str  # ",tool,tool," every registered write tool
 
     def denied_tools(self, role: str) -> str:
         """What the claim script refuses for this role, leaving the card READY (docs/design.md §5).

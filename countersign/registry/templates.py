@@ -14,7 +14,7 @@ from typing import Any
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
 ACTION_FIELDS = frozenset({"action_id", "idempotency_key"})
 RECEIPT_FIELDS = frozenset({"receipt.resource_id", "receipt.resource_version"})
-MAX_PATH_VALUE_BYTES = 1024         # the longest argument a URL path segment takes, once percent-encoded
+MAX_PATH_VALUE_BYTES = 1024  # the longest argument a URL path segment takes, once percent-encoded
 
 
 def text_of(value: Any) -> str:

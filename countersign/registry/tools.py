@@ -25,8 +25,21 @@ from countersign.registry.schema import open_objects
 from countersign.registry.templates import ACTION_FIELDS, PLACEHOLDER, RECEIPT_FIELDS
 
 _TOOL_KEYS = {
-    "name", "capability", "is_write", "risk", "confirmation", "roles", "intent_scope", "aliases",
-    "schema", "preview", "adapter", "receipt", "compensation", "description", "verbs",
+    "name",
+    "capability",
+    "is_write",
+    "risk",
+    "confirmation",
+    "roles",
+    "intent_scope",
+    "aliases",
+    "schema",
+    "preview",
+    "adapter",
+    "receipt",
+    "compensation",
+    "description",
+    "verbs",
 }
 _ADAPTER_KEYS = {"kind", "execute", "lookup", "fence", "prepare", "target", "timeout_ms"}
 _CALL_KEYS = {"method", "url"}
@@ -64,8 +77,9 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
                 detail = "no capability is named"
             else:
                 detail = f"{cap_id!r} is {'not declared' if cap is None else cap.status}"
-            raise fail(name, "write-needs-enabled-capability",
-                       f"a write tool must name an enabled capability; {detail}")
+            raise fail(
+                name, "write-needs-enabled-capability", f"a write tool must name an enabled capability; {detail}"
+            )
         if confirmation == "none":
             raise fail(name, "write-needs-confirmation", "a write tool may not set confirmation: none")
     elif cap_id is not None and cap is None:
@@ -74,12 +88,15 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
         raise fail(name, "capability-names-tool", f"capability {cap.id!r} names tool {cap.tool!r}, not {name!r}")
     if is_write and cap is not None:
         if cap.risk and cap.risk != risk:
-            raise fail(name, "risk-matches-capability",
-                       f"risk {risk!r} differs from capability {cap.id!r} risk {cap.risk!r}")
+            raise fail(
+                name, "risk-matches-capability", f"risk {risk!r} differs from capability {cap.id!r} risk {cap.risk!r}"
+            )
         if cap.confirmation and cap.confirmation != confirmation:
-            raise fail(name, "confirmation-matches-capability",
-                       f"confirmation {confirmation!r} differs from capability {cap.id!r} "
-                       f"confirmation {cap.confirmation!r}")
+            raise fail(
+                name,
+                "confirmation-matches-capability",
+                f"confirmation {confirmation!r} differs from capability {cap.id!r} confirmation {cap.confirmation!r}",
+            )
 
     roles = raw.get("roles", [])
     if not isinstance(roles, list) or not roles or not all(isinstance(r, str) for r in roles):
@@ -100,8 +117,7 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
 
     props = set(schema.get("properties", {}))
     aliases = raw.get("aliases") or {}
-    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                for k, v in aliases.items()):
+    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()):
         raise fail(name, "known-keys", "aliases must map alias to property (both strings)")
     for alias, target in aliases.items():
         if alias in props:
@@ -126,10 +142,12 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
     if not isinstance(receipt_raw, dict):
         raise fail(name, "known-keys", "receipt must be a mapping")
     check_keys(receipt_raw, _RECEIPT_KEYS, name, "receipt", fail)
-    receipt = ReceiptSpec(str(receipt_raw.get("resource_id", "id")),
-                          str(receipt_raw.get("resource_version", "version")),
-                          str(receipt_raw.get("summary", "")),
-                          frozenset(k for k in ("resource_id", "resource_version") if k in receipt_raw))
+    receipt = ReceiptSpec(
+        str(receipt_raw.get("resource_id", "id")),
+        str(receipt_raw.get("resource_version", "version")),
+        str(receipt_raw.get("summary", "")),
+        frozenset(k for k in ("resource_id", "resource_version") if k in receipt_raw),
+    )
     check_template(receipt.summary, known | RECEIPT_FIELDS, name, fail)
 
     comp_raw = raw.get("compensation")
@@ -147,10 +165,21 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
     if not isinstance(verbs, list) or not all(isinstance(v, str) for v in verbs) or not set(verbs) <= VERBS:
         raise fail(name, "known-keys", f"verbs must be a list drawn from {', '.join(sorted(VERBS))}")
     return Tool(
-        verbs=frozenset(verbs), name=name, capability=cap.id if cap else "", is_write=is_write, risk=risk,
-        confirmation=confirmation, roles=frozenset(roles), intent_scope=scope,
-        aliases={str(k): str(v) for k, v in aliases.items()}, schema=schema, validator=validator,
-        preview=preview, adapter=adapter, receipt=receipt, compensation=compensation,
+        verbs=frozenset(verbs),
+        name=name,
+        capability=cap.id if cap else "",
+        is_write=is_write,
+        risk=risk,
+        confirmation=confirmation,
+        roles=frozenset(roles),
+        intent_scope=scope,
+        aliases={str(k): str(v) for k, v in aliases.items()},
+        schema=schema,
+        validator=validator,
+        preview=preview,
+        adapter=adapter,
+        receipt=receipt,
+        compensation=compensation,
     )
 
 
@@ -169,9 +198,14 @@ def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec
         flags = {k: raw.get(k, False) for k in ("prepare", "lookup", "fence", "execute")}
         if not all(isinstance(v, bool) for v in flags.values()):
             raise fail(tool, "adapter-valid", "grpc adapter prepare/lookup/fence are true or false")
-        return AdapterSpec("grpc", target=target, grpc_prepare=bool(flags["prepare"]),
-                           grpc_lookup=bool(flags["lookup"] or flags["fence"]), grpc_fence=bool(flags["fence"]),
-                           timeout_ms=timeout)
+        return AdapterSpec(
+            "grpc",
+            target=target,
+            grpc_prepare=bool(flags["prepare"]),
+            grpc_lookup=bool(flags["lookup"] or flags["fence"]),
+            grpc_fence=bool(flags["fence"]),
+            timeout_ms=timeout,
+        )
     if kind != "http":
         raise fail(tool, "adapter-valid", f"adapter kind must be http or grpc, not {kind!r}")
     calls: dict[str, HttpCall | None] = {}
@@ -197,15 +231,24 @@ def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec
         calls[key] = HttpCall(method, url)
     if calls["execute"] is None:
         raise fail(tool, "adapter-valid", "an http adapter needs execute")
-    return AdapterSpec("http", execute=calls["execute"], lookup=calls["lookup"], fence=calls["fence"],
-                       prepare=calls["prepare"], timeout_ms=timeout)
+    return AdapterSpec(
+        "http",
+        execute=calls["execute"],
+        lookup=calls["lookup"],
+        fence=calls["fence"],
+        prepare=calls["prepare"],
+        timeout_ms=timeout,
+    )
 
 
 def check_template(template: str, known: set[str] | frozenset[str], tool: str, fail: Any) -> None:
     for name in PLACEHOLDER.findall(template):
         if name not in known:
-            raise fail(tool, "template-fields", f"template {template!r} names {{{name}}}, which is not "
-                       "an argument, the action or the receipt")
+            raise fail(
+                tool,
+                "template-fields",
+                f"template {template!r} names {{{name}}}, which is not an argument, the action or the receipt",
+            )
 
 
 def fields_of(tool: Tool) -> set[str]:

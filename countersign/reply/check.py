@@ -23,7 +23,7 @@ from countersign.v1 import common_pb2, guard_pb2
 
 log = logging.getLogger("countersign.continuations")
 VERDICTS = {False: guard_pb2.GUARD_VERDICT_PASSED, True: guard_pb2.GUARD_VERDICT_REPLACED}
-MAX_NAMED = 32      # action ids one CheckReply may name
+MAX_NAMED = 32  # action ids one CheckReply may name
 
 
 class CheckStore(Peek, TurnStore, Protocol):
@@ -31,21 +31,29 @@ class CheckStore(Peek, TurnStore, Protocol):
 
 
 class ReplyCheck:
-    def __init__(self, *, store: CheckStore, keyring: Keyring, registry: Registry, guard: ReplyGuard, audit: Audit,
-                 metrics: Metrics) -> None:
+    def __init__(
+        self,
+        *,
+        store: CheckStore,
+        keyring: Keyring,
+        registry: Registry,
+        guard: ReplyGuard,
+        audit: Audit,
+        metrics: Metrics,
+    ) -> None:
         self.store, self.keyring, self.registry, self.guard = store, keyring, registry, guard
         self.audit, self.metrics = audit, metrics
 
-    async def check_reply(self, context: common_pb2.CallContext, reply_text: str,
-                          action_ids: Sequence[str]) -> guard_pb2.CheckReplyResponse:
+    async def check_reply(
+        self, context: common_pb2.CallContext, reply_text: str, action_ids: Sequence[str]
+    ) -> guard_pb2.CheckReplyResponse:
         """Guard a reply against the receipts of the named actions and of the same turn."""
         policy.check_context(context)
         check_size(reply_text)
         ids: list[str] = []
         for action_id in action_ids[:MAX_NAMED]:
             if not is_action_id(action_id):
-                raise InvalidArgument(Reason.REQUEST_INVALID, f"action id {action_id[:40]!r} is not 32 hex "
-                                      "characters")
+                raise InvalidArgument(Reason.REQUEST_INVALID, f"action id {action_id[:40]!r} is not 32 hex characters")
             ids.append(action_id)
         for raw in await self.store.recall(turn_key(self.keyring, context)):
             entry = json.loads(raw)
@@ -60,17 +68,39 @@ class ReplyCheck:
         self.metrics.guard.labels(verdict_label(verdict)).inc()
         statements = logged_statements(self.keyring, verdict)
         for item in shown:
-            self.audit.event(item.action_id, "guard", verdict=verdict.reason, reply_hmac=self.keyring.digest(
-                "reply", reply_text.encode("utf-8", "replace")), claims=statements)
+            self.audit.event(
+                item.action_id,
+                "guard",
+                verdict=verdict.reason,
+                reply_hmac=self.keyring.digest("reply", reply_text.encode("utf-8", "replace")),
+                claims=statements,
+            )
         # the decision log names the rules and keys a hash of each clause: it never holds the reply's text
-        log.info(json.dumps({"event": "guard", "verdict": "replaced" if verdict.replaced else "passed",
-                             "reason": verdict.reason, "claims": statements,
-                             "unsupported_language": verdict.language}))
+        log.info(
+            json.dumps(
+                {
+                    "event": "guard",
+                    "verdict": "replaced" if verdict.replaced else "passed",
+                    "reason": verdict.reason,
+                    "claims": statements,
+                    "unsupported_language": verdict.language,
+                }
+            )
+        )
         return guard_pb2.CheckReplyResponse(
-            verdict=VERDICTS[verdict.replaced], reply_text=verdict.text, matched_claims=list(verdict.matched_claims),
+            verdict=VERDICTS[verdict.replaced],
+            reply_text=verdict.text,
+            matched_claims=list(verdict.matched_claims),
             reason=f"{verdict.reason}: {verdict.explanation}",
-            claims=[guard_pb2.GuardClaim(clause=c.clause, rule=c.rule, verb=c.verb, verb_class=c.verb_class,
-                                         lexicon=c.lexicon) for c in verdict.claims],
-            exclusions=[guard_pb2.GuardExclusion(clause=clause, rule=rule, cue=cue)
-                        for clause, rule, cue in verdict.excluded[:16]],
-            unsupported_language=verdict.language)
+            claims=[
+                guard_pb2.GuardClaim(
+                    clause=c.clause, rule=c.rule, verb=c.verb, verb_class=c.verb_class, lexicon=c.lexicon
+                )
+                for c in verdict.claims
+            ],
+            exclusions=[
+                guard_pb2.GuardExclusion(clause=clause, rule=rule, cue=cue)
+                for clause, rule, cue in verdict.excluded[:16]
+            ],
+            unsupported_language=verdict.language,
+        )

@@ -23,8 +23,9 @@ def check_size(reply_text: str) -> None:
         raise InvalidArgument(Reason.REPLY_TOO_LARGE, f"reply_text is larger than {MAX_REPLY_BYTES} bytes")
 
 
-async def settled_action(store: Peek, keyring: Keyring, action_id: str,
-                         context: common_pb2.CallContext | None = None) -> common_pb2.Action | None:
+async def settled_action(
+    store: Peek, keyring: Keyring, action_id: str, context: common_pb2.CallContext | None = None
+) -> common_pb2.Action | None:
     """The settled action (None when not settled); with a context, only the caller's own."""
     found = await store.peek(action_id)
     if not isinstance(found, RunRecord) or found.state != "settled":
@@ -40,14 +41,17 @@ def evidence(registry: Registry, action: common_pb2.Action) -> Evidence:
     """A settled action as the guard weighs it: did it succeed, and what may a reply say it did."""
     tool = registry.tools.get(action.tool_name)
     verbs = tool.verbs if tool is not None and tool.verbs else verbs_of(action.tool_name)
-    return Evidence(action_id=action.action_id, tool_name=action.tool_name,
-                    succeeded=action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED, verbs=verbs)
+    return Evidence(
+        action_id=action.action_id,
+        tool_name=action.tool_name,
+        succeeded=action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED,
+        verbs=verbs,
+    )
 
 
 def verdict_json(verdict: Verdict) -> bytes:
     """The verdict as the continuation record keeps it."""
-    return canonical({"replaced": verdict.replaced, "reason": verdict.reason,
-                      "claims": list(verdict.matched_claims)})
+    return canonical({"replaced": verdict.replaced, "reason": verdict.reason, "claims": list(verdict.matched_claims)})
 
 
 def verdict_label(verdict: Verdict) -> str:
@@ -60,6 +64,11 @@ def verdict_label(verdict: Verdict) -> str:
 def logged_statements(keyring: Keyring, verdict: Verdict) -> list[dict[str, str]]:
     """What the decision log and the audit keep of each success statement the guard read (its ``claims``): the
     rule that read it, and its clause as a keyed hash, never the reply's text."""
-    return [{"rule": c.rule, "verb_class": c.verb_class,
-             "clause_hmac": keyring.digest("claim", c.clause.encode("utf-8", "replace"))}
-            for c in verdict.claims]
+    return [
+        {
+            "rule": c.rule,
+            "verb_class": c.verb_class,
+            "clause_hmac": keyring.digest("claim", c.clause.encode("utf-8", "replace")),
+        }
+        for c in verdict.claims
+    ]

@@ -43,30 +43,36 @@ from countersign.reasons import Reason
 log = logging.getLogger("countersign.admission")
 
 OpenCalls = Callable[[], int]
-Lane = tuple[tuple[str, str], bool]   # ((tenant, actor) or ("", peer), quick)
-MAX_REFRESH = 0.05               # seconds between channelz reads at most, while calls arrive
-RATE_WINDOW = 0.25               # seconds over which the rate of finished calls is measured
+Lane = tuple[tuple[str, str], bool]  # ((tenant, actor) or ("", peer), quick)
+MAX_REFRESH = 0.05  # seconds between channelz reads at most, while calls arrive
+RATE_WINDOW = 0.25  # seconds over which the rate of finished calls is measured
 MIN_RETRY, MAX_RETRY = 0.02, 2.0  # bounds of the RetryInfo delay, seconds
-FORGET = 0.1                     # a lane whose decayed arrivals fall below this (and holds nothing) is forgotten
+FORGET = 0.1  # a lane whose decayed arrivals fall below this (and holds nothing) is forgotten
 
 
 class Gate:
     """Counts the calls in the sidecar and, beyond `limit`, sheds those of lanes over their fair share (health
     and reflection are not gated)."""
 
-    def __init__(self, limit: int, open_calls: OpenCalls | None = None, *, refresh: float = 0.02,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        limit: int,
+        open_calls: OpenCalls | None = None,
+        *,
+        refresh: float = 0.02,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.limit, self.in_flight = limit, 0
         self.open_calls, self.refresh, self.clock = open_calls, refresh, clock
-        self.held = 0              # calls received by gRPC and not yet answered, as of the last read
-        self.watches = 0           # Health.Watch streams: open for as long as a watcher likes; not load
+        self.held = 0  # calls received by gRPC and not yet answered, as of the last read
+        self.watches = 0  # Health.Watch streams: open for as long as a watcher likes; not load
         self._next_read = float("-inf")
-        self._left = 0             # calls that finished or were shed since the last read
-        self.rate = 0.0            # calls finished per second (smoothed over windows of RATE_WINDOW)
+        self._left = 0  # calls that finished or were shed since the last read
+        self.rate = 0.0  # calls finished per second (smoothed over windows of RATE_WINDOW)
         self._window_at, self._window_done = clock(), 0
-        self.lanes: dict[Lane, int] = {}        # calls in a handler, per lane
-        self.arrivals: dict[Lane, float] = {}   # calls that reached the gate, per lane, halved every window
-        self._arrived = 0.0                     # their sum
+        self.lanes: dict[Lane, int] = {}  # calls in a handler, per lane
+        self.arrivals: dict[Lane, float] = {}  # calls that reached the gate, per lane, halved every window
+        self._arrived = 0.0  # their sum
 
     def admit(self, caller: tuple[str, str] = ("", ""), quick: bool = False) -> Lane:
         """Take a slot for this call, or raise OVERLOADED. Pair every admit() with a release() of its lane."""
@@ -79,13 +85,13 @@ class Gate:
         part = before / self._arrived if self._arrived else 1.0
         self.arrivals[lane] = before + 1.0
         self._arrived += 1.0
-        held = self.in_flight + 1                  # this call among them
+        held = self.in_flight + 1  # this call among them
         if self.open_calls is not None:
             if now >= self._next_read:
                 self._left = 0
                 try:
                     self.held = self.open_calls() - self.watches
-                except Exception:   # channelz is a diagnostics API: losing it must not stop the sidecar
+                except Exception:  # channelz is a diagnostics API: losing it must not stop the sidecar
                     log.exception("channelz read failed; admission falls back to counting handlers")
                     self.open_calls = None
                 # far from the limit, the backlog cannot reach it soon: read again when, at twice the
@@ -140,10 +146,14 @@ class Gate:
         # come back when the backlog ahead would have been served: retrying sooner is shed again, and
         # each shed still costs the sidecar a gRPC call (about 0.3 ms of CPU, measured)
         drain = held / self.rate if self.rate > 0 else MIN_RETRY
-        raise ResourceExhausted(Reason.OVERLOADED, f"{held} calls in the sidecar, more than {self.limit}, and this "
-                                f"caller holds more than its share ({share:.1f} calls of {len(self.arrivals)} "
-                                "callers); retry with backoff", metadata={"limit": str(self.limit)},
-                                retry_after=min(MAX_RETRY, max(MIN_RETRY, drain)))
+        raise ResourceExhausted(
+            Reason.OVERLOADED,
+            f"{held} calls in the sidecar, more than {self.limit}, and this "
+            f"caller holds more than its share ({share:.1f} calls of {len(self.arrivals)} "
+            "callers); retry with backoff",
+            metadata={"limit": str(self.limit)},
+            retry_after=min(MAX_RETRY, max(MIN_RETRY, drain)),
+        )
 
 
 def _cygrpc() -> Any:
@@ -186,8 +196,11 @@ def new_server(options: list[tuple[str, int]]) -> tuple[grpc.aio.Server, OpenCal
     server = grpc.aio.server(options=options)
     new = channelz_server_ids() - before
     if len(new) != 1:
-        log.warning("could not tell this server's channelz node apart (%d new): --max-in-flight counts only "
-                    "calls running in a handler", len(new))
+        log.warning(
+            "could not tell this server's channelz node apart (%d new): --max-in-flight counts only "
+            "calls running in a handler",
+            len(new),
+        )
         return server, None
     return server, channelz_open_calls(new.pop())
 

@@ -120,9 +120,11 @@ class Sidecar:
 def load_keys(settings: Settings) -> Keyring:
     if settings.keys_file:
         return Keyring.from_file(settings.keys_file)
-    log.warning("COUNTERSIGN_KEYS_FILE is not set: a random key was generated. Tokens will not survive a "
-                "restart and will not work across replicas. Do not run like this in production.",
-                extra={"event": "generated_key"})
+    log.warning(
+        "COUNTERSIGN_KEYS_FILE is not set: a random key was generated. Tokens will not survive a "
+        "restart and will not work across replicas. Do not run like this in production.",
+        extra={"event": "generated_key"},
+    )
     return Keyring.generate()
 
 
@@ -135,17 +137,27 @@ async def check_id_key(store: RedisStore, keyring: Keyring) -> None:
     try:
         pinned = await store.pin_id_key(mine)
     except StoreUnavailable as exc:
-        log.warning(json.dumps({"event": "id_key_unchecked", "message": f"could not compare the id key with "
-                                f"the one this Redis's actions use: {exc.message}"}))
+        log.warning(
+            json.dumps(
+                {
+                    "event": "id_key_unchecked",
+                    "message": f"could not compare the id key with the one this Redis's actions use: {exc.message}",
+                }
+            )
+        )
         return
-    if pinned.rpartition(":")[2] != mine.rpartition(":")[2]:     # the same key, wherever it is written
+    if pinned.rpartition(":")[2] != mine.rpartition(":")[2]:  # the same key, wherever it is written
         source = pinned.split(":", 1)[0]
-        keep = ("the same \"id_key\"" if source == "id_key" else
-                f"key {source!r} listed (it need not be active), or pin it as \"id_key\"")
+        keep = (
+            'the same "id_key"'
+            if source == "id_key"
+            else f'key {source!r} listed (it need not be active), or pin it as "id_key"'
+        )
         raise SettingsError(
             f"the keys file derives action ids from {keyring.id_key_source!r} (fingerprint {mine}), but the actions "
             f"in this Redis were derived from {source!r} ({pinned}): two id keys on one Redis make one call two "
-            f"actions. Keep {keep}; see docs/runbook.md, 'Rotating keys'")
+            f"actions. Keep {keep}; see docs/runbook.md, 'Rotating keys'"
+        )
 
 
 async def start(settings: Settings) -> Sidecar:
@@ -168,47 +180,99 @@ async def start(settings: Settings) -> Sidecar:
         raise
 
 
-def build(settings: Settings, keyring: Keyring, registry: Registry, store: RedisStore,
-          guard: ReplyGuard) -> Components:
+def build(settings: Settings, keyring: Keyring, registry: Registry, store: RedisStore, guard: ReplyGuard) -> Components:
     """The one place components are made: each once, each handed what it calls."""
-    metrics = Metrics(frozenset(registry.tools), enabled=settings.telemetry == "on",
-                      reads=frozenset(name for name, tool in registry.tools.items() if not tool.is_write))
+    metrics = Metrics(
+        frozenset(registry.tools),
+        enabled=settings.telemetry == "on",
+        reads=frozenset(name for name, tool in registry.tools.items() if not tool.is_write),
+    )
     store.observe = metrics.redis_observer()
     # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)
     cap = max(min(MAX_ANSWER_BYTES, settings.max_message_bytes - ANSWER_HEADROOM), 1024)
-    adapters: dict[str, Adapter] = {"http": HttpAdapter(max_answer_bytes=cap),
-                                    "grpc": GrpcAdapter(max_answer_bytes=cap)}
-    timing = Timing(lease_ms=int(settings.lease * 1000), replay_ttl_ms=int(settings.replay_ttl * 1000),
-                    downstream_deadline=settings.downstream_deadline)
+    adapters: dict[str, Adapter] = {
+        "http": HttpAdapter(max_answer_bytes=cap),
+        "grpc": GrpcAdapter(max_answer_bytes=cap),
+    }
+    timing = Timing(
+        lease_ms=int(settings.lease * 1000),
+        replay_ttl_ms=int(settings.replay_ttl * 1000),
+        downstream_deadline=settings.downstream_deadline,
+    )
     audit = Audit(store, keyring, metrics, int(settings.audit_ttl * 1000))
     quota = Quota(store, settings.tenant_quota, timing.replay_ttl_ms)
     settler = Settler(store, keyring, audit, metrics, timing)
     executor = Executor(store, keyring, adapters, settler, timing, metrics, audit)
     claims = Claims(store, keyring, metrics, lease_ms=timing.lease_ms, max_wait=settings.max_wait)
-    pipeline = Pipeline(registry=registry, store=store, keyring=keyring, adapters=adapters, quota=quota,
-                        claims=claims, executor=executor, audit=audit, metrics=metrics, timing=timing,
-                        confirm_ttl_ms=int(settings.confirm_ttl * 1000))
-    reconciler = Reconciler(store=store, keyring=keyring, adapters=adapters, settler=settler, registry=registry,
-                            metrics=metrics, audit=audit, lease_ms=timing.lease_ms,
-                            reconcile_window_ms=int(settings.reconcile_window * 1000),
-                            downstream_deadline=timing.downstream_deadline)
-    compensator = Compensator(store=store, keyring=keyring, executor=executor, registry=registry, timing=timing,
-                              metrics=metrics, audit=audit)
-    continuations = Continuations(store=store, keyring=keyring, registry=registry, guard=guard, audit=audit,
-                                  metrics=metrics, continuation_lease_ms=int(settings.continuation_lease * 1000),
-                                  replay_ttl_ms=timing.replay_ttl_ms)
+    pipeline = Pipeline(
+        registry=registry,
+        store=store,
+        keyring=keyring,
+        adapters=adapters,
+        quota=quota,
+        claims=claims,
+        executor=executor,
+        audit=audit,
+        metrics=metrics,
+        timing=timing,
+        confirm_ttl_ms=int(settings.confirm_ttl * 1000),
+    )
+    reconciler = Reconciler(
+        store=store,
+        keyring=keyring,
+        adapters=adapters,
+        settler=settler,
+        registry=registry,
+        metrics=metrics,
+        audit=audit,
+        lease_ms=timing.lease_ms,
+        reconcile_window_ms=int(settings.reconcile_window * 1000),
+        downstream_deadline=timing.downstream_deadline,
+    )
+    compensator = Compensator(
+        store=store, keyring=keyring, executor=executor, registry=registry, timing=timing, metrics=metrics, audit=audit
+    )
+    continuations = Continuations(
+        store=store,
+        keyring=keyring,
+        registry=registry,
+        guard=guard,
+        audit=audit,
+        metrics=metrics,
+        continuation_lease_ms=int(settings.continuation_lease * 1000),
+        replay_ttl_ms=timing.replay_ttl_ms,
+    )
     checker = ReplyCheck(store=store, keyring=keyring, registry=registry, guard=guard, audit=audit, metrics=metrics)
-    return Components(registry, store, adapters, metrics, audit, quota, settler, executor, pipeline, reconciler,
-                      compensator, continuations, checker)
+    return Components(
+        registry,
+        store,
+        adapters,
+        metrics,
+        audit,
+        quota,
+        settler,
+        executor,
+        pipeline,
+        reconciler,
+        compensator,
+        continuations,
+        checker,
+    )
 
 
-async def _start(settings: Settings, keyring: Keyring, registry: Registry, url: str,
-                 embedded: EmbeddedRedis | None) -> Sidecar:
+async def _start(
+    settings: Settings, keyring: Keyring, registry: Registry, url: str, embedded: EmbeddedRedis | None
+) -> Sidecar:
     try:
-        store = RedisStore.from_url(url, socket_timeout=settings.redis_timeout,
-                                    connect_timeout=settings.redis_connect_timeout, retries=settings.redis_retries,
-                                    mode=settings.redis_mode, wait_replicas=settings.redis_wait_replicas,
-                                    wait_timeout_ms=int(settings.redis_wait_timeout * 1000))
+        store = RedisStore.from_url(
+            url,
+            socket_timeout=settings.redis_timeout,
+            connect_timeout=settings.redis_connect_timeout,
+            retries=settings.redis_retries,
+            mode=settings.redis_mode,
+            wait_replicas=settings.redis_wait_replicas,
+            wait_timeout_ms=int(settings.redis_wait_timeout * 1000),
+        )
     except ValueError as exc:
         raise SettingsError(f"--redis-url: {exc}") from exc
     try:
@@ -223,22 +287,32 @@ async def _start(settings: Settings, keyring: Keyring, registry: Registry, url: 
     parts = build(settings, keyring, registry, store, guard)
     metrics = parts.metrics
 
-    options = [("grpc.max_receive_message_length", settings.max_message_bytes),
-               ("grpc.max_send_message_length", settings.max_message_bytes),
-               ("grpc.so_reuseport", 0)]
+    options = [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ]
     server, open_calls = new_server(options)
     gate = Gate(settings.max_in_flight, open_calls)
     metrics.watch_admission(lambda: gate.holding, settings.max_in_flight)
-    register(gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server,
-             GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, metrics, gate), server)
-    register(continuation_pb2_grpc.add_ContinuationServiceServicer_to_server,
-             ContinuationServicer(parts.continuations, metrics, gate), server)
-    register(guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server, ReplyGuardServicer(parts.checker, metrics, gate),
-             server)
+    register(
+        gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server,
+        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, metrics, gate),
+        server,
+    )
+    register(
+        continuation_pb2_grpc.add_ContinuationServiceServicer_to_server,
+        ContinuationServicer(parts.continuations, metrics, gate),
+        server,
+    )
+    register(
+        guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server, ReplyGuardServicer(parts.checker, metrics, gate), server
+    )
     health = Health(gate)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection(
-        (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server)
+        (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
 
     if settings.listen.startswith("unix:"):
         server.add_insecure_port(settings.listen)
@@ -252,14 +326,19 @@ async def _start(settings: Settings, keyring: Keyring, registry: Registry, url: 
     sidecar = Sidecar(settings, parts, server, health, address, embedded=embedded)
     if settings.metrics_listen:
         host, port = split_addr(settings.metrics_listen)
-        sidecar.probes = Probes(asyncio.get_running_loop(), store.ping, policy_version=registry.policy_version,
-                                redis_wait=settings.redis_connect_timeout + settings.redis_timeout)
+        sidecar.probes = Probes(
+            asyncio.get_running_loop(),
+            store.ping,
+            policy_version=registry.policy_version,
+            redis_wait=settings.redis_connect_timeout + settings.redis_timeout,
+        )
         httpd = serve_probes(host, port, sidecar.probes.app(metrics.registry))
         sidecar.metrics_address = f"{host}:{httpd.server_address[1]}"
         sidecar.closers.append(httpd.shutdown)
     await server.start()
-    sidecar.tasks.append(asyncio.ensure_future(
-        parts.reconciler.run_forever(settings.reconcile_interval, sidecar.stopping)))
+    sidecar.tasks.append(
+        asyncio.ensure_future(parts.reconciler.run_forever(settings.reconcile_interval, sidecar.stopping))
+    )
     for name in ("", *SERVICES):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     if sidecar.probes is not None:
@@ -284,9 +363,18 @@ async def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT; print one JSON line with the bound addresses once listening."""
     sidecar = await start(settings)
     tune_gc()
-    print(json.dumps({"event": "listening", "grpc": sidecar.address, "metrics": sidecar.metrics_address,
-                      "redis": "embedded" if sidecar.embedded else "external",
-                      "policy_version": sidecar.parts.registry.policy_version}), flush=True)
+    print(
+        json.dumps(
+            {
+                "event": "listening",
+                "grpc": sidecar.address,
+                "metrics": sidecar.metrics_address,
+                "redis": "embedded" if sidecar.embedded else "external",
+                "policy_version": sidecar.parts.registry.policy_version,
+            }
+        ),
+        flush=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -23,15 +23,21 @@ def _logging(level: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="countersign", description="The Countersign sidecar.")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the sidecar", description=(
-        "Run the sidecar. Every setting is a flag and a COUNTERSIGN_* environment variable; durations "
-        "take 250ms, 5s, 5m or 24h."))
+    serve = sub.add_parser(
+        "serve",
+        help="run the sidecar",
+        description=(
+            "Run the sidecar. Every setting is a flag and a COUNTERSIGN_* environment variable; durations "
+            "take 250ms, 5s, 5m or 24h."
+        ),
+    )
     settings_mod.add_arguments(serve)
     actions = sub.add_parser("actions", help="list, show and resolve actions (read-only unless you resolve)")
     actions_sub = actions.add_subparsers(dest="verb", required=True)
     listing = actions_sub.add_parser("list", help="actions in a state")
-    listing.add_argument("--state", required=True, choices=["unknown", "needs-manual-review",
-                                                            "compensation-failed", "running"])
+    listing.add_argument(
+        "--state", required=True, choices=["unknown", "needs-manual-review", "compensation-failed", "running"]
+    )
     showing = actions_sub.add_parser("show", help="one action: its record, receipt and audit history")
     showing.add_argument("action_id")
     resolving = actions_sub.add_parser("resolve", help="settle an unknown / needs-manual-review action by hand")
@@ -40,52 +46,92 @@ def main(argv: list[str] | None = None) -> int:
     resolving.add_argument("--reason", required=True, help="why, in words a colleague can check later")
     resolving.add_argument("--operator", required=True, help="who decided (recorded in the audit chain)")
     resolving.add_argument("--resource-id", default="", help="the downstream's resource id, when succeeded")
-    resolving.add_argument("--replay-ttl", type=settings_mod.duration,
-                           default=os.environ.get("COUNTERSIGN_REPLAY_TTL", "24h"),
-                           help="how long the resolved outcome is replayed: the sidecars' --replay-ttl "
-                                "[env COUNTERSIGN_REPLAY_TTL, default 24h]")
-    resolving.add_argument("--force", action="store_true", help="resolve inside the reconcile window although "
-                           "the downstream could not prove the outcome (the audit records it as forced)")
-    resolving.add_argument("--registry", default=os.environ.get("COUNTERSIGN_REGISTRY", ""),
-                           help="the sidecars' registry, to ask the downstream first [env COUNTERSIGN_REGISTRY]")
-    resolving.add_argument("--reconcile-window", default=os.environ.get("COUNTERSIGN_RECONCILE_WINDOW", "600s"),
-                           help="the sidecars' --reconcile-window: within it a request may still land "
-                           "[env COUNTERSIGN_RECONCILE_WINDOW; default 600s]")
-    resolving.add_argument("--downstream-deadline", default=os.environ.get("COUNTERSIGN_DOWNSTREAM_DEADLINE", "5s"),
-                           help="deadline of the fence or lookup [env COUNTERSIGN_DOWNSTREAM_DEADLINE; default 5s]")
+    resolving.add_argument(
+        "--replay-ttl",
+        type=settings_mod.duration,
+        default=os.environ.get("COUNTERSIGN_REPLAY_TTL", "24h"),
+        help="how long the resolved outcome is replayed: the sidecars' --replay-ttl "
+        "[env COUNTERSIGN_REPLAY_TTL, default 24h]",
+    )
+    resolving.add_argument(
+        "--force",
+        action="store_true",
+        help="resolve inside the reconcile window although "
+        "the downstream could not prove the outcome (the audit records it as forced)",
+    )
+    resolving.add_argument(
+        "--registry",
+        default=os.environ.get("COUNTERSIGN_REGISTRY", ""),
+        help="the sidecars' registry, to ask the downstream first [env COUNTERSIGN_REGISTRY]",
+    )
+    resolving.add_argument(
+        "--reconcile-window",
+        default=os.environ.get("COUNTERSIGN_RECONCILE_WINDOW", "600s"),
+        help="the sidecars' --reconcile-window: within it a request may still land "
+        "[env COUNTERSIGN_RECONCILE_WINDOW; default 600s]",
+    )
+    resolving.add_argument(
+        "--downstream-deadline",
+        default=os.environ.get("COUNTERSIGN_DOWNSTREAM_DEADLINE", "5s"),
+        help="deadline of the fence or lookup [env COUNTERSIGN_DOWNSTREAM_DEADLINE; default 5s]",
+    )
     audit = sub.add_parser("audit", help="verify or export the tamper-evident audit chains")
     audit_sub = audit.add_subparsers(dest="verb", required=True)
-    verifying = audit_sub.add_parser("verify", help="walk every chain and cross-check every action record against "
-                                     "it; report what is broken, missing or reordered")
+    verifying = audit_sub.add_parser(
+        "verify",
+        help="walk every chain and cross-check every action record against "
+        "it; report what is broken, missing or reordered",
+    )
     exporting = audit_sub.add_parser("export", help="write the events as JSON lines")
     exporting.add_argument("--out", default="-", help="a file, or - for standard output")
     for p in (showing, verifying):
-        p.add_argument("--event-grace", default="5s", metavar="DURATION",
-                       help="audit writes are asynchronous: what looks wrong is looked at again after this long, "
-                            "and reported only if it still is [default 5s]")
+        p.add_argument(
+            "--event-grace",
+            default="5s",
+            metavar="DURATION",
+            help="audit writes are asynchronous: what looks wrong is looked at again after this long, "
+            "and reported only if it still is [default 5s]",
+        )
     for p in (listing, showing, resolving, verifying, exporting):
-        p.add_argument("--redis-url", default=os.environ.get("COUNTERSIGN_REDIS_URL", ""),
-                       help="the sidecars' Redis [env COUNTERSIGN_REDIS_URL]")
-        p.add_argument("--keys-file", default=os.environ.get("COUNTERSIGN_KEYS_FILE", ""),
-                       help="the sidecars' HMAC keys [env COUNTERSIGN_KEYS_FILE]")
+        p.add_argument(
+            "--redis-url",
+            default=os.environ.get("COUNTERSIGN_REDIS_URL", ""),
+            help="the sidecars' Redis [env COUNTERSIGN_REDIS_URL]",
+        )
+        p.add_argument(
+            "--keys-file",
+            default=os.environ.get("COUNTERSIGN_KEYS_FILE", ""),
+            help="the sidecars' HMAC keys [env COUNTERSIGN_KEYS_FILE]",
+        )
         if p is not exporting:
             p.add_argument("--json", action="store_true", help="machine-readable output")
     registry = sub.add_parser("registry", help="check registry files (for CI, before a deploy)")
     registry_sub = registry.add_subparsers(dest="verb", required=True)
-    checking = registry_sub.add_parser("check", help="the rules a sidecar applies at start; exit 1 naming the first "
-                                       "broken rule", description=(
-        "Check each FILE with the rules the sidecar applies at start. A FILE is a registry, or Kubernetes manifests "
-        "(helm template ... | countersign registry check -) whose ConfigMaps with registry.yaml are checked. Exit 0: "
-        "all pass; 1: a rule fails (<file>: tool '<name>': <rule>: <detail>); 2: a FILE holds no registry."))
+    checking = registry_sub.add_parser(
+        "check",
+        help="the rules a sidecar applies at start; exit 1 naming the first broken rule",
+        description=(
+            "Check each FILE with the rules the sidecar applies at start. A FILE is a registry, or Kubernetes "
+            "manifests (helm template ... | countersign registry check -) whose ConfigMaps with registry.yaml are "
+            "checked. Exit 0: all pass; 1: a rule fails (<file>: tool '<name>': <rule>: <detail>); 2: a FILE holds "
+            "no registry."
+        ),
+    )
     checking.add_argument("files", nargs="+", metavar="FILE", help="a registry or manifests file; - for stdin")
     keys = sub.add_parser("keys", help="make the HMAC keys file the sidecars and the operator CLI share")
     keys_sub = keys.add_subparsers(dest="verb", required=True)
     generating = keys_sub.add_parser("generate", help='a new keys file {"active": kid, "keys": {kid: hex}}')
     generating.add_argument("--kid", default="", help="the key id (default k<UTC timestamp>)")
-    generating.add_argument("--from", dest="previous", default="", metavar="FILE",
-                            help="keep this file's keys and id key, and make the new one active (a rotation)")
-    generating.add_argument("--out", default="-", help="a new file (written 0600, never overwritten), or - for "
-                            "standard output")
+    generating.add_argument(
+        "--from",
+        dest="previous",
+        default="",
+        metavar="FILE",
+        help="keep this file's keys and id key, and make the new one active (a rotation)",
+    )
+    generating.add_argument(
+        "--out", default="-", help="a new file (written 0600, never overwritten), or - for standard output"
+    )
     demo = sub.add_parser("demo", help="the walkthrough: embedded Redis, the example service, a scripted agent")
     demo.add_argument("--verbose", action="store_true", help="also show the sidecar's and service's logs")
     args = parser.parse_args(argv)
@@ -109,10 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("actions", "audit"):
         try:
             return asyncio.run(_operate(args))
-        except BrokenPipeError:   # `countersign actions show A | head`: the reader has what it wanted
+        except BrokenPipeError:  # `countersign actions show A | head`: the reader has what it wanted
             # Python's own recipe: point stdout at /dev/null so the flush at exit does not fail a second time
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 141   # 128 + SIGPIPE, what a shell tool stopped by a closed pipe reports
+            return 141  # 128 + SIGPIPE, what a shell tool stopped by a closed pipe reports
 
     if args.command == "registry":
         from countersign.sidecar import registry_check
@@ -124,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path.cwd()
     if not (root / "examples" / "walkthrough.py").exists():
-        print("countersign demo runs from a source checkout (it needs examples/); cd to the repository",
-              file=sys.stderr)
+        print(
+            "countersign demo runs from a source checkout (it needs examples/); cd to the repository", file=sys.stderr
+        )
         return 2
     import runpy
 
@@ -142,8 +189,11 @@ def _keys(args: argparse.Namespace) -> int:
             print(json.dumps(doc, indent=2))
         else:
             keyfile.write(doc, args.out)
-            print(f"wrote {args.out}: active key {doc['active']!r}; share it with every sidecar (a Secret) and "
-                  "the operator CLI (--keys-file)", file=sys.stderr)
+            print(
+                f"wrote {args.out}: active key {doc['active']!r}; share it with every sidecar (a Secret) and "
+                "the operator CLI (--keys-file)",
+                file=sys.stderr,
+            )
     except SettingsError as exc:
         print(f"countersign: {exc}", file=sys.stderr)
         return 2
@@ -156,8 +206,10 @@ async def _operate(args: argparse.Namespace) -> int:
     from countersign.store.redis_store import RedisStore
 
     if not args.redis_url or not args.keys_file:
-        print("countersign: --redis-url and --keys-file (or COUNTERSIGN_REDIS_URL / COUNTERSIGN_KEYS_FILE) are "
-              "required", file=sys.stderr)
+        print(
+            "countersign: --redis-url and --keys-file (or COUNTERSIGN_REDIS_URL / COUNTERSIGN_KEYS_FILE) are required",
+            file=sys.stderr,
+        )
         return 2
     try:
         grace = settings_mod.duration(args.event_grace) if hasattr(args, "event_grace") else 0.0
@@ -202,10 +254,19 @@ async def _resolve(args: argparse.Namespace, store: Any, keyring: Any) -> int:
         return 2
     adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
     try:
-        return await operator.resolve(store, keyring, args.action_id, args.outcome, args.reason, args.operator,
-                                      args.resource_id, force=args.force, reconcile_window_ms=int(window * 1000),
-                                      downstream=operator.Downstream(registry, adapters, deadline),
-                                      replay_ttl_ms=int(args.replay_ttl * 1000))
+        return await operator.resolve(
+            store,
+            keyring,
+            args.action_id,
+            args.outcome,
+            args.reason,
+            args.operator,
+            args.resource_id,
+            force=args.force,
+            reconcile_window_ms=int(window * 1000),
+            downstream=operator.Downstream(registry, adapters, deadline),
+            replay_ttl_ms=int(args.replay_ttl * 1000),
+        )
     finally:
         for adapter in adapters.values():
             await adapter.close()

@@ -22,16 +22,16 @@ from countersign.keyring import MIN_KEY_BYTES, Keyring
 
 def generate(kid: str = "", previous: str = "") -> dict[str, object]:
     kid = kid or time.strftime("k%Y%m%d%H%M%S", time.gmtime())
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", kid):          # what Keyring.from_file accepts
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", kid):  # what Keyring.from_file accepts
         raise SettingsError(f"--kid {kid!r}: 1 to 32 letters, digits, '-' or '_'")
     keys: dict[str, str] = {}
     pinned: dict[str, str] = {}
     if previous:
-        old = Keyring.from_file(previous)          # validated like a sidecar would
+        old = Keyring.from_file(previous)  # validated like a sidecar would
         keys = {k: v.hex() for k, v in old.keys.items()}
         if kid in keys:
             raise SettingsError(f"keys file {previous}: key id {kid!r} is already there; pick another --kid")
-        pinned = {"id_key": old.id_key.hex()}      # a new smallest key id would otherwise change every id
+        pinned = {"id_key": old.id_key.hex()}  # a new smallest key id would otherwise change every id
     keys[kid] = secrets.token_hex(MIN_KEY_BYTES)
     return {"active": kid, **pinned, "keys": keys}
 

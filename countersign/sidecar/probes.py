@@ -31,15 +31,21 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 State = Literal["starting", "serving", "draining"]
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
-LOOP_WAIT = 1.0       # how long /healthz waits for the event loop to run a no-op
-READY_REUSE = 1.0     # how long one /readyz answer is reused
+LOOP_WAIT = 1.0  # how long /healthz waits for the event loop to run a no-op
+READY_REUSE = 1.0  # how long one /readyz answer is reused
 
 
 class Probes:
     """What /healthz and /readyz report; app.py moves ``state`` as the sidecar starts and stops."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, ping: Callable[[], Awaitable[None]], *,
-                 redis_wait: float, policy_version: str) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        ping: Callable[[], Awaitable[None]],
+        *,
+        redis_wait: float,
+        policy_version: str,
+    ) -> None:
         self.loop, self.ping, self.redis_wait, self.policy_version = loop, ping, redis_wait, policy_version
         self.state: State = "starting"
         self._lock = threading.Lock()
@@ -98,8 +104,7 @@ class Probes:
                 return metrics(environ, start_response)  # type: ignore[no-any-return]
             check = checks.get(path)
             if check is None:
-                return _answer(start_response, 404, {"status": "not found",
-                                                     "paths": "/metrics /healthz /readyz"})
+                return _answer(start_response, 404, {"status": "not found", "paths": "/metrics /healthz /readyz"})
             if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
                 return _answer(start_response, 405, {"status": "method not allowed"})
             return _answer(start_response, *check())
@@ -112,13 +117,14 @@ _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Servic
 
 def _answer(start_response: StartResponse, code: int, body: dict[str, str]) -> list[bytes]:
     data = json.dumps(body).encode() + b"\n"
-    start_response(f"{code} {_REASONS[code]}", [("Content-Type", "application/json"),
-                                                 ("Content-Length", str(len(data)))])
+    start_response(
+        f"{code} {_REASONS[code]}", [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+    )
     return [data]
 
 
 class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True       # a request thread never holds the process open
+    daemon_threads = True  # a request thread never holds the process open
 
 
 class _Quiet(WSGIRequestHandler):

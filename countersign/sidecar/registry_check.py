@@ -22,9 +22,9 @@ def _registries(name: str, raw: bytes) -> list[tuple[str, bytes | str]] | None:
     try:
         docs = [d for d in yaml.safe_load_all(raw) if d is not None]
     except yaml.YAMLError:
-        return [(name, raw)]                       # not YAML: the registry loader names the error
+        return [(name, raw)]  # not YAML: the registry loader names the error
     if not docs or not all(isinstance(d, dict) and "apiVersion" in d and "kind" in d for d in docs):
-        return [(name, raw)]                       # a registry (one mapping without apiVersion/kind)
+        return [(name, raw)]  # a registry (one mapping without apiVersion/kind)
     found: list[tuple[str, bytes | str]] = []
     for doc in docs:
         data: Any = doc.get("data") or {}
@@ -50,8 +50,10 @@ def check(paths: list[str], stdin: Any = None, out: TextIO = sys.stdout, err: Te
             name = path
         registries = _registries(name, raw)
         if registries is None:
-            print(f"{name}: no registry: neither a registry file nor manifests with a ConfigMap holding "
-                  "registry.yaml", file=err)
+            print(
+                f"{name}: no registry: neither a registry file nor manifests with a ConfigMap holding registry.yaml",
+                file=err,
+            )
             worst = max(worst, 2)
             continue
         for label, text in registries:
@@ -61,6 +63,9 @@ def check(paths: list[str], stdin: Any = None, out: TextIO = sys.stdout, err: Te
                 print(exc, file=err)
                 worst = max(worst, 1)
                 continue
-            print(f"{label}: ok: policy_version {registry.policy_version}, {len(registry.tools)} tool(s), "
-                  f"{len(registry.capabilities)} capability(ies)", file=out)
+            print(
+                f"{label}: ok: policy_version {registry.policy_version}, {len(registry.tools)} tool(s), "
+                f"{len(registry.capabilities)} capability(ies)",
+                file=out,
+            )
     return worst

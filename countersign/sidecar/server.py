@@ -51,27 +51,42 @@ SERVICES = (
 
 # Calls that only read or write Redis, never a downstream: their own lane at the gate, so a caller's slow calls
 # (Invoke, Confirm, Compensate, Reconcile wait on a downstream) never shed its status calls.
-QUICK = frozenset({"GetAction", "Reject", "OpenContinuation", "ClaimContinuation", "SettleContinuation",
-                   "ReleaseContinuation", "CheckReply"})
+QUICK = frozenset(
+    {
+        "GetAction",
+        "Reject",
+        "OpenContinuation",
+        "ClaimContinuation",
+        "SettleContinuation",
+        "ReleaseContinuation",
+        "CheckReply",
+    }
+)
 
 
 def rich_status(error: CountersignError) -> grpc.Status:
     """The status with its details, kept well under the trailer limits of every client (8 KiB)."""
     status = status_pb2.Status(code=error.code.value[0], message=error.message[:1000])
     info = any_pb2.Any()
-    info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN,
-                                          metadata={k[:64]: v[:128] for k, v in list(error.metadata.items())[:8]}))
+    info.Pack(
+        error_details_pb2.ErrorInfo(
+            reason=error.reason, domain=DOMAIN, metadata={k[:64]: v[:128] for k, v in list(error.metadata.items())[:8]}
+        )
+    )
     status.details.append(info)
     if error.retry_after:
         delay = duration_pb2.Duration()
-        delay.FromNanoseconds(int(error.retry_after * 1e9))   # seconds and nanos < 1e9, as the type requires
+        delay.FromNanoseconds(int(error.retry_after * 1e9))  # seconds and nanos < 1e9, as the type requires
         retry = any_pb2.Any()
         retry.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
         status.details.append(retry)
     if error.violations:
-        bad = error_details_pb2.BadRequest(field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=v.field[:128], description=v.description[:300])
-            for v in error.violations[:10]])
+        bad = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(field=v.field[:128], description=v.description[:300])
+                for v in error.violations[:10]
+            ]
+        )
         detail = any_pb2.Any()
         detail.Pack(bad)
         status.details.append(detail)
@@ -122,8 +137,11 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
                     with tracing.server_span(method, attributes, context.invocation_metadata()) as span:
                         try:
                             if request is UNDECODABLE:
-                                raise InvalidArgument(Reason.REQUEST_INVALID, "the request is not a valid protobuf "
-                                                      "message (invalid UTF-8 in a string field, or corrupt bytes)")
+                                raise InvalidArgument(
+                                    Reason.REQUEST_INVALID,
+                                    "the request is not a valid protobuf "
+                                    "message (invalid UTF-8 in a string field, or corrupt bytes)",
+                                )
                             answer = await handler(self, request, context)
                             tracing.end_server_span(span, code)
                             return answer
@@ -133,23 +151,33 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
                             if isinstance(exc, StoreUnavailable):
                                 metrics.fail_closed.labels(name).inc()
                             metrics.refusals.labels(name, metrics.reason(exc.reason)).inc()
-                            log.info("refused", extra={"event": "refused", "rpc": name, "reason": exc.reason,
-                                                       "code": exc.code.name, "metadata": exc.metadata})
+                            log.info(
+                                "refused",
+                                extra={
+                                    "event": "refused",
+                                    "rpc": name,
+                                    "reason": exc.reason,
+                                    "code": exc.code.name,
+                                    "metadata": exc.metadata,
+                                },
+                            )
                         except grpc.aio.AbortError:
                             code = _aborted_code(context)
                             tracing.end_server_span(span, code)
                             raise
-                        except asyncio.CancelledError:   # the caller went away or its deadline passed
+                        except asyncio.CancelledError:  # the caller went away or its deadline passed
                             code = grpc.StatusCode.CANCELLED
                             tracing.end_server_span(span, code)
                             raise
                         except Exception:
-                            log.exception("unexpected error in %s", name, extra={"event": "internal_error",
-                                                                                 "rpc": name})
+                            log.exception(
+                                "unexpected error in %s", name, extra={"event": "internal_error", "rpc": name}
+                            )
                             code = grpc.StatusCode.INTERNAL
                             tracing.end_server_span(span, code, "INTERNAL")
-                            status = status_pb2.Status(code=code_pb2.INTERNAL,
-                                                       message="internal error; see the sidecar log")
+                            status = status_pb2.Status(
+                                code=code_pb2.INTERNAL, message="internal error; see the sidecar log"
+                            )
                             await context.abort_with_status(rpc_status.to_status(status))
                             raise AssertionError("unreachable") from None
                 finally:
@@ -186,8 +214,9 @@ def _tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     def decode(raw: bytes) -> Any:
         try:
             return deserializer(raw)
-        except Exception:   # DecodeError, invalid UTF-8 in a string field: answered as REQUEST_INVALID
+        except Exception:  # DecodeError, invalid UTF-8 in a string field: answered as REQUEST_INVALID
             return UNDECODABLE
+
     return decode
 
 
@@ -205,9 +234,14 @@ def register(add: Callable[[Any, Any], None], servicer: Any, server: grpc.aio.Se
 
     capture = Capture()
     add(servicer, capture)
-    wrapped = {name: grpc.unary_unary_rpc_method_handler(
-        h.unary_unary, request_deserializer=_tolerant(h.request_deserializer),
-        response_serializer=h.response_serializer) for name, h in capture.handlers.items()}
+    wrapped = {
+        name: grpc.unary_unary_rpc_method_handler(
+            h.unary_unary,
+            request_deserializer=_tolerant(h.request_deserializer),
+            response_serializer=h.response_serializer,
+        )
+        for name, h in capture.handlers.items()
+    }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(capture.service, wrapped),))
     server.add_registered_method_handlers(capture.service, wrapped)  # type: ignore[attr-defined]
 
@@ -219,42 +253,37 @@ def _token(token: str) -> str:
 
 
 class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
-    def __init__(self, pipeline: Pipeline, compensator: Compensator, reconciler: Reconciler, metrics: Metrics,
-                 gate: Gate) -> None:
+    def __init__(
+        self, pipeline: Pipeline, compensator: Compensator, reconciler: Reconciler, metrics: Metrics, gate: Gate
+    ) -> None:
         self.pipeline, self.compensator, self.reconciler = pipeline, compensator, reconciler
         self.metrics, self.gate = metrics, gate
 
     @rpc("Invoke")
-    async def Invoke(self, request: gateway_pb2.InvokeRequest,
-                     context: Ctx) -> gateway_pb2.InvokeResponse:
+    async def Invoke(self, request: gateway_pb2.InvokeRequest, context: Ctx) -> gateway_pb2.InvokeResponse:
         return await self.pipeline.invoke(request.context, request.tool_name, request.arguments_json)
 
     @rpc("Confirm")
-    async def Confirm(self, request: gateway_pb2.ConfirmRequest,
-                      context: Ctx) -> gateway_pb2.ConfirmResponse:
+    async def Confirm(self, request: gateway_pb2.ConfirmRequest, context: Ctx) -> gateway_pb2.ConfirmResponse:
         action = await self.pipeline.confirm(request.context, _token(request.token), request.wait_ms)
         return gateway_pb2.ConfirmResponse(action=action)
 
     @rpc("Reject")
-    async def Reject(self, request: gateway_pb2.RejectRequest,
-                     context: Ctx) -> gateway_pb2.RejectResponse:
+    async def Reject(self, request: gateway_pb2.RejectRequest, context: Ctx) -> gateway_pb2.RejectResponse:
         return gateway_pb2.RejectResponse(action=await self.pipeline.reject(request.context, _token(request.token)))
 
     @rpc("GetAction")
-    async def GetAction(self, request: gateway_pb2.GetActionRequest,
-                        context: Ctx) -> gateway_pb2.GetActionResponse:
+    async def GetAction(self, request: gateway_pb2.GetActionRequest, context: Ctx) -> gateway_pb2.GetActionResponse:
         action = await self.pipeline.get_action(request.context, request.action_id)
         return gateway_pb2.GetActionResponse(action=action)
 
     @rpc("Compensate")
-    async def Compensate(self, request: gateway_pb2.CompensateRequest,
-                         context: Ctx) -> gateway_pb2.CompensateResponse:
+    async def Compensate(self, request: gateway_pb2.CompensateRequest, context: Ctx) -> gateway_pb2.CompensateResponse:
         action = await self.compensator.compensate(request.context, request.action_id)
         return gateway_pb2.CompensateResponse(action=action)
 
     @rpc("Reconcile")
-    async def Reconcile(self, request: gateway_pb2.ReconcileRequest,
-                        context: Ctx) -> gateway_pb2.ReconcileResponse:
+    async def Reconcile(self, request: gateway_pb2.ReconcileRequest, context: Ctx) -> gateway_pb2.ReconcileResponse:
         action = await self.reconciler.reconcile_rpc(request.context, request.action_id)
         return gateway_pb2.ReconcileResponse(action=action)
 
@@ -264,28 +293,38 @@ class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):
         self.continuations, self.metrics, self.gate = continuations, metrics, gate
 
     @rpc("OpenContinuation")
-    async def OpenContinuation(self, request: continuation_pb2.OpenContinuationRequest,
-                               context: Ctx) -> continuation_pb2.OpenContinuationResponse:
-        return continuation_pb2.OpenContinuationResponse(continuation=await self.continuations.open(
-            request.context, request.action_id, request.snapshot))
+    async def OpenContinuation(
+        self, request: continuation_pb2.OpenContinuationRequest, context: Ctx
+    ) -> continuation_pb2.OpenContinuationResponse:
+        return continuation_pb2.OpenContinuationResponse(
+            continuation=await self.continuations.open(request.context, request.action_id, request.snapshot)
+        )
 
     @rpc("ClaimContinuation")
-    async def ClaimContinuation(self, request: continuation_pb2.ClaimContinuationRequest,
-                                context: Ctx) -> continuation_pb2.ClaimContinuationResponse:
-        return continuation_pb2.ClaimContinuationResponse(continuation=await self.continuations.claim(
-            request.context, request.token))
+    async def ClaimContinuation(
+        self, request: continuation_pb2.ClaimContinuationRequest, context: Ctx
+    ) -> continuation_pb2.ClaimContinuationResponse:
+        return continuation_pb2.ClaimContinuationResponse(
+            continuation=await self.continuations.claim(request.context, request.token)
+        )
 
     @rpc("SettleContinuation")
-    async def SettleContinuation(self, request: continuation_pb2.SettleContinuationRequest,
-                                 context: Ctx) -> continuation_pb2.SettleContinuationResponse:
-        return continuation_pb2.SettleContinuationResponse(continuation=await self.continuations.settle(
-            request.context, request.token, request.reply_text, request.claim_id))
+    async def SettleContinuation(
+        self, request: continuation_pb2.SettleContinuationRequest, context: Ctx
+    ) -> continuation_pb2.SettleContinuationResponse:
+        return continuation_pb2.SettleContinuationResponse(
+            continuation=await self.continuations.settle(
+                request.context, request.token, request.reply_text, request.claim_id
+            )
+        )
 
     @rpc("ReleaseContinuation")
-    async def ReleaseContinuation(self, request: continuation_pb2.ReleaseContinuationRequest,
-                                  context: Ctx) -> continuation_pb2.ReleaseContinuationResponse:
-        return continuation_pb2.ReleaseContinuationResponse(continuation=await self.continuations.release(
-            request.context, request.token, request.claim_id))
+    async def ReleaseContinuation(
+        self, request: continuation_pb2.ReleaseContinuationRequest, context: Ctx
+    ) -> continuation_pb2.ReleaseContinuationResponse:
+        return continuation_pb2.ReleaseContinuationResponse(
+            continuation=await self.continuations.release(request.context, request.token, request.claim_id)
+        )
 
 
 class ReplyGuardServicer(guard_pb2_grpc.ReplyGuardServiceServicer):
@@ -293,6 +332,5 @@ class ReplyGuardServicer(guard_pb2_grpc.ReplyGuardServiceServicer):
         self.checker, self.metrics, self.gate = checker, metrics, gate
 
     @rpc("CheckReply")
-    async def CheckReply(self, request: guard_pb2.CheckReplyRequest,
-                         context: Ctx) -> guard_pb2.CheckReplyResponse:
+    async def CheckReply(self, request: guard_pb2.CheckReplyRequest, context: Ctx) -> guard_pb2.CheckReplyResponse:
         return await self.checker.check_reply(request.context, request.reply_text, request.action_ids)

@@ -39,44 +39,66 @@ class Settings:
     listen: str = _setting("127.0.0.1:50051", "gRPC address: host:port or unix:/path (loopback by default)")
     redis_url: str = _setting("", "redis://, rediss:// or unix:// URL; empty: start a private redis-server")
     redis_mode: str = _setting("auto", "auto (from the URL scheme), standalone, sentinel or cluster")
-    redis_wait_replicas: int = _setting(0, "claim and settle wait for this many replicas (WAIT) before the "
-                                        "sidecar acts; not met: UNAVAILABLE", kind="count")
+    redis_wait_replicas: int = _setting(
+        0,
+        "claim and settle wait for this many replicas (WAIT) before the sidecar acts; not met: UNAVAILABLE",
+        kind="count",
+    )
     redis_wait_timeout: float = _setting(0.1, "how long claim/settle wait for the replicas", kind="duration")
     metrics_listen: str = _setting("127.0.0.1:9464", "Prometheus /metrics address (host:port); empty: off")
     keys_file: str = _setting("", 'HMAC keys JSON {"active": kid, "keys": {kid: hex}}; empty: generated')
     confirm_ttl: float = _setting(300.0, "how long a card waits for the user", kind="duration")
-    replay_ttl: float = _setting(86400.0, "how long a settled outcome is replayed to duplicates",
-                                 kind="duration")
+    replay_ttl: float = _setting(86400.0, "how long a settled outcome is replayed to duplicates", kind="duration")
     lease: float = _setting(30.0, "how long a claim may run before it is reported UNKNOWN", kind="duration")
-    continuation_lease: float = _setting(60.0, "how long one reply generation may hold a continuation",
-                                         kind="duration")
-    downstream_deadline: float = _setting(5.0, "deadline of one downstream call (prepare, execute, read)",
-                                          kind="duration")
+    continuation_lease: float = _setting(60.0, "how long one reply generation may hold a continuation", kind="duration")
+    downstream_deadline: float = _setting(
+        5.0, "deadline of one downstream call (prepare, execute, read)", kind="duration"
+    )
     redis_timeout: float = _setting(0.5, "Redis socket timeout: fail closed fast", kind="duration")
     redis_connect_timeout: float = _setting(0.5, "Redis connect timeout", kind="duration")
     redis_retries: int = _setting(1, "Redis retries after a connection error or timeout", kind="int")
-    reconcile_interval: float = _setting(5.0, "how often the background reconciler sweeps for UNKNOWN actions",
-                                         kind="duration")
-    reconcile_window: float = _setting(600.0, "how long a lookup may keep finding nothing before an action "
-                                       "goes to NEEDS_MANUAL_REVIEW", kind="duration")
-    audit_ttl: float = _setting(30 * 86400.0, "how long a settled action's audit chain is kept in Redis, at "
-                                "least --replay-ttl (export it for longer; an unresolved one is kept until it "
-                                "settles)", kind="duration")
+    reconcile_interval: float = _setting(
+        5.0, "how often the background reconciler sweeps for UNKNOWN actions", kind="duration"
+    )
+    reconcile_window: float = _setting(
+        600.0,
+        "how long a lookup may keep finding nothing before an action goes to NEEDS_MANUAL_REVIEW",
+        kind="duration",
+    )
+    audit_ttl: float = _setting(
+        30 * 86400.0,
+        "how long a settled action's audit chain is kept in Redis, at "
+        "least --replay-ttl (export it for longer; an unresolved one is kept until it "
+        "settles)",
+        kind="duration",
+    )
     max_wait: float = _setting(10.0, "upper bound of a Confirm's wait_ms", kind="duration")
     grace: float = _setting(10.0, "on SIGTERM: how long in-flight calls may finish", kind="duration")
-    max_in_flight: int = _setting(64, "calls the sidecar holds at once, running or waiting inside gRPC; beyond it "
-                                  "callers get RESOURCE_EXHAUSTED with a RetryInfo at once (shed, not queued "
-                                  "until every caller times out). Raise it for a slow downstream", kind="int")
-    tenant_quota: int = _setting(100_000, "records one tenant may keep in Redis: actions (card, run record, "
-                                 "continuation) and turns (read facts), each counted for --replay-ttl; beyond "
-                                 "it Invoke gets RESOURCE_EXHAUSTED QUOTA_EXCEEDED", kind="int")
+    max_in_flight: int = _setting(
+        64,
+        "calls the sidecar holds at once, running or waiting inside gRPC; beyond it "
+        "callers get RESOURCE_EXHAUSTED with a RetryInfo at once (shed, not queued "
+        "until every caller times out). Raise it for a slow downstream",
+        kind="int",
+    )
+    tenant_quota: int = _setting(
+        100_000,
+        "records one tenant may keep in Redis: actions (card, run record, "
+        "continuation) and turns (read facts), each counted for --replay-ttl; beyond "
+        "it Invoke gets RESOURCE_EXHAUSTED QUOTA_EXCEEDED",
+        kind="int",
+    )
     max_message_bytes: int = _setting(1 << 20, "largest gRPC message accepted", kind="int")
     telemetry: str = _setting("on", "on: traces and metrics; off: neither (to measure what they cost)")
-    guard_lexicon: str = _setting("", "a folder of reply-guard lexicon files (zh.yaml, en.yaml, ...); "
-                                  "empty: the packaged ones")
-    guard_unsupported: str = _setting("flag", "a reply in a language the guard has no lexicon for (de, ja, ...): "
-                                      "flag (pass it with reason UNSUPPORTED_LANGUAGE, counted) or replace "
-                                      "(replace it unless a receipt succeeded)")
+    guard_lexicon: str = _setting(
+        "", "a folder of reply-guard lexicon files (zh.yaml, en.yaml, ...); empty: the packaged ones"
+    )
+    guard_unsupported: str = _setting(
+        "flag",
+        "a reply in a language the guard has no lexicon for (de, ja, ...): "
+        "flag (pass it with reason UNSUPPORTED_LANGUAGE, counted) or replace "
+        "(replace it unless a receipt succeeded)",
+    )
     log_level: str = _setting("info", "debug, info, warning or error")
 
     def validate(self) -> Settings:
@@ -91,12 +113,16 @@ class Settings:
         if self.redis_mode not in ("auto", "standalone", "sentinel", "cluster"):
             raise SettingsError("--redis-mode must be auto, standalone, sentinel or cluster")
         if self.lease < self.downstream_deadline + LEASE_MARGIN:
-            raise SettingsError(f"--lease must be longer than --downstream-deadline by at least "
-                                f"{LEASE_MARGIN * 1000:g} ms, or a live call would be reported UNKNOWN while it "
-                                "still runs")
+            raise SettingsError(
+                f"--lease must be longer than --downstream-deadline by at least "
+                f"{LEASE_MARGIN * 1000:g} ms, or a live call would be reported UNKNOWN while it "
+                "still runs"
+            )
         if self.audit_ttl < max(self.replay_ttl, self.confirm_ttl):
-            raise SettingsError("--audit-ttl must be at least --replay-ttl and --confirm-ttl: audit verify reports a "
-                                "card or settled record whose chain expired before it")
+            raise SettingsError(
+                "--audit-ttl must be at least --replay-ttl and --confirm-ttl: audit verify reports a "
+                "card or settled record whose chain expired before it"
+            )
         if self.guard_unsupported not in ("flag", "replace"):
             raise SettingsError("--guard-unsupported must be flag or replace")
         if self.telemetry not in ("on", "off"):
@@ -120,7 +146,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default = f.default
         shown = f"{default}s" if f.metadata["kind"] == "duration" else repr(default)
         parser.add_argument(
-            f"--{_flag(f.name)}", dest=f.name, default=None, metavar=f.metadata["kind"].upper(),
+            f"--{_flag(f.name)}",
+            dest=f.name,
+            default=None,
+            metavar=f.metadata["kind"].upper(),
             help=f"{f.metadata['why']} [env {env_name(f.name)}; default {shown}]",
         )
 
@@ -136,8 +165,7 @@ def from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -
             continue
         try:
             kind = f.metadata["kind"]
-            values[f.name] = duration(raw) if kind == "duration" else int(raw) if kind in ("int", "count") \
-                else str(raw)
+            values[f.name] = duration(raw) if kind == "duration" else int(raw) if kind in ("int", "count") else str(raw)
         except ValueError as exc:
             raise SettingsError(f"--{_flag(f.name)} / {env_name(f.name)}: {exc}") from exc
     return Settings(**values).validate()

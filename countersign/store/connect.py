@@ -26,8 +26,9 @@ Mode = Literal["standalone", "sentinel", "cluster"]
 MODES: dict[str, Mode] = {"redis+sentinel": "sentinel", "rediss+sentinel": "sentinel", "redis+cluster": "cluster"}
 MAX_CONNECTIONS = 256
 # the TLS settings a sentinel URL may carry in its query, as redis-py names them (the same as a rediss:// URL's)
-SSL_OPTIONS = frozenset({"ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
-                         "ssl_check_hostname"})
+SSL_OPTIONS = frozenset(
+    {"ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname"}
+)
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,16 @@ def parse_sentinel(url: str) -> SentinelURL:
     options = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
     unknown = sorted(set(options) - SSL_OPTIONS)
     if unknown or (options and not tls):
-        raise ValueError(f"a sentinel URL takes only TLS options ({', '.join(sorted(SSL_OPTIONS))}), and only "
-                         f"with rediss+sentinel://; not {', '.join(unknown or sorted(options))}")
+        raise ValueError(
+            f"a sentinel URL takes only TLS options ({', '.join(sorted(SSL_OPTIONS))}), and only "
+            f"with rediss+sentinel://; not {', '.join(unknown or sorted(options))}"
+        )
     ssl: dict[str, Any] = {k: v for k, v in options.items() if k != "ssl_check_hostname"}
     if "ssl_check_hostname" in options:
         ssl["ssl_check_hostname"] = options["ssl_check_hostname"].lower() in ("1", "true", "yes")
-    return SentinelURL([host_port(h) for h in hosts.split(",")], parts[0],
-                       int(parts[1]) if len(parts) > 1 else 0, password, tls, ssl)
+    return SentinelURL(
+        [host_port(h) for h in hosts.split(",")], parts[0], int(parts[1]) if len(parts) > 1 else 0, password, tls, ssl
+    )
 
 
 def mode_of(url: str, mode: str = "auto") -> Mode:
@@ -81,21 +85,30 @@ def mode_of(url: str, mode: str = "auto") -> Mode:
     return mode  # type: ignore[return-value]
 
 
-def connect(url: str, *, socket_timeout: float, connect_timeout: float, retries: int, mode: str = "auto",
-            wait_replicas: int = 0) -> Any:
+def connect(
+    url: str, *, socket_timeout: float, connect_timeout: float, retries: int, mode: str = "auto", wait_replicas: int = 0
+) -> Any:
     """A redis-py asyncio client for ``url`` (raises ValueError for a URL or mode it cannot use)."""
-    common: dict[str, Any] = dict(socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
-                                  retry=Retry(NoBackoff(), retries), decode_responses=False)
+    common: dict[str, Any] = dict(
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
+        retry=Retry(NoBackoff(), retries),
+        decode_responses=False,
+    )
     scheme = url.split("://", 1)[0].lower()
     chosen = mode_of(url, mode)
     if chosen == "sentinel":
         parsed = parse_sentinel(url)
         tls = {"ssl": True, **parsed.ssl} if parsed.tls else {}
-        sentinel = Sentinel(parsed.nodes, sentinel_kwargs={"socket_timeout": socket_timeout,
-                                                           "socket_connect_timeout": connect_timeout, **tls},
-                            **common, **tls)  # type: ignore[no-untyped-call]
-        return sentinel.master_for(parsed.service, db=parsed.db, password=parsed.password,
-                                   max_connections=MAX_CONNECTIONS)
+        sentinel = Sentinel(
+            parsed.nodes,
+            sentinel_kwargs={"socket_timeout": socket_timeout, "socket_connect_timeout": connect_timeout, **tls},
+            **common,
+            **tls,
+        )  # type: ignore[no-untyped-call]
+        return sentinel.master_for(
+            parsed.service, db=parsed.db, password=parsed.password, max_connections=MAX_CONNECTIONS
+        )
     if chosen == "cluster":
         if wait_replicas:
             raise ValueError("--redis-wait-replicas is not supported with Redis Cluster yet")
@@ -103,8 +116,13 @@ def connect(url: str, *, socket_timeout: float, connect_timeout: float, retries:
         first, _, _ = plain.partition(",")
         startup = [ClusterNode(*host_port(n)) for n in plain.split("://", 1)[1].split("/")[0].split(",")]
         if len(startup) > 1:
-            return RedisCluster(startup_nodes=startup, max_connections=MAX_CONNECTIONS,
-                                cluster_error_retry_attempts=max(1, retries), **common)
+            return RedisCluster(
+                startup_nodes=startup,
+                max_connections=MAX_CONNECTIONS,
+                cluster_error_retry_attempts=max(1, retries),
+                **common,
+            )
         return RedisCluster.from_url(first, max_connections=MAX_CONNECTIONS, **common)
-    return aioredis.Redis.from_url(url, retry_on_timeout=retries > 0, health_check_interval=0,
-                                   max_connections=MAX_CONNECTIONS, **common)
+    return aioredis.Redis.from_url(
+        url, retry_on_timeout=retries > 0, health_check_interval=0, max_connections=MAX_CONNECTIONS, **common
+    )

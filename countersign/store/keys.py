@@ -4,8 +4,8 @@ Redis Cluster; a turn's list and a tenant's quota have tags of their own."""
 
 from __future__ import annotations
 
-ID_KEY = "cs:id-key"      # the fingerprint of the id key the actions in this Redis were derived with
-OPEN_KEY = "cs:{open}"    # actions that may need reconciling, scored by when to look (one key: fine per deployment)
+ID_KEY = "cs:id-key"  # the fingerprint of the id key the actions in this Redis were derived with
+OPEN_KEY = "cs:{open}"  # actions that may need reconciling, scored by when to look (one key: fine per deployment)
 RUN_PATTERN = "cs:{*}:run"
 EVENTS_PATTERN = "cs:{*}:events"
 ACTION_PATTERN = "cs:{*}:*"
@@ -49,4 +49,4 @@ def quota_key(tenant: str) -> str:
 
 def action_of(key: str, kind: str) -> str:
     """The action id in a key ``cs:{A}:<kind>`` (as SCAN returns it)."""
-    return key[4:-(len(kind) + 2)]
+    return key[4 : -(len(kind) + 2)]

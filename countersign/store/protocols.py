@@ -50,8 +50,9 @@ class CardStore(Peek, Protocol):
 class ClaimStore(Peek, Protocol):
     """Confirm and Compensate: claim a card, wait for another caller's claim to settle."""
 
-    async def claim(self, action_id: str, binding: str, denied: str, claim_id: str,
-                    lease_ms: int) -> Won | RunRecord | Refused:
+    async def claim(
+        self, action_id: str, binding: str, denied: str, claim_id: str, lease_ms: int
+    ) -> Won | RunRecord | Refused:
         """ready -> running for one caller (Won); the record when claimed before; Refused (expired, forbidden,
         role) changing nothing. REPLICAS_NOT_ACKNOWLEDGED (the claim put back) under --redis-wait-replicas."""
 
@@ -69,8 +70,17 @@ class ReleaseStore(Peek, Protocol):
 class SettleStore(Protocol):
     """Record an outcome as the holder of a claim; keep the reconciler's index."""
 
-    async def settle(self, action_id: str, claim_id: str, state: str, out: bytes, omac: str, reason: str,
-                     receipt_status: str, replay_ttl_ms: int) -> Settle:
+    async def settle(
+        self,
+        action_id: str,
+        claim_id: str,
+        state: str,
+        out: bytes,
+        omac: str,
+        reason: str,
+        receipt_status: str,
+        replay_ttl_ms: int,
+    ) -> Settle:
         """running|unknown -> settled|unknown|review: ok, lost (another holds the claim) or gone.
         REPLICAS_NOT_ACKNOWLEDGED under --redis-wait-replicas."""
 
@@ -81,8 +91,9 @@ class SettleStore(Protocol):
 
 
 class RejectStore(Peek, Protocol):
-    async def reject(self, action_id: str, binding: str, out: bytes, omac: str,
-                     replay_ttl_ms: int) -> Rejected | RunRecord | Refused:
+    async def reject(
+        self, action_id: str, binding: str, out: bytes, omac: str, replay_ttl_ms: int
+    ) -> Rejected | RunRecord | Refused:
         """ready -> rejected; the record when claimed or settled before; Refused (expired, forbidden)."""
 
 
@@ -102,32 +113,44 @@ class QuotaStore(Protocol):
 
 
 class AuditStore(Protocol):
-    async def audit_append(self, action_id: str, after: tuple[int, str], events: list[tuple[bytes, str]],
-                           anchor: Anchor, expiry: str, ttl_ms: int) -> Appended:
+    async def audit_append(
+        self,
+        action_id: str,
+        after: tuple[int, str],
+        events: list[tuple[bytes, str]],
+        anchor: Anchor,
+        expiry: str,
+        ttl_ms: int,
+    ) -> Appended:
         """Append chained events if the chain still ends at ``after`` (seq, head); set the anchor with them."""
 
 
 class ContinuationStore(Peek, TurnStore, Protocol):
     """The reply side: a continuation's four transitions, the action it follows, the turn's facts."""
 
-    async def cont_open(self, action_id: str, binding: str, kid: str, snapshot: bytes, turn: str, mac: str,
-                        ttl_ms: int) -> ContRecord | Refused: ...
+    async def cont_open(
+        self, action_id: str, binding: str, kid: str, snapshot: bytes, turn: str, mac: str, ttl_ms: int
+    ) -> ContRecord | Refused: ...
 
-    async def cont_claim(self, action_id: str, binding: str, lease_ms: int,
-                         claim_id: str) -> ContWon | ContRecord | ContBusy | NotReady | Refused: ...
+    async def cont_claim(
+        self, action_id: str, binding: str, lease_ms: int, claim_id: str
+    ) -> ContWon | ContRecord | ContBusy | NotReady | Refused: ...
 
-    async def cont_settle(self, action_id: str, binding: str, reply_text: bytes, rmac: str, verdict: bytes,
-                          claim_id: str) -> ContSettled | LeaseLost | NotClaimed | Refused: ...
+    async def cont_settle(
+        self, action_id: str, binding: str, reply_text: bytes, rmac: str, verdict: bytes, claim_id: str
+    ) -> ContSettled | LeaseLost | NotClaimed | Refused: ...
 
-    async def cont_release(self, action_id: str, binding: str,
-                           claim_id: str) -> ContReleased | LeaseLost | NotClaimed | Refused: ...
+    async def cont_release(
+        self, action_id: str, binding: str, claim_id: str
+    ) -> ContReleased | LeaseLost | NotClaimed | Refused: ...
 
 
 class ReconcileStore(Peek, Protocol):
     """The reconciler: claim the work of an UNKNOWN action, defer it, walk the index and the records."""
 
-    async def reconcile_claim(self, action_id: str, claim_id: str,
-                              work_lease_ms: int) -> ReconcileWork | RunRecord | Busy | None: ...
+    async def reconcile_claim(
+        self, action_id: str, claim_id: str, work_lease_ms: int
+    ) -> ReconcileWork | RunRecord | Busy | None: ...
 
     async def reconcile_defer(self, action_id: str, claim_id: str, delay_ms: int) -> Defer: ...
 
@@ -163,5 +186,6 @@ class OperatorStore(AuditReader, AuditStore, Protocol):
 
     async def record(self, action_id: str) -> dict[str, bytes]: ...
 
-    async def resolve(self, action_id: str, out: bytes, omac: str, reason: str, receipt_status: str,
-                      replay_ttl_ms: int) -> Resolved: ...
+    async def resolve(
+        self, action_id: str, out: bytes, omac: str, reason: str, receipt_status: str, replay_ttl_ms: int
+    ) -> Resolved: ...

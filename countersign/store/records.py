@@ -42,12 +42,12 @@ class RunRecord:
 
     state: RunState
     kid: str
-    out: bytes            # serialized countersign.v1.Action; empty while running
+    out: bytes  # serialized countersign.v1.Action; empty while running
     omac: str
     reason: str = ""
     binding: str = ""
     tool: str = ""
-    card: bytes = b""     # the sealed card it was claimed from: binding, key id and tool are checked against it
+    card: bytes = b""  # the sealed card it was claimed from: binding, key id and tool are checked against it
     cmac: str = ""
 
 
@@ -58,9 +58,9 @@ class ContRecord:
     state: ContState
     kid: str = ""
     snapshot: bytes = b""
-    turn: str = ""        # the turn's key: where its read facts and proposed actions are kept
+    turn: str = ""  # the turn's key: where its read facts and proposed actions are kept
     mac: str = ""
-    reply: bytes = b""    # when settled
+    reply: bytes = b""  # when settled
     rmac: str = ""
     verdict: bytes = b""
 
@@ -78,18 +78,18 @@ class AuditEvidence:
     """Everything Redis holds about one action that the audit cross-check reads (raw fields)."""
 
     action_id: str
-    events: list[tuple[str, bytes]]     # (stream entry id, event JSON), oldest first
-    anchor: dict[str, str]              # seq, head, kid, mac; empty when absent
-    card: dict[str, bytes]              # the ready card; empty when absent
-    run: dict[str, bytes]               # the run record; empty when absent
-    indexed: bool                       # listed in the unresolved index (cs:{open})
+    events: list[tuple[str, bytes]]  # (stream entry id, event JSON), oldest first
+    anchor: dict[str, str]  # seq, head, kid, mac; empty when absent
+    card: dict[str, bytes]  # the ready card; empty when absent
+    run: dict[str, bytes]  # the run record; empty when absent
+    indexed: bool  # listed in the unresolved index (cs:{open})
 
 
 @dataclass(frozen=True)
 class RunSummary:
     """What the reconciler's sweep reads of one run record (no transition applied)."""
 
-    state: str            # the record's own word ("" when it is gone)
+    state: str  # the record's own word ("" when it is gone)
     lease_ms: int
-    due_ms: int           # when a reconciler may look at it next
+    due_ms: int  # when a reconciler may look at it next
     tool: str

@@ -21,7 +21,7 @@ class RedisReads:
     client: Any
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
-        raise NotImplementedError   # RedisStore's: the timeout, and Redis failures as StoreUnavailable
+        raise NotImplementedError  # RedisStore's: the timeout, and Redis failures as StoreUnavailable
 
     # -- what one user turn did: read facts and proposed actions -------------------------------
 
@@ -57,10 +57,13 @@ class RedisReads:
 
     async def scan_runs(self, cursor: int, count: int) -> tuple[int, list[str]]:
         """One step of a SCAN over run records; returns the next cursor and action ids seen."""
-        if not isinstance(self.client, aioredis.Redis):      # a cluster: one full pass over every node
+        if not isinstance(self.client, aioredis.Redis):  # a cluster: one full pass over every node
+
             async def every() -> list[str]:
-                return [keys.action_of(text(k), "run")
-                        async for k in self.client.scan_iter(match=keys.RUN_PATTERN, count=count)]
+                return [
+                    keys.action_of(text(k), "run")
+                    async for k in self.client.scan_iter(match=keys.RUN_PATTERN, count=count)
+                ]
 
             return 0, await self._call(every())
         nxt, found = await self._call(self.client.scan(cursor=cursor, match=keys.RUN_PATTERN, count=count))
@@ -74,8 +77,10 @@ class RedisReads:
         for action_id in action_ids:
             pipe.hmget(run_key(action_id), "st", "lease", "rdue", "tool")
         rows = await self._call(pipe.execute())
-        return [RunSummary(text(st or b""), int(lease or 0), int(due or 0), text(tool or b""))
-                for st, lease, due, tool in rows]
+        return [
+            RunSummary(text(st or b""), int(lease or 0), int(due or 0), text(tool or b""))
+            for st, lease, due, tool in rows
+        ]
 
     # -- audit evidence and raw records (read-only) --------------------------------------------------
 
@@ -85,15 +90,19 @@ class RedisReads:
 
     async def audit_actions(self) -> list[str]:
         """Every action that has an audit chain."""
+
         async def every() -> list[str]:
-            return [keys.action_of(text(key), "events")
-                    async for key in self.client.scan_iter(match=keys.EVENTS_PATTERN, count=1000)]
+            return [
+                keys.action_of(text(key), "events")
+                async for key in self.client.scan_iter(match=keys.EVENTS_PATTERN, count=1000)
+            ]
 
         return await self._call(every())
 
     async def audited_ids(self) -> list[str]:
         """Every action Redis knows anything about: a card, a run record, a chain or anchor, or an entry in
         the unresolved index. What ``audit verify`` cross-checks (one SCAN pass; read-only)."""
+
         async def every() -> set[str]:
             ids = {text(member) for member in await self.client.zrange(keys.OPEN_KEY, 0, -1)}
             async for key in self.client.scan_iter(match=keys.ACTION_PATTERN, count=1000):
@@ -119,11 +128,17 @@ class RedisReads:
         rows = await self._call(pipe.execute())
         out = []
         for i, action_id in enumerate(action_ids):
-            events, anchor, card, run, indexed = rows[5 * i:5 * i + 5]
-            out.append(AuditEvidence(
-                action_id, [(text(entry_id), fields.get(b"e", b"")) for entry_id, fields in events],
-                {text(k): text(v) for k, v in anchor.items()}, {text(k): v for k, v in card.items()},
-                {text(k): v for k, v in run.items()}, indexed is not None))
+            events, anchor, card, run, indexed = rows[5 * i : 5 * i + 5]
+            out.append(
+                AuditEvidence(
+                    action_id,
+                    [(text(entry_id), fields.get(b"e", b"")) for entry_id, fields in events],
+                    {text(k): text(v) for k, v in anchor.items()},
+                    {text(k): v for k, v in card.items()},
+                    {text(k): v for k, v in run.items()},
+                    indexed is not None,
+                )
+            )
         return out
 
     async def record(self, action_id: str) -> dict[str, bytes]:
@@ -136,6 +151,6 @@ class RedisReads:
     async def pin_id_key(self, fingerprint: str) -> str:
         """The id key's fingerprint every sidecar on this Redis must share: the first one to start records its
         own; later ones read it back."""
-        await self._call(self.client.set(keys.ID_KEY, fingerprint, nx=True))   # (SET NX GET needs Redis 7)
+        await self._call(self.client.set(keys.ID_KEY, fingerprint, nx=True))  # (SET NX GET needs Redis 7)
         pinned = await self._call(self.client.get(keys.ID_KEY))
         return fingerprint if pinned is None else text(pinned)

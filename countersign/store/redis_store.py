@@ -62,15 +62,31 @@ class RedisStore(RedisReads):
         self.client = client
         self.op_timeout = op_timeout
         lua = resources.files("countersign.store").joinpath("lua")
-        self._scripts = {name: client.register_script(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"))
-                         for name in SCRIPTS}
+        self._scripts = {
+            name: client.register_script(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")) for name in SCRIPTS
+        }
 
     @classmethod
-    def from_url(cls, url: str, *, socket_timeout: float, connect_timeout: float, retries: int,
-                 mode: str = "auto", wait_replicas: int = 0, wait_timeout_ms: int = 100) -> RedisStore:
+    def from_url(
+        cls,
+        url: str,
+        *,
+        socket_timeout: float,
+        connect_timeout: float,
+        retries: int,
+        mode: str = "auto",
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 100,
+    ) -> RedisStore:
         """A store over the client connect.py builds for ``url`` (raises ValueError for a URL it cannot use)."""
-        client = connect(url, socket_timeout=socket_timeout, connect_timeout=connect_timeout, retries=retries,
-                         mode=mode, wait_replicas=wait_replicas)
+        client = connect(
+            url,
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+            retries=retries,
+            mode=mode,
+            wait_replicas=wait_replicas,
+        )
         store = cls(client, op_timeout=(socket_timeout + connect_timeout) * (retries + 1))
         store.wait_replicas, store.wait_timeout_ms = wait_replicas, wait_timeout_ms
         return store
@@ -112,13 +128,15 @@ class RedisStore(RedisReads):
             reply, acked = await self._call(pipe.execute())
         finally:
             if self.observe is not None:
-                self.observe(name, time.perf_counter() - start)   # the script and its WAIT: one round trip
+                self.observe(name, time.perf_counter() - start)  # the script and its WAIT: one round trip
         return *decode(name, reply), int(acked)
 
     def _not_acknowledged(self, name: str, acked: int) -> Unavailable:
-        return Unavailable(Reason.REPLICAS_NOT_ACKNOWLEDGED,
-                           f"{acked} of {self.wait_replicas} replicas acknowledged the {name}; not acting on it",
-                           retry_after=1.0)
+        return Unavailable(
+            Reason.REPLICAS_NOT_ACKNOWLEDGED,
+            f"{acked} of {self.wait_replicas} replicas acknowledged the {name}; not acting on it",
+            retry_after=1.0,
+        )
 
     async def _durable_script(self, name: str, keys_: list[str], args: list[Any]) -> tuple[str, dict[str, Any]]:
         """A transition the sidecar acts on: refused (UNAVAILABLE) when too few replicas acknowledged it
@@ -132,16 +150,20 @@ class RedisStore(RedisReads):
 
     async def issue(self, action_id: str, card: CardRecord, ttl_ms: int) -> Issued | CardRecord | RunRecord:
         """Create the card: Issued, or the card or record that exists already."""
-        kind, f = await self._script("issue", [card_key(action_id), run_key(action_id)],
-                                     [card.binding, card.tool, card.body, card.mac, card.kid, ttl_ms])
+        kind, f = await self._script(
+            "issue",
+            [card_key(action_id), run_key(action_id)],
+            [card.binding, card.tool, card.body, card.mac, card.kid, ttl_ms],
+        )
         if kind == "issued":
             return Issued()
         if kind == "card":
             return card_record(f, tool=card.tool, binding=card.binding)
         return run_record(f)
 
-    async def claim(self, action_id: str, binding: str, denied: str, claim_id: str,
-                    lease_ms: int) -> Won | RunRecord | Refused:
+    async def claim(
+        self, action_id: str, binding: str, denied: str, claim_id: str, lease_ms: int
+    ) -> Won | RunRecord | Refused:
         """ready -> running. Won: the caller holds the claim and must settle (or release) it. A RunRecord: someone
         claimed it before (replay, or RUNNING).
 
@@ -164,19 +186,32 @@ class RedisStore(RedisReads):
         kind, _ = await self._script("release", [card_key(action_id), run_key(action_id)], [claim_id])
         return kind  # type: ignore[return-value]
 
-    async def settle(self, action_id: str, claim_id: str, state: str, out: bytes, omac: str, reason: str,
-                     receipt_status: str, replay_ttl_ms: int) -> Settle:
+    async def settle(
+        self,
+        action_id: str,
+        claim_id: str,
+        state: str,
+        out: bytes,
+        omac: str,
+        reason: str,
+        receipt_status: str,
+        replay_ttl_ms: int,
+    ) -> Settle:
         """running|unknown -> settled|unknown|review by the claim holder: ok, lost or gone."""
         kind, _ = await self._durable_script(
-            "settle", [run_key(action_id), cont_key(action_id)],
-            [claim_id, state, out, omac, reason, receipt_status, replay_ttl_ms])
+            "settle",
+            [run_key(action_id), cont_key(action_id)],
+            [claim_id, state, out, omac, reason, receipt_status, replay_ttl_ms],
+        )
         return kind  # type: ignore[return-value]
 
-    async def reject(self, action_id: str, binding: str, out: bytes, omac: str,
-                     replay_ttl_ms: int) -> Rejected | RunRecord | Refused:
+    async def reject(
+        self, action_id: str, binding: str, out: bytes, omac: str, replay_ttl_ms: int
+    ) -> Rejected | RunRecord | Refused:
         """ready -> rejected."""
-        kind, f = await self._script("reject", [card_key(action_id), run_key(action_id)],
-                                     [binding, out, omac, replay_ttl_ms])
+        kind, f = await self._script(
+            "reject", [card_key(action_id), run_key(action_id)], [binding, out, omac, replay_ttl_ms]
+        )
         if kind == "rejected":
             return Rejected()
         if kind == "run":
@@ -207,42 +242,66 @@ class RedisStore(RedisReads):
 
     # -- continuations (one state machine per action, under the action's hash tag) --------------
 
-    async def cont_open(self, action_id: str, binding: str, kid: str, snapshot: bytes, turn: str, mac: str,
-                        ttl_ms: int) -> ContRecord | Refused:
-        kind, f = await self._script("cont_open", [cont_key(action_id), run_key(action_id), card_key(action_id)],
-                                     [binding, kid, snapshot, turn, mac, ttl_ms])
+    async def cont_open(
+        self, action_id: str, binding: str, kid: str, snapshot: bytes, turn: str, mac: str, ttl_ms: int
+    ) -> ContRecord | Refused:
+        kind, f = await self._script(
+            "cont_open",
+            [cont_key(action_id), run_key(action_id), card_key(action_id)],
+            [binding, kid, snapshot, turn, mac, ttl_ms],
+        )
         if kind != "cont":
             return Refused(kind)  # type: ignore[arg-type]   # none | forbidden
-        return ContRecord(cont_state(text(f["state"])), text(f["kid"]), raw(f["snapshot"]), text(f["turn"]),
-                          text(f["mac"]))
+        return ContRecord(
+            cont_state(text(f["state"])), text(f["kid"]), raw(f["snapshot"]), text(f["turn"]), text(f["mac"])
+        )
 
-    async def cont_claim(self, action_id: str, binding: str, lease_ms: int,
-                         claim_id: str) -> ContWon | ContRecord | ContBusy | NotReady | Refused:
+    async def cont_claim(
+        self, action_id: str, binding: str, lease_ms: int, claim_id: str
+    ) -> ContWon | ContRecord | ContBusy | NotReady | Refused:
         """ready -> running under claim_id (a lapsed lease is claimed again). ContWon for the winner, the settled
         ContRecord, ContBusy while another generator holds it, NotReady while the action has no receipt."""
-        kind, f = await self._script("cont_claim", [cont_key(action_id), run_key(action_id)],
-                                     [binding, lease_ms, claim_id])
+        kind, f = await self._script(
+            "cont_claim", [cont_key(action_id), run_key(action_id)], [binding, lease_ms, claim_id]
+        )
         if kind == "won":
             cont = ContRecord("running", text(f["kid"]), raw(f["snapshot"]), text(f["turn"]), text(f["mac"]))
-            run = RunRecord("settled", text(f["run_kid"]), raw(f["out"]), text(f["omac"]),
-                            binding=text(f["run_binding"]), tool=text(f["run_tool"]), card=raw(f["run_card"]),
-                            cmac=text(f["run_cmac"]))
+            run = RunRecord(
+                "settled",
+                text(f["run_kid"]),
+                raw(f["out"]),
+                text(f["omac"]),
+                binding=text(f["run_binding"]),
+                tool=text(f["run_tool"]),
+                card=raw(f["run_card"]),
+                cmac=text(f["run_cmac"]),
+            )
             return ContWon(cont, run)
         if kind == "settled":
-            return ContRecord("settled", text(f["kid"]), raw(f["snapshot"]), text(f["turn"]), text(f["mac"]),
-                              raw(f["reply"]), text(f["rmac"]), raw(f["verdict"]))
+            return ContRecord(
+                "settled",
+                text(f["kid"]),
+                raw(f["snapshot"]),
+                text(f["turn"]),
+                text(f["mac"]),
+                raw(f["reply"]),
+                text(f["rmac"]),
+                raw(f["verdict"]),
+            )
         if kind == "running":
             return ContBusy()
         if kind == "not_ready":
             return NotReady(text(f["run_state"]), text(f["reason"]))
         return Refused(kind)  # type: ignore[arg-type]   # none | forbidden
 
-    async def cont_settle(self, action_id: str, binding: str, reply_text: bytes, rmac: str, verdict: bytes,
-                          claim_id: str) -> ContSettled | LeaseLost | NotClaimed | Refused:
+    async def cont_settle(
+        self, action_id: str, binding: str, reply_text: bytes, rmac: str, verdict: bytes, claim_id: str
+    ) -> ContSettled | LeaseLost | NotClaimed | Refused:
         """running -> settled by the holder of claim_id; ContSettled(replayed) when this holder settled it
         before."""
-        kind, f = await self._script("cont_settle", [cont_key(action_id)],
-                                     [binding, reply_text, rmac, verdict, claim_id])
+        kind, f = await self._script(
+            "cont_settle", [cont_key(action_id)], [binding, reply_text, rmac, verdict, claim_id]
+        )
         if kind == "ok":
             return ContSettled(reply_text, rmac, verdict, replayed=False)
         if kind == "settled":
@@ -253,8 +312,9 @@ class RedisStore(RedisReads):
             return NotClaimed(text(f["state"]))
         return Refused(kind)  # type: ignore[arg-type]   # none | forbidden
 
-    async def cont_release(self, action_id: str, binding: str,
-                           claim_id: str) -> ContReleased | LeaseLost | NotClaimed | Refused:
+    async def cont_release(
+        self, action_id: str, binding: str, claim_id: str
+    ) -> ContReleased | LeaseLost | NotClaimed | Refused:
         """running -> ready by the holder of claim_id."""
         kind, f = await self._script("cont_release", [cont_key(action_id)], [binding, claim_id])
         if kind == "ok":
@@ -270,8 +330,7 @@ class RedisStore(RedisReads):
     async def quota(self, tenant: str, stored: list[str], members: list[str], cap: int, ttl_ms: int) -> QuotaCount:
         """Count what a tenant keeps: the stored members always, the new ones only within the cap (not counted:
         they were not added)."""
-        kind, f = await self._script("quota", [keys.quota_key(tenant)],
-                                     [cap, ttl_ms, len(stored), *stored, *members])
+        kind, f = await self._script("quota", [keys.quota_key(tenant)], [cap, ttl_ms, len(stored), *stored, *members])
         return QuotaCount(kind == "ok", int(f["count"]), int(f.get("first_gone", 0)))
 
     async def quota_forget(self, tenant: str, members: list[str]) -> None:
@@ -280,8 +339,9 @@ class RedisStore(RedisReads):
 
     # -- reconciliation ------------------------------------------------------------------------
 
-    async def reconcile_claim(self, action_id: str, claim_id: str,
-                              work_lease_ms: int) -> ReconcileWork | RunRecord | Busy | None:
+    async def reconcile_claim(
+        self, action_id: str, claim_id: str, work_lease_ms: int
+    ) -> ReconcileWork | RunRecord | Busy | None:
         """unknown -> (this reconciler holds it). ReconcileWork, the record when there is nothing to reconcile,
         Busy when another holds it or it is not due, None when there is no record."""
         kind, f = await self._durable_script("reconcile_claim", [run_key(action_id)], [claim_id, work_lease_ms])
@@ -300,8 +360,15 @@ class RedisStore(RedisReads):
 
     # -- audit chains and operator resolution ----------------------------------------------------
 
-    async def audit_append(self, action_id: str, after: tuple[int, str], events: list[tuple[bytes, str]],
-                           anchor: Anchor, expiry: str, ttl_ms: int) -> Appended:
+    async def audit_append(
+        self,
+        action_id: str,
+        after: tuple[int, str],
+        events: list[tuple[bytes, str]],
+        anchor: Anchor,
+        expiry: str,
+        ttl_ms: int,
+    ) -> Appended:
         """Append chained events if the action's chain still ends at ``after`` (seq, head), and set the anchor
         (MAC'd by the caller) in the same step. expiry: keep | expire | same (lua/audit.lua)."""
         args: list[Any] = [after[0], after[1], anchor.kid, anchor.mac, expiry, ttl_ms]
@@ -312,9 +379,11 @@ class RedisStore(RedisReads):
             return Appended(True, int(f["seq"]), events[-1][1])
         return Appended(False, int(f["seq"]), text(f["head"]))
 
-    async def resolve(self, action_id: str, out: bytes, omac: str, reason: str, receipt_status: str,
-                      replay_ttl_ms: int) -> Resolved:
+    async def resolve(
+        self, action_id: str, out: bytes, omac: str, reason: str, receipt_status: str, replay_ttl_ms: int
+    ) -> Resolved:
         """unknown|review -> settled by an operator; the record then gets the replay TTL."""
-        kind, f = await self._script("resolve", [run_key(action_id), cont_key(action_id)],
-                                     [out, omac, reason, receipt_status, replay_ttl_ms])
+        kind, f = await self._script(
+            "resolve", [run_key(action_id), cont_key(action_id)], [out, omac, reason, receipt_status, replay_ttl_ms]
+        )
         return Resolved(True) if kind == "ok" else Resolved(False, text(f["state"]))

@@ -24,16 +24,40 @@ REPLIES: dict[str, dict[str, tuple[str, ...]]] = {
     "peek": {"run": RUN, "card": ("kid", "body", "mac", "binding", "tool"), "none": ()},
     "cont_open": {"cont": ("state", "kid", "snapshot", "turn", "mac"), "none": (), "forbidden": ()},
     "cont_claim": {
-        "won": ("kid", "snapshot", "turn", "mac", "run_kid", "out", "omac", "run_binding", "run_tool", "run_card",
-                "run_cmac"),
+        "won": (
+            "kid",
+            "snapshot",
+            "turn",
+            "mac",
+            "run_kid",
+            "out",
+            "omac",
+            "run_binding",
+            "run_tool",
+            "run_card",
+            "run_cmac",
+        ),
         "settled": ("kid", "snapshot", "turn", "mac", "reply", "rmac", "verdict"),
-        "running": (), "not_ready": ("run_state", "reason"), "none": (), "forbidden": (),
+        "running": (),
+        "not_ready": ("run_state", "reason"),
+        "none": (),
+        "forbidden": (),
     },
-    "cont_settle": {"ok": (), "settled": ("reply", "rmac", "verdict"), "lost": ("state",),
-                    "not_running": ("state",), "none": (), "forbidden": ()},
+    "cont_settle": {
+        "ok": (),
+        "settled": ("reply", "rmac", "verdict"),
+        "lost": ("state",),
+        "not_running": ("state",),
+        "none": (),
+        "forbidden": (),
+    },
     "cont_release": {"ok": (), "state": ("state",), "lost": (), "none": (), "forbidden": ()},
-    "reconcile_claim": {"won": ("kid", "tool", "card", "cmac", "attempts", "unknown_since_ms", "now_ms"),
-                        "run": RUN, "busy": ("state",), "none": ()},
+    "reconcile_claim": {
+        "won": ("kid", "tool", "card", "cmac", "attempts", "unknown_since_ms", "now_ms"),
+        "run": RUN,
+        "busy": ("state",),
+        "none": (),
+    },
     "reconcile_defer": {"ok": (), "lost": ("state",)},
     "audit": {"ok": ("seq",), "conflict": ("seq", "head")},
     "resolve": {"ok": (), "state": ("state",)},
@@ -57,18 +81,30 @@ def decode(script: str, reply: Any) -> tuple[str, dict[str, Any]]:
     names = shapes.get(kind)
     if names is None or len(reply) != len(names) + 1:
         fields = len(reply) - 1 if isinstance(reply, list) else 0
-        raise StoreUnavailable(f"the {script} script answered a reply it does not have "
-                               f"({kind or type(reply).__name__!r} with {fields} field(s))")
+        raise StoreUnavailable(
+            f"the {script} script answered a reply it does not have "
+            f"({kind or type(reply).__name__!r} with {fields} field(s))"
+        )
     return kind, dict(zip(names, reply[1:], strict=True))
 
 
 def run_record(f: dict[str, Any]) -> RunRecord:
     """A ``run`` reply's fields as the record."""
-    return RunRecord(run_state(text(f["state"])), text(f["kid"]), raw(f["out"]), text(f["omac"]), text(f["reason"]),
-                     text(f["binding"]), text(f["tool"]), raw(f["card"]), text(f["cmac"]))
+    return RunRecord(
+        run_state(text(f["state"])),
+        text(f["kid"]),
+        raw(f["out"]),
+        text(f["omac"]),
+        text(f["reason"]),
+        text(f["binding"]),
+        text(f["tool"]),
+        raw(f["card"]),
+        text(f["cmac"]),
+    )
 
 
 def card_record(f: dict[str, Any], *, tool: str = "", binding: str = "") -> CardRecord:
     """A card from a reply's kid, body and mac (and its tool and binding, from the reply or the caller)."""
-    return CardRecord(text(f["kid"]), text(f.get("tool", tool)), raw(f["body"]), text(f["mac"]),
-                      text(f.get("binding", binding)))
+    return CardRecord(
+        text(f["kid"]), text(f.get("tool", tool)), raw(f["body"]), text(f["mac"]), text(f.get("binding", binding))
+    )

@@ -21,7 +21,7 @@ class Refused:
     ``none`` for a continuation), another owner's (``forbidden``), or a tool the caller's role may not run."""
 
     why: RefusedWhy
-    tool: str = ""        # role: the tool
+    tool: str = ""  # role: the tool
 
 
 @dataclass(frozen=True)

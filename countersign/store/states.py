@@ -23,11 +23,17 @@ from countersign.v1 import common_pb2
 # record state in Redis (cs:{A}:run "st") -> what it may become, by which script (tests/store drives each one)
 TRANSITIONS: dict[str, dict[str, str]] = {
     "ready": {"running": "claim.lua", "rejected": "reject.lua", "expired": "(card TTL)"},
-    "running": {"settled": "settle.lua", "unknown": "settle.lua / claim.lua / peek.lua / reconcile_claim.lua "
-                "(lease lapsed)", "ready": "release.lua (the holder sent nothing: WAIT not met, NOT_SENT)"},
-    "unknown": {"settled": "settle.lua (claim holder or reconciler)", "review": "settle.lua (reconciler)",
-                "unknown": "reconcile_defer.lua (ask again later)",
-                "ready": "release.lua (the holder, whose lease lapsed, sent nothing)"},
+    "running": {
+        "settled": "settle.lua",
+        "unknown": "settle.lua / claim.lua / peek.lua / reconcile_claim.lua (lease lapsed)",
+        "ready": "release.lua (the holder sent nothing: WAIT not met, NOT_SENT)",
+    },
+    "unknown": {
+        "settled": "settle.lua (claim holder or reconciler)",
+        "review": "settle.lua (reconciler)",
+        "unknown": "reconcile_defer.lua (ask again later)",
+        "ready": "release.lua (the holder, whose lease lapsed, sent nothing)",
+    },
     "review": {"settled": "resolve.lua (operator)"},
     "settled": {},
 }

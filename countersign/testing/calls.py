@@ -12,8 +12,15 @@ from countersign.v1 import common_pb2
 
 
 def ctx(**overrides: Any) -> common_pb2.CallContext:
-    base = dict(tenant_id="t1", actor_id="alice", subject_id="alice", session_id="s1", request_id="r1",
-                role="user", locale="zh-CN")
+    base = dict(
+        tenant_id="t1",
+        actor_id="alice",
+        subject_id="alice",
+        session_id="s1",
+        request_id="r1",
+        role="user",
+        locale="zh-CN",
+    )
     base.update(overrides)
     return common_pb2.CallContext(**base)
 

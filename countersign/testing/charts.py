@@ -20,8 +20,13 @@ BASE = {"redis": {"url": "redis://redis:6379/0"}, "keys": {"existingSecret": "co
 STANDALONE = {**BASE, "example": {"enabled": True}}
 
 
-def render(values: dict[str, Any] | None = None, *, chart: Path = CHART, api_versions: list[str] | None = None,
-           kube_version: str | None = None) -> list[dict[str, Any]]:
+def render(
+    values: dict[str, Any] | None = None,
+    *,
+    chart: Path = CHART,
+    api_versions: list[str] | None = None,
+    kube_version: str | None = None,
+) -> list[dict[str, Any]]:
     """Every object the chart renders for these values, as dicts."""
     opts: dict[str, Any] = {"name": "demo", "namespace": "agents"}
     if api_versions:
@@ -29,6 +34,9 @@ def render(values: dict[str, Any] | None = None, *, chart: Path = CHART, api_ver
     if kube_version:
         opts["kube_version"] = f"v{kube_version}"
     with helm.Chart.load(chart) as loaded:
-        out = json.loads(_native.call_string("helm_render", loaded._raw(),
-                                             None if values is None else json.dumps(values), json.dumps(opts)))
+        out = json.loads(
+            _native.call_string(
+                "helm_render", loaded._raw(), None if values is None else json.dumps(values), json.dumps(opts)
+            )
+        )
     return [doc for text in out.values() for doc in yaml.safe_load_all(text) if doc]

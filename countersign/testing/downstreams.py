@@ -23,7 +23,7 @@ import yaml
 from countersign.sidecar import app, settings
 from countersign.testing import processes
 
-Step = bytes | float          # bytes: written and drained as one segment; float: a pause in seconds
+Step = bytes | float  # bytes: written and drained as one segment; float: a pause in seconds
 
 
 @dataclass
@@ -36,9 +36,18 @@ class Seen:
     body: bytes
 
 
-def answer(status: int, body: bytes | str | Any = b"", *, headers: dict[str, str] | None = None,
-           split: tuple[int, ...] = (), pause: float = 0.05, chunked: bool = False, gzipped: bool = False,
-           length: int | None = None, reason: str = "X") -> list[Step]:
+def answer(
+    status: int,
+    body: bytes | str | Any = b"",
+    *,
+    headers: dict[str, str] | None = None,
+    split: tuple[int, ...] = (),
+    pause: float = 0.05,
+    chunked: bool = False,
+    gzipped: bool = False,
+    length: int | None = None,
+    reason: str = "X",
+) -> list[Step]:
     """An HTTP/1.1 answer as steps: the head, then the body cut at ``split`` offsets with ``pause`` between.
 
     ``length`` overrides Content-Length (a cut answer announces more than it sends)."""
@@ -55,8 +64,11 @@ def answer(status: int, body: bytes | str | Any = b"", *, headers: dict[str, str
         parts = [b"%x\r\n%s\r\n" % (len(p), p) for p in parts if p] + [b"0\r\n\r\n"]
     else:
         head["Content-Length"] = str(len(raw) if length is None else length)
-    first = f"HTTP/1.1 {status} {reason}\r\n".encode() + b"".join(
-        f"{k}: {v}\r\n".encode() for k, v in head.items()) + b"\r\n"
+    first = (
+        f"HTTP/1.1 {status} {reason}\r\n".encode()
+        + b"".join(f"{k}: {v}\r\n".encode() for k, v in head.items())
+        + b"\r\n"
+    )
     steps: list[Step] = [first]
     for part in parts:
         steps += [pause, part]
@@ -120,49 +132,80 @@ class Raw:
 def registry_doc(base: str, **tool_overrides: dict[str, Any]) -> dict[str, Any]:
     """A registry over one downstream at ``base``: a declared-receipt write with lookup and fence, a write
     with no receipt declared, a read, a prepared write with an id in the path, and its delete."""
-    closed_id = {"type": "object", "additionalProperties": False, "required": ["id"],
-                 "properties": {"id": {"type": "string", "maxLength": 2000}}}
+    closed_id = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["id"],
+        "properties": {"id": {"type": "string", "maxLength": 2000}},
+    }
     tools: dict[str, dict[str, Any]] = {
         "create_thing": {
-            "capability": "thing.create", "is_write": True, "roles": ["user"],
-            "schema": {"type": "object", "additionalProperties": False, "required": ["title"],
-                       "properties": {"title": {"type": "string"}}},
-            "adapter": {"kind": "http", "execute": {"method": "POST", "url": f"{base}/things"},
-                        "lookup": {"url": f"{base}/things/by-key/{{idempotency_key}}"},
-                        "fence": {"url": f"{base}/things/by-key/{{idempotency_key}}/fence"}},
+            "capability": "thing.create",
+            "is_write": True,
+            "roles": ["user"],
+            "schema": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["title"],
+                "properties": {"title": {"type": "string"}},
+            },
+            "adapter": {
+                "kind": "http",
+                "execute": {"method": "POST", "url": f"{base}/things"},
+                "lookup": {"url": f"{base}/things/by-key/{{idempotency_key}}"},
+                "fence": {"url": f"{base}/things/by-key/{{idempotency_key}}/fence"},
+            },
             "receipt": {"resource_id": "id", "resource_version": "version", "summary": "{title} created"},
             "compensation": {"tool": "delete_thing", "args": {"id": "{receipt.resource_id}"}},
         },
         "create_plain": {
-            "capability": "plain.create", "is_write": True, "roles": ["user"],
+            "capability": "plain.create",
+            "is_write": True,
+            "roles": ["user"],
             "schema": {"type": "object", "additionalProperties": False, "properties": {"title": {"type": "string"}}},
             "adapter": {"kind": "http", "execute": {"method": "POST", "url": f"{base}/plain"}},
         },
         "read_things": {
-            "capability": "thing.read", "is_write": False, "roles": ["user"],
+            "capability": "thing.read",
+            "is_write": False,
+            "roles": ["user"],
             "schema": {"type": "object", "additionalProperties": False, "properties": {"q": {"type": "string"}}},
             "adapter": {"kind": "http", "execute": {"method": "GET", "url": f"{base}/things?q={{q}}"}},
         },
         "set_thing": {
-            "capability": "thing.set", "is_write": True, "roles": ["user"],
-            "schema": {"type": "object", "additionalProperties": False, "required": ["id", "status"],
-                       "properties": {"id": {"type": "string", "maxLength": 2000}, "status": {"type": "string"}}},
-            "adapter": {"kind": "http", "execute": {"method": "POST", "url": f"{base}/things/{{id}}/status"},
-                        "prepare": {"url": f"{base}/things/prepare"}},
+            "capability": "thing.set",
+            "is_write": True,
+            "roles": ["user"],
+            "schema": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["id", "status"],
+                "properties": {"id": {"type": "string", "maxLength": 2000}, "status": {"type": "string"}},
+            },
+            "adapter": {
+                "kind": "http",
+                "execute": {"method": "POST", "url": f"{base}/things/{{id}}/status"},
+                "prepare": {"url": f"{base}/things/prepare"},
+            },
             "receipt": {"resource_id": "id"},
         },
         "delete_thing": {
-            "capability": "thing.delete", "is_write": True, "roles": ["user"], "schema": closed_id,
+            "capability": "thing.delete",
+            "is_write": True,
+            "roles": ["user"],
+            "schema": closed_id,
             "adapter": {"kind": "http", "execute": {"method": "DELETE", "url": f"{base}/things/{{id}}"}},
             "receipt": {"resource_id": "id"},
         },
     }
     for name, override in tool_overrides.items():
         tools[name] = {**tools[name], **override}
-    caps = [{"id": t["capability"], "status": "enabled", "tool": name, "risk": "low"}
-            for name, t in tools.items()]
-    return {"policy_version": "adapters.1", "capabilities": caps,
-            "tools": [{"name": name, **t} for name, t in tools.items()]}
+    caps = [{"id": t["capability"], "status": "enabled", "tool": name, "risk": "low"} for name, t in tools.items()]
+    return {
+        "policy_version": "adapters.1",
+        "capabilities": caps,
+        "tools": [{"name": name, **t} for name, t in tools.items()],
+    }
 
 
 @contextlib.asynccontextmanager
@@ -172,10 +215,18 @@ async def sidecar_over(work: Path, doc: dict[str, Any], **overrides: Any) -> Asy
     redis = processes.start_redis(work)
     path = work / f"registry-{time.monotonic_ns()}.yaml"
     path.write_text(yaml.safe_dump(doc, allow_unicode=True))
-    values: dict[str, Any] = {"registry": str(path), "listen": "127.0.0.1:0", "redis_url": redis.info["url"],
-                              "metrics_listen": "127.0.0.1:0", "keys_file": str(processes.write_keys(work)),
-                              "downstream_deadline": 1.0, "lease": 5.0, "reconcile_interval": 3600.0,
-                              "log_level": "warning", **overrides}
+    values: dict[str, Any] = {
+        "registry": str(path),
+        "listen": "127.0.0.1:0",
+        "redis_url": redis.info["url"],
+        "metrics_listen": "127.0.0.1:0",
+        "keys_file": str(processes.write_keys(work)),
+        "downstream_deadline": 1.0,
+        "lease": 5.0,
+        "reconcile_interval": 3600.0,
+        "log_level": "warning",
+        **overrides,
+    }
     running = await app.start(settings.Settings(**values).validate())
     try:
         yield running

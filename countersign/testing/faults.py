@@ -59,8 +59,14 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 
 class _Conn:
-    def __init__(self, proxy: Proxy, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter,
-                 ureader: asyncio.StreamReader, uwriter: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        proxy: Proxy,
+        creader: asyncio.StreamReader,
+        cwriter: asyncio.StreamWriter,
+        ureader: asyncio.StreamReader,
+        uwriter: asyncio.StreamWriter,
+    ) -> None:
         self.proxy = proxy
         self.creader, self.cwriter, self.ureader, self.uwriter = creader, cwriter, ureader, uwriter
         self.queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
@@ -223,8 +229,12 @@ async def _serve_proxy(target: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(json.dumps({"event": "listening", "port": data.sockets[0].getsockname()[1],
-                      "control": ctl.sockets[0].getsockname()[1]}), flush=True)
+    print(
+        json.dumps(
+            {"event": "listening", "port": data.sockets[0].getsockname()[1], "control": ctl.sockets[0].getsockname()[1]}
+        ),
+        flush=True,
+    )
     await stop.wait()
     data.close()
     ctl.close()

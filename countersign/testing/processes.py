@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]      # the checkout: countersign/testing/processes.py
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: countersign/testing/processes.py
 EXAMPLE_REGISTRY = ROOT / "examples" / "registry.yaml"
 TEMPLATE_URL = "http://127.0.0.1:8081"
 TEST_KEYS: dict[str, Any] = {"active": "k1", "keys": {"k1": "11" * 32, "k0": "22" * 32}}
@@ -100,23 +100,40 @@ def require(binary: str, package: str) -> str:
     """The path of a tool a test or bench starts; a clear error naming the package when it is missing."""
     found = shutil.which(binary)
     if found is None:
-        raise RuntimeError(f"{binary} is not installed (Debian/Ubuntu: apt-get install {package}); `make test` "
-                           "installs what the tests need")
+        raise RuntimeError(
+            f"{binary} is not installed (Debian/Ubuntu: apt-get install {package}); `make test` "
+            "installs what the tests need"
+        )
     return found
 
 
 def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """Prometheus's promtool (rule checks and rule unit tests)."""
-    return subprocess.run([require("promtool", "prometheus"), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [require("promtool", "prometheus"), *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def start_redis(work: Path, *, extra: list[str] | None = None) -> Proc:
     """A private redis-server on a unix socket in work/ (no TCP port at all unless extra asks)."""
     require("redis-server", "redis-server")
     sock = work / f"redis-{time.monotonic_ns()}.sock"
-    cmd = ["redis-server", "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
-           "--save", "", "--appendonly", "no", "--dir", str(work), *(extra or [])]
+    cmd = [
+        "redis-server",
+        "--port",
+        "0",
+        "--unixsocket",
+        str(sock),
+        "--unixsocketperm",
+        "700",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(work),
+        *(extra or []),
+    ]
     log_path = work / f"redis-{time.monotonic_ns()}.log"
     popen = subprocess.Popen(cmd, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
     proc = Proc(popen, {"url": f"unix://{sock}", "socket": str(sock)}, log_path)
@@ -132,8 +149,17 @@ def start_redis(work: Path, *, extra: list[str] | None = None) -> Proc:
 
 
 def start_todo_service(work: Path, *, grpc: bool = False) -> Proc:
-    cmd = [sys.executable, "-m", "examples.todo_service", "--host", "127.0.0.1", "--port", "0",
-           "--db", str(work / f"todos-{time.monotonic_ns()}.db")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "examples.todo_service",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--db",
+        str(work / f"todos-{time.monotonic_ns()}.db"),
+    ]
     if grpc:
         cmd += ["--grpc-port", "0"]
     proc = _start(cmd, work, "todo")
@@ -156,10 +182,28 @@ def write_keys(work: Path, keys: dict[str, Any] | None = None) -> Path:
     return path
 
 
-def start_sidecar(work: Path, registry: Path, *, redis_url: str = "", keys: Path | None = None,
-                  flags: list[str] | None = None, listen: str = "127.0.0.1:0") -> Proc:
-    cmd = [sys.executable, "-m", "countersign.sidecar.cli", "serve", "--registry", str(registry),
-           "--listen", listen, "--metrics-listen", "127.0.0.1:0", *(flags or [])]
+def start_sidecar(
+    work: Path,
+    registry: Path,
+    *,
+    redis_url: str = "",
+    keys: Path | None = None,
+    flags: list[str] | None = None,
+    listen: str = "127.0.0.1:0",
+) -> Proc:
+    cmd = [
+        sys.executable,
+        "-m",
+        "countersign.sidecar.cli",
+        "serve",
+        "--registry",
+        str(registry),
+        "--listen",
+        listen,
+        "--metrics-listen",
+        "127.0.0.1:0",
+        *(flags or []),
+    ]
     if redis_url:
         cmd += ["--redis-url", redis_url]
     if keys is not None:
@@ -207,9 +251,26 @@ class PersistentRedis:
         self.starts += 1
         log = open(self.work / f"redis-{self.starts}.log", "wb")  # noqa: SIM115 - lives with the process
         self.popen = subprocess.Popen(
-            ["redis-server", "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-             "--dir", str(self.dir), "--save", "", "--appendonly", "yes", "--appendfsync", "always"],
-            stdout=log, stderr=subprocess.STDOUT)
+            [
+                "redis-server",
+                "--port",
+                "0",
+                "--unixsocket",
+                str(self.socket),
+                "--unixsocketperm",
+                "700",
+                "--dir",
+                str(self.dir),
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:

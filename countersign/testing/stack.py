@@ -28,8 +28,9 @@ class Todo:
 
     def _call(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **(headers or {})})
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
+        )
         try:
             with urllib.request.urlopen(req, timeout=10) as resp:
                 raw = resp.read()
@@ -39,8 +40,9 @@ class Todo:
 
     def requests(self, key: str | None = None, path: str | None = None) -> list[dict[str, Any]]:
         entries: list[dict[str, Any]] = self._call("GET", "/_test/log")["requests"]
-        return [e for e in entries
-                if (key is None or e["idempotency_key"] == key) and (path is None or e["path"] == path)]
+        return [
+            e for e in entries if (key is None or e["idempotency_key"] == key) and (path is None or e["path"] == path)
+        ]
 
     def writes(self, key: str) -> list[dict[str, Any]]:
         """Requests carrying this idempotency key that were not lookups or fences."""
@@ -76,16 +78,25 @@ class Stack:
         channel = grpc.insecure_channel(address or self.address)
         return gateway_pb2_grpc.ToolGatewayServiceStub(channel)  # type: ignore[no-untyped-call]
 
-    def start_sidecar(self, *, registry: Path | None = None, flags: list[str] | None = None,
-                      redis_url: str | None = None) -> processes.Proc:
-        return processes.start_sidecar(self.work, registry or self.registry,
-                                       redis_url=self.redis.info["url"] if redis_url is None else redis_url,
-                                       keys=self.keys, flags=["--log-level", "warning", *(flags or [])])
+    def start_sidecar(
+        self, *, registry: Path | None = None, flags: list[str] | None = None, redis_url: str | None = None
+    ) -> processes.Proc:
+        return processes.start_sidecar(
+            self.work,
+            registry or self.registry,
+            redis_url=self.redis.info["url"] if redis_url is None else redis_url,
+            keys=self.keys,
+            flags=["--log-level", "warning", *(flags or [])],
+        )
 
-    def card(self, stub: gateway_pb2_grpc.ToolGatewayServiceStub | None = None, title: str = "买牛奶",
-             **context: Any) -> gateway_pb2.ConfirmationCard:
-        response: gateway_pb2.InvokeResponse = (stub or self.stub()).Invoke(gateway_pb2.InvokeRequest(
-            context=ctx(**context), tool_name="create_todo", arguments_json=json.dumps({"title": title})))
+    def card(
+        self, stub: gateway_pb2_grpc.ToolGatewayServiceStub | None = None, title: str = "买牛奶", **context: Any
+    ) -> gateway_pb2.ConfirmationCard:
+        response: gateway_pb2.InvokeResponse = (stub or self.stub()).Invoke(
+            gateway_pb2.InvokeRequest(
+                context=ctx(**context), tool_name="create_todo", arguments_json=json.dumps({"title": title})
+            )
+        )
         assert response.WhichOneof("outcome") == "confirmation", response
         return response.confirmation
 
@@ -97,15 +108,14 @@ def start_stack(work: Path, flags: list[str] | None = None) -> Iterator[Stack]:
     keys = processes.write_keys(work)
     sidecar = None
     try:
-        sidecar = processes.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
-                                        flags=["--log-level", "warning", *(flags or [])])
+        sidecar = processes.start_sidecar(
+            work, registry, redis_url=redis.info["url"], keys=keys, flags=["--log-level", "warning", *(flags or [])]
+        )
         yield Stack(work, redis, Todo(todo), registry, keys, sidecar)
     finally:
         for proc in (sidecar, todo, redis):
             if proc is not None:
                 proc.stop()
-
-
 
 
 def quiet(stack: Stack) -> Stack:

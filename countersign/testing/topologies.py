@@ -40,8 +40,9 @@ def free_port(*, with_bus: bool = False) -> int:
 def cli(port: int, *args: str, timeout: float = 5.0) -> str:
     """redis-cli against 127.0.0.1:port; the reply as text ('' when the server does not answer)."""
     try:
-        done = subprocess.run(["redis-cli", "-h", HOST, "-p", str(port), *args],
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            ["redis-cli", "-h", HOST, "-p", str(port), *args], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return ""
     return done.stdout.strip() if done.returncode == 0 else ""
@@ -70,8 +71,22 @@ def start_server(work: Path, port: int, name: str, *extra: str) -> processes.Pro
     node_dir = work / name
     node_dir.mkdir(parents=True, exist_ok=True)
     log_path = node_dir / f"{name}-{time.monotonic_ns()}.log"
-    cmd = ["redis-server", "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no",
-           "--dir", str(node_dir), "--protected-mode", "no", *extra]
+    cmd = [
+        "redis-server",
+        "--bind",
+        HOST,
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(node_dir),
+        "--protected-mode",
+        "no",
+        *extra,
+    ]
     popen = subprocess.Popen(cmd, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
     proc = processes.Proc(popen, {"port": port, "name": name}, log_path)
     try:
@@ -124,17 +139,40 @@ def start_cluster(work: Path, masters: int = 3) -> Cluster:
         for i in range(masters):
             port = free_port(with_bus=True)
             cluster.ports.append(port)
-            cluster.nodes.append(start_server(
-                work, port, f"cluster-{i}", "--cluster-enabled", "yes",
-                "--cluster-config-file", str(work / f"cluster-{i}" / "nodes.conf"),
-                "--cluster-node-timeout", "2000"))
-        done = subprocess.run(["redis-cli", "--cluster", "create", *(f"{HOST}:{p}" for p in cluster.ports),
-                               "--cluster-replicas", "0", "--cluster-yes"],
-                              capture_output=True, text=True, timeout=60)
+            cluster.nodes.append(
+                start_server(
+                    work,
+                    port,
+                    f"cluster-{i}",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    str(work / f"cluster-{i}" / "nodes.conf"),
+                    "--cluster-node-timeout",
+                    "2000",
+                )
+            )
+        done = subprocess.run(
+            [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *(f"{HOST}:{p}" for p in cluster.ports),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout}{done.stderr}")
-        _wait("cluster_state:ok on every node",
-              lambda: all(info_cluster(p).get("cluster_state") == "ok" for p in cluster.ports), 30)
+        _wait(
+            "cluster_state:ok on every node",
+            lambda: all(info_cluster(p).get("cluster_state") == "ok" for p in cluster.ports),
+            30,
+        )
         return cluster
     except BaseException:
         cluster.stop()
@@ -155,7 +193,7 @@ class SentinelSetup:
     """A primary, one replica and three Sentinels (quorum 2) on loopback."""
 
     work: Path
-    servers: dict[int, processes.Proc] = field(default_factory=dict)   # port -> redis-server
+    servers: dict[int, processes.Proc] = field(default_factory=dict)  # port -> redis-server
     sentinel_ports: list[int] = field(default_factory=list)
     sentinels: list[processes.Proc] = field(default_factory=list)
 
@@ -197,8 +235,12 @@ class SentinelSetup:
                 return False
             for port in self.sentinel_ports:
                 view = self.sentinel_view(port)
-                if (view.get("port") != str(master) or view.get("num-slaves") != "1"
-                        or view.get("num-other-sentinels") != "2" or "down" in view.get("flags", "")):
+                if (
+                    view.get("port") != str(master)
+                    or view.get("num-slaves") != "1"
+                    or view.get("num-other-sentinels") != "2"
+                    or "down" in view.get("flags", "")
+                ):
                     return False
                 flat = cli(port, "SENTINEL", "REPLICAS", SERVICE, timeout=2).splitlines()
                 seen = dict(zip(flat[::2], flat[1::2], strict=False))
@@ -214,8 +256,9 @@ class SentinelSetup:
         if old is not None:
             old.stop()
         master = self.master_port()
-        self.servers[port] = start_server(self.work, port, f"redis-{port}-{time.monotonic_ns()}",
-                                          "--replicaof", HOST, str(master))
+        self.servers[port] = start_server(
+            self.work, port, f"redis-{port}-{time.monotonic_ns()}", "--replicaof", HOST, str(master)
+        )
 
     def stop(self) -> None:
         for proc in [*self.sentinels, *self.servers.values()]:
@@ -244,12 +287,22 @@ def start_sentinel_setup(work: Path, *, down_after_ms: int = 1000, failover_time
             sdir = work / f"sentinel-{i}"
             sdir.mkdir(parents=True, exist_ok=True)
             conf = sdir / "sentinel.conf"
-            conf.write_text("\n".join([
-                f"port {port}", f"bind {HOST}", "protected-mode no", "daemonize no", f"dir {sdir}",
-                f"sentinel monitor {SERVICE} {HOST} {primary} 2",
-                f"sentinel down-after-milliseconds {SERVICE} {down_after_ms}",
-                f"sentinel failover-timeout {SERVICE} {failover_timeout_ms}",
-                f"sentinel parallel-syncs {SERVICE} 1", ""]))
+            conf.write_text(
+                "\n".join(
+                    [
+                        f"port {port}",
+                        f"bind {HOST}",
+                        "protected-mode no",
+                        "daemonize no",
+                        f"dir {sdir}",
+                        f"sentinel monitor {SERVICE} {HOST} {primary} 2",
+                        f"sentinel down-after-milliseconds {SERVICE} {down_after_ms}",
+                        f"sentinel failover-timeout {SERVICE} {failover_timeout_ms}",
+                        f"sentinel parallel-syncs {SERVICE} 1",
+                        "",
+                    ]
+                )
+            )
             log_path = sdir / "sentinel.log"
             binary = shutil.which("redis-sentinel")
             cmd = [binary, str(conf)] if binary else ["redis-server", str(conf), "--sentinel"]

@@ -25,9 +25,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="HTTP port (0 = any free port)")
     parser.add_argument("--db", default=":memory:", help="SQLite database path (default in-memory)")
-    parser.add_argument(
-        "--grpc-port", type=int, default=None, help="also serve ToolBackendService on this port"
-    )
+    parser.add_argument("--grpc-port", type=int, default=None, help="also serve ToolBackendService on this port")
     parser.add_argument("--now", default=None, help="freeze the clock at this ISO-8601 time (for tests)")
     return parser.parse_args(argv)
 

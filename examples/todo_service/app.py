@@ -223,8 +223,9 @@ async def _prepare(request: web.Request) -> web.Response:
         return answer_response(refusal(400, "BAD_REQUEST", "arguments must be an object"))
     context = body.get("context")
     locale = context.get("locale") if isinstance(context, dict) else ""
-    return answer_response(request.app[STORE_KEY].prepare(body["tool"], arguments,
-                                                          locale if isinstance(locale, str) else ""))
+    return answer_response(
+        request.app[STORE_KEY].prepare(body["tool"], arguments, locale if isinstance(locale, str) else "")
+    )
 
 
 async def _create(request: web.Request) -> web.Response:
@@ -260,8 +261,9 @@ async def _set_status(request: web.Request) -> web.Response:
         body = await _body(request)
     except _BadJson:
         return _bad_json()
-    return answer_response(request.app[STORE_KEY].set_todo_status(key, request.match_info["id"], body,
-                                                                   request.headers.get("If-Match")))
+    return answer_response(
+        request.app[STORE_KEY].set_todo_status(key, request.match_info["id"], body, request.headers.get("If-Match"))
+    )
 
 
 async def _delete(request: web.Request) -> web.Response:
@@ -272,8 +274,9 @@ async def _delete(request: web.Request) -> web.Response:
         body = await _body(request)
     except _BadJson:
         return _bad_json()
-    return answer_response(request.app[STORE_KEY].delete_todo(key, request.match_info["id"], body,
-                                                               request.headers.get("If-Match")))
+    return answer_response(
+        request.app[STORE_KEY].delete_todo(key, request.match_info["id"], body, request.headers.get("If-Match"))
+    )
 
 
 async def _by_key(request: web.Request) -> web.Response:

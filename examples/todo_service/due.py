@@ -146,11 +146,7 @@ def parse_due_at(text: str, now: datetime) -> datetime:
     if m:
         n = _cn_number(m["n"])
         unit = m["unit"]
-        delta = (
-            timedelta(days=n)
-            if unit == "天"
-            else (timedelta(minutes=n) if unit == "分钟" else timedelta(hours=n))
-        )
+        delta = timedelta(days=n) if unit == "天" else (timedelta(minutes=n) if unit == "分钟" else timedelta(hours=n))
         return (local_now + delta).replace(microsecond=0)
     lowered = " ".join(raw.lower().split())
     m = _EN_ABS.match(lowered)
@@ -178,9 +174,7 @@ def resolve_due_at(text: str, now: datetime) -> datetime:
     if due < now - MAX_PAST:
         raise DueAtError(SUSPICIOUS, f"dueAt {text!r} resolves to {format_iso(due)}, which is in the past")
     if due > now + MAX_AHEAD:
-        raise DueAtError(
-            SUSPICIOUS, f"dueAt {text!r} resolves to {format_iso(due)}, more than 366 days ahead"
-        )
+        raise DueAtError(SUSPICIOUS, f"dueAt {text!r} resolves to {format_iso(due)}, more than 366 days ahead")
     return due
 
 

@@ -36,7 +36,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 _CODE_BY_REASON = {
     "TODO_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
     "TODO_VERSION_CONFLICT": grpc.StatusCode.FAILED_PRECONDITION,
-    "RESOURCE_VERSION_CONFLICT": grpc.StatusCode.ABORTED,   # if-match did not hold (as AIP-154 has it)
+    "RESOURCE_VERSION_CONFLICT": grpc.StatusCode.ABORTED,  # if-match did not hold (as AIP-154 has it)
     "KEY_FENCED": grpc.StatusCode.FAILED_PRECONDITION,
     "TODO_NOT_COMPENSABLE": grpc.StatusCode.FAILED_PRECONDITION,
 }
@@ -95,9 +95,7 @@ class TodoBackend(backend_pb2_grpc.ToolBackendServiceServicer):
         self.store = store
         self.controls = controls if controls is not None else ServiceControls()
 
-    async def _guarded(
-        self, method: str, request: Message, context: Context, work: Callable[[], Awaitable[_T]]
-    ) -> _T:
+    async def _guarded(self, method: str, request: Message, context: Context, work: Callable[[], Awaitable[_T]]) -> _T:
         """Record the call in the shared log and apply any fault matching ("GRPC", full method path)."""
         path = f"/{SERVICE_NAME}/{method}"
         metadata = _metadata(context)
@@ -121,18 +119,14 @@ class TodoBackend(backend_pb2_grpc.ToolBackendServiceServicer):
         try:
             arguments = json.loads(arguments_json) if arguments_json.strip() else {}
         except ValueError:
-            await abort_with_reason(
-                context, grpc.StatusCode.INVALID_ARGUMENT, "BAD_JSON", "arguments_json is not JSON"
-            )
+            await abort_with_reason(context, grpc.StatusCode.INVALID_ARGUMENT, "BAD_JSON", "arguments_json is not JSON")
         if not isinstance(arguments, dict):
             await abort_with_reason(
                 context, grpc.StatusCode.INVALID_ARGUMENT, "TODO_INVALID", "arguments must be an object"
             )
         return arguments
 
-    async def Prepare(
-        self, request: backend_pb2.PrepareRequest, context: Context
-    ) -> backend_pb2.PrepareResponse:
+    async def Prepare(self, request: backend_pb2.PrepareRequest, context: Context) -> backend_pb2.PrepareResponse:
         async def work() -> backend_pb2.PrepareResponse:
             arguments = await self._arguments(context, request.arguments_json)
             answer = self.store.prepare(request.tool_name, arguments, request.context.locale)
@@ -150,9 +144,7 @@ class TodoBackend(backend_pb2_grpc.ToolBackendServiceServicer):
 
         return await self._guarded("Prepare", request, context, work)
 
-    async def Execute(
-        self, request: backend_pb2.ExecuteRequest, context: Context
-    ) -> backend_pb2.ExecuteResponse:
+    async def Execute(self, request: backend_pb2.ExecuteRequest, context: Context) -> backend_pb2.ExecuteResponse:
         async def work() -> backend_pb2.ExecuteResponse:
             metadata = _metadata(context)
             key = metadata.get("idempotency-key")
@@ -177,9 +169,7 @@ class TodoBackend(backend_pb2_grpc.ToolBackendServiceServicer):
 
         return await self._guarded("Execute", request, context, work)
 
-    async def Lookup(
-        self, request: backend_pb2.LookupRequest, context: Context
-    ) -> backend_pb2.LookupResponse:
+    async def Lookup(self, request: backend_pb2.LookupRequest, context: Context) -> backend_pb2.LookupResponse:
         async def work() -> backend_pb2.LookupResponse:
             key = request.idempotency_key or _metadata(context).get("idempotency-key")
             if not key:

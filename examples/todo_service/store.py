@@ -107,8 +107,9 @@ def if_match_holds(if_match: str | None, current: int) -> bool:
 
 
 def version_conflict(if_match: str | None, current: int) -> Answer:
-    return refusal(412, "RESOURCE_VERSION_CONFLICT",
-                   f"If-Match {str(if_match)[:80]} does not match the current version {current}")
+    return refusal(
+        412, "RESOURCE_VERSION_CONFLICT", f"If-Match {str(if_match)[:80]} does not match the current version {current}"
+    )
 
 
 class KeyState(enum.Enum):
@@ -174,9 +175,7 @@ class TodoStore:
 
     @staticmethod
     def _key_record(conn: sqlite3.Connection, key: str) -> tuple[KeyRecord, str | None]:
-        row = conn.execute(
-            "SELECT fingerprint, status_code, body, fenced FROM idem WHERE key = ?", (key,)
-        ).fetchone()
+        row = conn.execute("SELECT fingerprint, status_code, body, fenced FROM idem WHERE key = ?", (key,)).fetchone()
         if row is None:
             return KeyRecord(KeyState.ABSENT), None
         if row["fenced"]:
@@ -193,9 +192,7 @@ class TodoStore:
         with self._transaction() as conn:
             record, stored_fingerprint = self._key_record(conn, key)
             if record.state is KeyState.FENCED:
-                return refusal(
-                    409, "KEY_FENCED", f"idempotency key {key!r} is fenced and can never be applied"
-                )
+                return refusal(409, "KEY_FENCED", f"idempotency key {key!r} is fenced and can never be applied")
             if record.state is KeyState.ANSWERED:
                 assert record.answer is not None
                 if stored_fingerprint != request_fingerprint:
@@ -277,8 +274,9 @@ class TodoStore:
         target = title if isinstance(title, str) else ""
         due_text = arguments.get("dueAt")
         if due_text is None:
-            impact = ("Confirm to create a to-do with no due date." if english
-                      else "确认后将创建一条待办（无截止时间）。")
+            impact = (
+                "Confirm to create a to-do with no due date." if english else "确认后将创建一条待办（无截止时间）。"
+            )
         else:
             if not isinstance(due_text, str) or not due_text.strip():
                 return refusal(422, "TODO_DUE_AT_UNPARSEABLE", "dueAt must be a non-empty string")
@@ -287,8 +285,11 @@ class TodoStore:
             except DueAtError as err:
                 return refusal(422, err.reason, err.message)
             concrete["dueAt"] = format_iso(due)
-            impact = (f"Confirm to create a to-do due {format_local(due)}." if english
-                      else f"确认后将创建一条截止于 {format_local(due)} 的待办。")
+            impact = (
+                f"Confirm to create a to-do due {format_local(due)}."
+                if english
+                else f"确认后将创建一条截止于 {format_local(due)} 的待办。"
+            )
         preview = {"title": "Create a to-do" if english else "创建待办", "target": target, "impact": impact}
         return make_answer(200, {"arguments": concrete, "preview": preview})
 
@@ -339,8 +340,7 @@ class TodoStore:
             return refusal(400, "TODO_INVALID", "version must be an integer")
         if body.get("id") not in (None, todo_id):
             return refusal(400, "TODO_INVALID", "body id does not match the path")
-        request = {"op": "set_todo_status", "id": todo_id, "status": status, "version": version,
-                   "if_match": if_match}
+        request = {"op": "set_todo_status", "id": todo_id, "status": status, "version": version, "if_match": if_match}
 
         def apply(conn: sqlite3.Connection) -> Answer:
             row = conn.execute("SELECT * FROM todos WHERE id = ?", (todo_id,)).fetchone()
@@ -413,9 +413,7 @@ class TodoStore:
                 if row is None:
                     return make_answer(200, {"id": resource_id, "deleted": False})
                 conn.execute("DELETE FROM todos WHERE id = ?", (resource_id,))
-                return make_answer(
-                    200, {"id": resource_id, "deleted": True, "version": int(row["version"]) + 1}
-                )
+                return make_answer(200, {"id": resource_id, "deleted": True, "version": int(row["version"]) + 1})
             if tool == "set_todo_status":
                 if row is None:
                     return refusal(404, "TODO_NOT_FOUND", f"todo {resource_id!r} does not exist")

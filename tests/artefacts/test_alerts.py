@@ -28,20 +28,33 @@ CHART_FILES = ROOT / "helm" / "countersign-monitoring" / "files"
 RUNBOOK_BASE = "https://countersign.invalid/docs/runbook.md"
 
 # The families the sidecar exports (countersign/sidecar/observability/metrics.py, docs/design.md §10), as exposed.
-COUNTERS = {"countersign_invocations_total", "countersign_claims_total", "countersign_replay_hits_total",
-            "countersign_executions_total", "countersign_refusals_total", "countersign_fail_closed_total",
-            "countersign_reconciliations_total", "countersign_compensations_total", "countersign_reply_guard_total",
-            "countersign_audit_write_failures_total", "countersign_settle_retries_total"}
-HISTOGRAMS = {"countersign_stage_duration_seconds", "countersign_downstream_duration_seconds",
-              "countersign_rpc_server_duration_seconds", "countersign_redis_duration_seconds"}
+COUNTERS = {
+    "countersign_invocations_total",
+    "countersign_claims_total",
+    "countersign_replay_hits_total",
+    "countersign_executions_total",
+    "countersign_refusals_total",
+    "countersign_fail_closed_total",
+    "countersign_reconciliations_total",
+    "countersign_compensations_total",
+    "countersign_reply_guard_total",
+    "countersign_audit_write_failures_total",
+    "countersign_settle_retries_total",
+}
+HISTOGRAMS = {
+    "countersign_stage_duration_seconds",
+    "countersign_downstream_duration_seconds",
+    "countersign_rpc_server_duration_seconds",
+    "countersign_redis_duration_seconds",
+}
 GAUGES = {"countersign_actions", "countersign_in_flight", "countersign_max_in_flight"}
 METRICS = COUNTERS | GAUGES | {f"{h}{s}" for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
 METRIC_NAME = re.compile(r"\bcountersign_[a-z_]+\b")
 SELECTOR = 'job=~".*countersign.*"'
 SERIES = re.compile(r"\b(up|countersign_[a-z_]+|countersign:[a-z_:0-9]+)(?:\{([^}]*)\})?")
 EQUALS = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
-TARGET_LABELS = {"namespace", "job", "cluster", "pod", "instance"}   # added by the scrape, not the sidecar
-SETTINGS = {"countersign_max_in_flight"}   # a configured value, not a count of events: never 0 on a fresh sidecar
+TARGET_LABELS = {"namespace", "job", "cluster", "pod", "instance"}  # added by the scrape, not the sidecar
+SETTINGS = {"countersign_max_in_flight"}  # a configured value, not a count of events: never 0 on a fresh sidecar
 
 
 def rules() -> list[dict[str, Any]]:
@@ -77,9 +90,16 @@ def test_promtool_unit_tests_pass() -> None:
 
 def test_the_alerts_we_promised_exist() -> None:
     names = {a["alert"] for a in alerts()}
-    assert names >= {"CountersignUnknownRateHigh", "CountersignFailClosed", "CountersignLeaseLapsed",
-                     "CountersignManualReviewWaiting", "CountersignCompensationFailed",
-                     "CountersignAuditWriteFailures", "CountersignDown", "CountersignClaimConflicts"}
+    assert names >= {
+        "CountersignUnknownRateHigh",
+        "CountersignFailClosed",
+        "CountersignLeaseLapsed",
+        "CountersignManualReviewWaiting",
+        "CountersignCompensationFailed",
+        "CountersignAuditWriteFailures",
+        "CountersignDown",
+        "CountersignClaimConflicts",
+    }
     assert len(names) == len(alerts()), "duplicate alert names"
 
 
@@ -118,7 +138,7 @@ def test_every_alert_has_a_runbook_entry_and_points_at_it() -> None:
     for alert in alerts():
         name = alert["alert"]
         assert name in headings, f"docs/runbook.md has no '## {name}'"
-        body = text[headings[name]:].split("\n## ", 1)[0]
+        body = text[headings[name] :].split("\n## ", 1)[0]
         for part in ("**Meaning.**", "**Check.**", "**Do.**"):
             assert part in body, f"runbook entry {name} lacks {part}"
         annotations = alert["annotations"]
@@ -137,8 +157,10 @@ def test_rules_reference_only_exported_metrics() -> None:
 def test_unknown_rate_is_the_designed_expression() -> None:
     record = next(r for r in rules() if r.get("record") == "countersign:unknown_rate:ratio_rate5m")
     expr = " ".join(record["expr"].split())
-    assert expr == (f'sum by (namespace, job) (rate(countersign_executions_total{{{SELECTOR}, outcome="unknown"}}[5m]))'
-                    f' / sum by (namespace, job) (rate(countersign_executions_total{{{SELECTOR}}}[5m]))')
+    assert expr == (
+        f'sum by (namespace, job) (rate(countersign_executions_total{{{SELECTOR}, outcome="unknown"}}[5m]))'
+        f" / sum by (namespace, job) (rate(countersign_executions_total{{{SELECTOR}}}[5m]))"
+    )
 
 
 def test_every_rule_selects_countersign_jobs_with_the_one_replaceable_selector() -> None:
@@ -147,7 +169,6 @@ def test_every_rule_selects_countersign_jobs_with_the_one_replaceable_selector()
         for metric, matchers in selectors(rule["expr"]):
             if ":" not in metric:
                 assert matchers.startswith(SELECTOR), f"{rule.get('alert') or rule.get('record')}: {metric}"
-
 
 
 def test_the_monitoring_charts_copies_are_identical() -> None:
@@ -190,7 +211,7 @@ def test_dashboard_filters_every_panel_by_cluster_namespace_and_job() -> None:
     honours all three."""
     variables = {v["name"]: v for v in json.loads(DASHBOARD.read_text())["templating"]["list"]}
     assert {"cluster", "namespace", "job"} <= set(variables)
-    assert '$cluster' in variables["namespace"]["definition"] and '$namespace' in variables["job"]["definition"]
+    assert "$cluster" in variables["namespace"]["definition"] and "$namespace" in variables["job"]["definition"]
     for name in ("cluster", "namespace", "job"):
         assert variables[name]["includeAll"] and variables[name]["allValue"] == ".*", name
     for title, expr in dashboard_targets():
@@ -198,24 +219,27 @@ def test_dashboard_filters_every_panel_by_cluster_namespace_and_job() -> None:
             assert selector in expr, f"{title}: {selector}"
 
 
-@pytest.mark.parametrize(("topic", "metric"), [
-    ("Unknown rate", 'outcome="unknown"'),
-    ("Replay hits", "countersign_replay_hits_total"),
-    ("Executions by outcome", "countersign_executions_total"),
-    ("Refusals by reason", "countersign_refusals_total"),
-    ("Claims by result", "countersign_claims_total"),
-    ("Stage latency", "countersign_stage_duration_seconds_bucket"),
-    ("Downstream latency", "countersign_downstream_duration_seconds_bucket"),
-    ("Fail-closed", "countersign_fail_closed_total"),
-    ("Open unknowns", 'state="unknown"'),
-    ("Manual reviews", 'state="needs_manual_review"'),
-    ("Calls by method and code", "countersign_rpc_server_duration_seconds_count"),
-    ("Server-fault ratio", 'code=~"UNKNOWN|INTERNAL|UNAVAILABLE|DATA_LOSS|DEADLINE_EXCEEDED|UNIMPLEMENTED"'),
-    ("Call duration by method", "countersign_rpc_server_duration_seconds_bucket"),
-    ("Calls held against --max-in-flight", "countersign_in_flight"),
-    ("Calls held against --max-in-flight", "countersign_max_in_flight"),
-    ("Redis round trip by script", "countersign_redis_duration_seconds_bucket"),
-])
+@pytest.mark.parametrize(
+    ("topic", "metric"),
+    [
+        ("Unknown rate", 'outcome="unknown"'),
+        ("Replay hits", "countersign_replay_hits_total"),
+        ("Executions by outcome", "countersign_executions_total"),
+        ("Refusals by reason", "countersign_refusals_total"),
+        ("Claims by result", "countersign_claims_total"),
+        ("Stage latency", "countersign_stage_duration_seconds_bucket"),
+        ("Downstream latency", "countersign_downstream_duration_seconds_bucket"),
+        ("Fail-closed", "countersign_fail_closed_total"),
+        ("Open unknowns", 'state="unknown"'),
+        ("Manual reviews", 'state="needs_manual_review"'),
+        ("Calls by method and code", "countersign_rpc_server_duration_seconds_count"),
+        ("Server-fault ratio", 'code=~"UNKNOWN|INTERNAL|UNAVAILABLE|DATA_LOSS|DEADLINE_EXCEEDED|UNIMPLEMENTED"'),
+        ("Call duration by method", "countersign_rpc_server_duration_seconds_bucket"),
+        ("Calls held against --max-in-flight", "countersign_in_flight"),
+        ("Calls held against --max-in-flight", "countersign_max_in_flight"),
+        ("Redis round trip by script", "countersign_redis_duration_seconds_bucket"),
+    ],
+)
 def test_dashboard_has_the_panels_we_promised(topic: str, metric: str) -> None:
     assert any(title.startswith(topic) and metric in expr for title, expr in dashboard_targets()), topic
 
@@ -244,8 +268,9 @@ def fresh_scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
     redis, todo, registry, keys = processes.start_backends(work)
     sidecar = None
     try:
-        sidecar = processes.start_sidecar(work, registry, redis_url=redis.info["url"], keys=keys,
-                                        flags=["--log-level", "warning"])
+        sidecar = processes.start_sidecar(
+            work, registry, redis_url=redis.info["url"], keys=keys, flags=["--log-level", "warning"]
+        )
         with urllib.request.urlopen(f"http://{sidecar.info['metrics']}/metrics", timeout=10) as resp:
             text = resp.read().decode()
         tools = [t["name"] for t in yaml.safe_load(registry.read_text())["tools"]]
@@ -263,14 +288,15 @@ def panel_and_rule_selectors() -> list[tuple[str, str, dict[str, str]]]:
     for where, expr in exprs:
         for metric, matchers in selectors(expr):
             if metric == "up" or ":" in metric or metric.endswith(("_bucket", "_sum", "_count")):
-                continue    # up: Prometheus's own; records: rules; histograms appear with their first observation
+                continue  # up: Prometheus's own; records: rules; histograms appear with their first observation
             labels = {k: v for k, v in EQUALS.findall(matchers) if k not in TARGET_LABELS}
             found.append((where, metric, labels))
     return found
 
 
 def test_a_fresh_sidecar_exports_every_series_the_alerts_and_panels_match_at_zero_per_tool(
-        fresh_scrape: tuple[str, list[str]]) -> None:
+    fresh_scrape: tuple[str, list[str]],
+) -> None:
     text, tools = fresh_scrape
     samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
     checked = 0
@@ -287,10 +313,12 @@ def test_a_fresh_sidecar_exports_every_series_the_alerts_and_panels_match_at_zer
         checked += 1
     assert checked >= 20
     # the series the issue named, spelled out
-    for metric, labels in [("countersign_compensations_total", {"tool": "delete_todo", "result": "failed"}),
-                           ("countersign_claims_total", {"tool": "create_todo", "result": "tampered"}),
-                           ("countersign_claims_total", {"tool": "create_todo", "result": "running"}),
-                           ("countersign_refusals_total", {"rpc": "Confirm", "reason": "OVERLOADED"})]:
+    for metric, labels in [
+        ("countersign_compensations_total", {"tool": "delete_todo", "result": "failed"}),
+        ("countersign_claims_total", {"tool": "create_todo", "result": "tampered"}),
+        ("countersign_claims_total", {"tool": "create_todo", "result": "running"}),
+        ("countersign_refusals_total", {"rpc": "Confirm", "reason": "OVERLOADED"}),
+    ]:
         assert [s for s in samples if s.name == metric and labels.items() <= s.labels.items() and s.value == 0]
 
 

@@ -24,7 +24,7 @@ from countersign.testing.processes import ROOT
 
 PROTO = ROOT / "proto"
 TS = ROOT / "examples" / "clients" / "typescript"
-LOCAL = {   # remote plugin -> its local equivalent
+LOCAL = {  # remote plugin -> its local equivalent
     "buf.build/protocolbuffers/go": {"local": "protoc-gen-go"},
     "buf.build/grpc/go": {"local": "protoc-gen-go-grpc"},
     "buf.build/protocolbuffers/java": {"protoc_builtin": "java"},
@@ -51,8 +51,13 @@ def _npm_ci() -> None:
 def test_the_module_has_a_name_and_builds() -> None:
     config = yaml.safe_load((PROTO / "buf.yaml").read_text())
     assert config["version"] == "v2" and config["modules"][0]["name"] == "buf.build/countersign/countersign"
-    done = subprocess.run([_tool("buf", "pip install buf-bin"), "build", "-o", os.devnull], cwd=PROTO,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [_tool("buf", "pip install buf-bin"), "build", "-o", os.devnull],
+        cwd=PROTO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -78,8 +83,14 @@ def test_buf_generate_writes_go_java_and_typescript_with_local_plugins(tmp_path:
     template["plugins"] = local
     (tmp_path / "buf.gen.yaml").write_text(yaml.safe_dump(template))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    done = subprocess.run([_tool("buf", "pip install buf-bin"), "generate", str(PROTO), "--template", "buf.gen.yaml"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [_tool("buf", "pip install buf-bin"), "generate", str(PROTO), "--template", "buf.gen.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     go = tmp_path / "gen" / "go" / "countersign" / "v1"
     assert "package countersignv1" in (go / "gateway.pb.go").read_text()

@@ -84,15 +84,26 @@ def agent_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # ---- the image ---------------------------------------------------------------------------------------------
 
 
-IMAGE_LABELS = ("org.opencontainers.image.title", "org.opencontainers.image.description",
-                "org.opencontainers.image.version", "org.opencontainers.image.revision",
-                "org.opencontainers.image.created", "org.opencontainers.image.licenses",
-                "org.opencontainers.image.base.name", "org.opencontainers.image.base.digest")
+IMAGE_LABELS = (
+    "org.opencontainers.image.title",
+    "org.opencontainers.image.description",
+    "org.opencontainers.image.version",
+    "org.opencontainers.image.revision",
+    "org.opencontainers.image.created",
+    "org.opencontainers.image.licenses",
+    "org.opencontainers.image.base.name",
+    "org.opencontainers.image.base.digest",
+)
 
 
 def hadolint(dockerfile: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([bin_path("hadolint"), "--no-color", *flags, str(dockerfile)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [bin_path("hadolint"), "--no-color", *flags, str(dockerfile)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_hadolint_passes_without_warnings_and_requires_the_oci_labels(tmp_path: Path) -> None:
@@ -103,7 +114,7 @@ def test_hadolint_passes_without_warnings_and_requires_the_oci_labels(tmp_path: 
     result = hadolint(ROOT / "Dockerfile", "--strict-labels", *required)
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
     text = (ROOT / "Dockerfile").read_text()
-    for label in IMAGE_LABELS:   # each label is really checked: without it hadolint fails
+    for label in IMAGE_LABELS:  # each label is really checked: without it hadolint fails
         broken = tmp_path / f"Dockerfile.{label}"
         broken.write_text(text.replace(f"{label}=", f"x-{label}="))
         assert hadolint(broken).returncode != 0 and label in hadolint(broken).stdout
@@ -116,8 +127,9 @@ def test_dockerfile_shape() -> None:
     assert froms == ["FROM ${PYTHON_IMAGE} AS builder", "FROM ${PYTHON_IMAGE}"]
     (base,) = [line.split("=", 1)[1] for line in lines if line.startswith("ARG PYTHON_IMAGE=")]
     name, digest = base.split("@")
-    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", name) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest), \
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", name) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest), (
         "the base is pinned by digest"
+    )
     assert f'org.opencontainers.image.base.digest="{digest}"' in text
     assert f'org.opencontainers.image.base.name="docker.io/library/{name}"' in text
     assert "--require-hashes --no-deps --only-binary=:all:" in text and "-r requirements.lock" in text
@@ -128,14 +140,21 @@ def test_dockerfile_shape() -> None:
     healthcheck = next(line for line in lines if line.startswith("HEALTHCHECK "))
     assert 'CMD ["countersign-healthcheck"]' in healthcheck
     runtime = text.split("FROM ${PYTHON_IMAGE}\n", 1)[1]
-    assert "apt-get" not in runtime and "gcc" not in runtime and "pip install" not in runtime, \
+    assert "apt-get" not in runtime and "gcc" not in runtime and "pip install" not in runtime, (
         "no build tools and no resolution in the runtime stage"
+    )
     assert "COUNTERSIGN_LISTEN=unix:/run/countersign/countersign.sock" in runtime
     # The build context is an allow-list: everything COPY'd must be let in by .dockerignore.
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
     assert "*" in ignore
-    for needed in ("pyproject.toml", "README.md", "countersign/", "deploy/docker/healthcheck.py", "requirements.lock",
-                   "requirements-build.lock"):
+    for needed in (
+        "pyproject.toml",
+        "README.md",
+        "countersign/",
+        "deploy/docker/healthcheck.py",
+        "requirements.lock",
+        "requirements-build.lock",
+    ):
         assert f"!{needed}" in ignore
 
 
@@ -162,7 +181,8 @@ def test_the_lock_pins_every_dependency_with_hashes_and_satisfies_pyproject() ->
         name = canonicalize_name(requirement.name)
         assert name in locked, f"{name} is in pyproject.toml but not in requirements.lock: run 'make lock'"
         assert requirement.specifier.contains(locked[name][0], prereleases=True), (
-            f"{name}=={locked[name][0]} breaks {line!r}: run 'make lock'")
+            f"{name}=={locked[name][0]} breaks {line!r}: run 'make lock'"
+        )
     build = _locked(ROOT / "requirements-build.lock")
     assert {"setuptools", "wheel"} <= build.keys() and all(h for _, h in build.values())
 
@@ -172,8 +192,14 @@ def test_the_lock_pins_every_dependency_with_hashes_and_satisfies_pyproject() ->
 def test_check_image_script_builds_installs_serves_and_stops() -> None:
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed")
-    result = subprocess.run(["bash", str(ROOT / "scripts" / "check_image.sh")], cwd="/", capture_output=True,
-                            text=True, timeout=170, env={**os.environ, "PYTHON": sys.executable})
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "check_image.sh")],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=170,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "check_image: OK" in result.stderr
     assert "SBOM lists" in result.stderr and "grpcio" in result.stderr
@@ -183,12 +209,18 @@ def test_check_image_script_builds_installs_serves_and_stops() -> None:
 
 
 CASES = [pytest.param(None, id="default"), pytest.param(STANDALONE, id="standalone-inline")] + [
-    pytest.param(example_values(p), id=p.stem) for p in EXAMPLES]
+    pytest.param(example_values(p), id=p.stem) for p in EXAMPLES
+]
 
 
 def test_examples_cover_the_ways_to_deploy() -> None:
-    assert {p.stem for p in EXAMPLES} >= {"standalone-values", "unix-socket-values", "sentinel-values",
-                                          "cluster-values", "monitoring-values"}
+    assert {p.stem for p in EXAMPLES} >= {
+        "standalone-values",
+        "unix-socket-values",
+        "sentinel-values",
+        "cluster-values",
+        "monitoring-values",
+    }
 
 
 @pytest.mark.parametrize("values", CASES)
@@ -213,8 +245,12 @@ def agent_variant(root: Path, *, alias: str = "", parent_keys: dict[str, Any] | 
     top-level keys of its own (a parent's `listen:` once broke the templates' guess of whose values they read)."""
     if alias:
         chart = root / "Chart.yaml"
-        chart.write_text(chart.read_text().replace("    repository: file://../../countersign",
-                                                   f"    repository: file://../../countersign\n    alias: {alias}"))
+        chart.write_text(
+            chart.read_text().replace(
+                "    repository: file://../../countersign",
+                f"    repository: file://../../countersign\n    alias: {alias}",
+            )
+        )
         values = root / "values.yaml"
         values.write_text(values.read_text().replace("\ncountersign:\n", f"\n{alias}:\n"))
         deployment = root / "templates" / "deployment.yaml"
@@ -225,16 +261,24 @@ def agent_variant(root: Path, *, alias: str = "", parent_keys: dict[str, Any] | 
     return root
 
 
-@pytest.mark.parametrize("variant", [
-    pytest.param({}, id="as-is"),
-    pytest.param({"alias": "guard"}, id="aliased"),
-    pytest.param({"parent_keys": {"listen": {"port": 8080}, "metrics": {"enabled": False}, "redis": "elsewhere"}},
-                 id="parent-listen-key"),
-    pytest.param({"alias": "guard", "parent_keys": {"listen": "0.0.0.0:8080", "registry": "not ours"}},
-                 id="aliased-and-parent-keys"),
-])
-def test_the_agent_chart_patched_by_one_include_renders_valid_objects(agent_chart: Path, tmp_path: Path,
-                                                                      variant: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "variant",
+    [
+        pytest.param({}, id="as-is"),
+        pytest.param({"alias": "guard"}, id="aliased"),
+        pytest.param(
+            {"parent_keys": {"listen": {"port": 8080}, "metrics": {"enabled": False}, "redis": "elsewhere"}},
+            id="parent-listen-key",
+        ),
+        pytest.param(
+            {"alias": "guard", "parent_keys": {"listen": "0.0.0.0:8080", "registry": "not ours"}},
+            id="aliased-and-parent-keys",
+        ),
+    ],
+)
+def test_the_agent_chart_patched_by_one_include_renders_valid_objects(
+    agent_chart: Path, tmp_path: Path, variant: dict[str, Any]
+) -> None:
     root = agent_variant(copy_chart(agent_chart, tmp_path), **variant)
     alias = variant.get("alias", "countersign")
     report = helm.lint(root, strict=True)
@@ -255,8 +299,10 @@ def test_the_agent_chart_patched_by_one_include_renders_valid_objects(agent_char
     registry = only(docs, "ConfigMap")
     assert registry["metadata"]["name"] == f"demo-{alias}-registry"
     assert {v["name"] for v in spec["volumes"]} >= {"countersign-registry", "countersign-keys", "countersign-tmp"}
-    assert next(v for v in spec["volumes"] if v["name"] == "countersign-registry")["configMap"]["name"] == \
-        registry["metadata"]["name"]
+    assert (
+        next(v for v in spec["volumes"] if v["name"] == "countersign-registry")["configMap"]["name"]
+        == registry["metadata"]["name"]
+    )
     meta = only(docs, "Deployment")["spec"]["template"]["metadata"]
     text = registry["data"]["registry.yaml"].rstrip("\n")
     assert meta["annotations"]["checksum/countersign-registry"] == hashlib.sha256(text.encode()).hexdigest()
@@ -303,8 +349,12 @@ def test_the_include_adds_to_the_agents_pod_and_leaves_the_rest(agent_chart: Pat
     pod = root / "templates" / "_pod.tpl"
     pod.write_text(pod.read_text().replace("  containers:\n    - name: agent", AGENT_POD_EXTRAS))
     deployment = root / "templates" / "deployment.yaml"
-    deployment.write_text(deployment.read_text().replace(
-        '(include "my-agent.pod" . | fromYaml))', '(include "my-agent.pod" . | fromYaml) "containers" (list "agent"))'))
+    deployment.write_text(
+        deployment.read_text().replace(
+            '(include "my-agent.pod" . | fromYaml))',
+            '(include "my-agent.pod" . | fromYaml) "containers" (list "agent"))',
+        )
+    )
     values = root / "values.yaml"
     values.write_text(values.read_text() + "  listen:\n    unixSocket: true\n")
     spec = pod_spec(render(chart=root))
@@ -334,8 +384,10 @@ def validate(doc: dict[str, Any], kube: str) -> None:
     try:
         kubernetes_validate.validate(doc, kube, strict=True)
     except kubernetes_validate.ValidationError as exc:
-        pytest.fail(f"{doc['kind']} {doc['metadata']['name']} invalid for Kubernetes {kube}: {exc.message} "
-                    f"at {'.'.join(map(str, exc.path))}")
+        pytest.fail(
+            f"{doc['kind']} {doc['metadata']['name']} invalid for Kubernetes {kube}: {exc.message} "
+            f"at {'.'.join(map(str, exc.path))}"
+        )
 
 
 # ---- the values schema -------------------------------------------------------------------------------------
@@ -350,39 +402,56 @@ def schema_rejects(values: dict[str, Any]) -> str:
     return str(caught.value)
 
 
-@pytest.mark.parametrize(("values", "needle"), [
-    ({"resourses": {"limits": {"memory": "1Gi"}}}, "resourses"),
-    ({"resources": {"limits": {"memroy": "1Gi"}}}, "memroy"),
-    ({"securityContext": {"runAsNonroot": True}}, "runAsNonroot"),
-    ({"redis": {"sentinal": {"masterName": "m"}}}, "sentinal"),
-    ({"monitoring": {"serviceMonitor": {"enable": True}}}, "enable"),
-    ({"monitoring": {"prometheusRule": {"enabled": True}}}, "prometheusRule"),
-    ({"monitoring": {"dashboard": {"enabled": True}}}, "dashboard"),
-    ({"example": {"agent": {"imag": "x"}}}, "imag"),
-    ({"registry": {"policy_version": "1", "tool": []}}, "registry"),
-], ids=["top-level", "nested", "securityContext", "redis", "monitoring", "rules-moved", "dashboard-moved", "example",
-        "registry-top-keys"])
+@pytest.mark.parametrize(
+    ("values", "needle"),
+    [
+        ({"resourses": {"limits": {"memory": "1Gi"}}}, "resourses"),
+        ({"resources": {"limits": {"memroy": "1Gi"}}}, "memroy"),
+        ({"securityContext": {"runAsNonroot": True}}, "runAsNonroot"),
+        ({"redis": {"sentinal": {"masterName": "m"}}}, "sentinal"),
+        ({"monitoring": {"serviceMonitor": {"enable": True}}}, "enable"),
+        ({"monitoring": {"prometheusRule": {"enabled": True}}}, "prometheusRule"),
+        ({"monitoring": {"dashboard": {"enabled": True}}}, "dashboard"),
+        ({"example": {"agent": {"imag": "x"}}}, "imag"),
+        ({"registry": {"policy_version": "1", "tool": []}}, "registry"),
+    ],
+    ids=[
+        "top-level",
+        "nested",
+        "securityContext",
+        "redis",
+        "monitoring",
+        "rules-moved",
+        "dashboard-moved",
+        "example",
+        "registry-top-keys",
+    ],
+)
 def test_schema_rejects_misspelled_keys(values: dict[str, Any], needle: str) -> None:
     assert needle in schema_rejects(values)
 
 
-@pytest.mark.parametrize("values", [
-    {"listen": {"port": "50051"}},
-    {"listen": {"port": 70000}},
-    {"metrics": {"enabled": "yes"}},
-    {"redis": {"mode": "replica"}},
-    {"redis": {"url": "http://redis:6379"}},
-    {"redis": {"sentinel": {"addresses": "a:26379"}}},
-    {"settings": {"lease": "30"}},
-    {"securityContext": {"runAsNonRoot": False}},
-    {"probes": {"type": "tcp"}},
-    {"probes": {"readinessPath": "/metrics"}},
-    {"redis": {"url": "rediss+cluster://a:6379"}},
-    {"extraVolumeMounts": [{"name": "ca", "mountPath": "relative"}]},
-    {"example": {"podDisruptionBudget": {"maxUnavailable": 0}}},
-    {"registry": 42},
-    {"example": {"replicas": "2"}},
-], ids=lambda v: json.dumps(v, separators=(",", ":")))
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"listen": {"port": "50051"}},
+        {"listen": {"port": 70000}},
+        {"metrics": {"enabled": "yes"}},
+        {"redis": {"mode": "replica"}},
+        {"redis": {"url": "http://redis:6379"}},
+        {"redis": {"sentinel": {"addresses": "a:26379"}}},
+        {"settings": {"lease": "30"}},
+        {"securityContext": {"runAsNonRoot": False}},
+        {"probes": {"type": "tcp"}},
+        {"probes": {"readinessPath": "/metrics"}},
+        {"redis": {"url": "rediss+cluster://a:6379"}},
+        {"extraVolumeMounts": [{"name": "ca", "mountPath": "relative"}]},
+        {"example": {"podDisruptionBudget": {"maxUnavailable": 0}}},
+        {"registry": 42},
+        {"example": {"replicas": "2"}},
+    ],
+    ids=lambda v: json.dumps(v, separators=(",", ":")),
+)
 def test_schema_rejects_mistyped_values(values: dict[str, Any]) -> None:
     schema_rejects(values)
 
@@ -478,8 +547,19 @@ def test_redis_modes() -> None:
     cluster = env(sidecar(render(example_values(CHART / "examples" / "cluster-values.yaml"))))
     assert cluster["COUNTERSIGN_REDIS_MODE"] == "cluster"
     assert cluster["COUNTERSIGN_REDIS_URL"] == {"secretKeyRef": {"name": "countersign-redis", "key": "url"}}
-    tls = env(sidecar(render({**STANDALONE, "redis": {"mode": "sentinel", "sentinel": {
-        "masterName": "m", "addresses": ["s:26379"], "db": 2, "tls": True}}})))
+    tls = env(
+        sidecar(
+            render(
+                {
+                    **STANDALONE,
+                    "redis": {
+                        "mode": "sentinel",
+                        "sentinel": {"masterName": "m", "addresses": ["s:26379"], "db": 2, "tls": True},
+                    },
+                }
+            )
+        )
+    )
     assert tls["COUNTERSIGN_REDIS_URL"] == "rediss+sentinel://s:26379/m/2"
     with pytest.raises(helm.HelmError, match=r"redis\.url"):
         render({"example": {"enabled": True}})
@@ -514,7 +594,8 @@ def test_monitoring_objects_need_the_value_and_the_api() -> None:
     assert {"ServiceMonitor", "Service"} <= set(with_api)
     assert not {"ServiceMonitor", "PodMonitor", "Service"} & set(kinds(render(MONITORING_ON)))
     assert not {"ServiceMonitor", "PodMonitor", "Service"} & set(
-        kinds(render(STANDALONE, api_versions=[MONITORING_API])))
+        kinds(render(STANDALONE, api_versions=[MONITORING_API]))
+    )
     pod_monitor = kinds(render(POD_MONITOR_ON, api_versions=[MONITORING_API]))
     assert "PodMonitor" in pod_monitor and not {"ServiceMonitor", "Service"} & set(pod_monitor)
     with pytest.raises(helm.HelmError, match="not both"):
@@ -558,23 +639,33 @@ def test_pod_monitor_finds_the_sidecar_pods() -> None:
 
 
 def test_extra_volumes_mount_a_redis_ca_into_the_sidecar() -> None:
-    values = {**STANDALONE, "redis": {"url": "rediss://redis:6380/0?ssl_ca_certs=/etc/countersign/redis-ca/ca.crt"},
-              "extraVolumes": [{"name": "redis-ca", "secret": {"secretName": "redis-ca"}}],
-              "extraVolumeMounts": [{"name": "redis-ca", "mountPath": "/etc/countersign/redis-ca", "readOnly": True}]}
+    values = {
+        **STANDALONE,
+        "redis": {"url": "rediss://redis:6380/0?ssl_ca_certs=/etc/countersign/redis-ca/ca.crt"},
+        "extraVolumes": [{"name": "redis-ca", "secret": {"secretName": "redis-ca"}}],
+        "extraVolumeMounts": [{"name": "redis-ca", "mountPath": "/etc/countersign/redis-ca", "readOnly": True}],
+    }
     docs = render(values)
     for doc in docs:
         validate(doc, KUBE_VERSIONS[-1])
     assert {"name": "redis-ca", "secret": {"secretName": "redis-ca"}} in pod_spec(docs)["volumes"]
-    assert {"name": "redis-ca", "mountPath": "/etc/countersign/redis-ca", "readOnly": True} in \
-        sidecar(docs)["volumeMounts"]
+    assert {"name": "redis-ca", "mountPath": "/etc/countersign/redis-ca", "readOnly": True} in sidecar(docs)[
+        "volumeMounts"
+    ]
 
 
-@pytest.mark.parametrize(("url", "mode"), [
-    ("redis://redis:6379/0", "standalone"), ("rediss://redis:6380/0", "standalone"),
-    ("unix:///run/redis/redis.sock", "standalone"), ("redis+sentinel://s1:26379,s2:26379/m/0", "sentinel"),
-    ("rediss+sentinel://s1:26379/m/0", "sentinel"), ("redis+cluster://n1:6379,n2:6379", "cluster"),
-    ("rediss://n1:6379", "cluster"),
-])
+@pytest.mark.parametrize(
+    ("url", "mode"),
+    [
+        ("redis://redis:6379/0", "standalone"),
+        ("rediss://redis:6380/0", "standalone"),
+        ("unix:///run/redis/redis.sock", "standalone"),
+        ("redis+sentinel://s1:26379,s2:26379/m/0", "sentinel"),
+        ("rediss+sentinel://s1:26379/m/0", "sentinel"),
+        ("redis+cluster://n1:6379,n2:6379", "cluster"),
+        ("rediss://n1:6379", "cluster"),
+    ],
+)
 def test_the_schema_accepts_every_redis_url_the_sidecar_accepts(url: str, mode: str) -> None:
     from countersign.store.redis_store import RedisStore
 
@@ -584,8 +675,11 @@ def test_the_schema_accepts_every_redis_url_the_sidecar_accepts(url: str, mode: 
 
 
 def test_a_cluster_or_sentinel_url_sets_its_mode_and_a_contradicting_mode_is_refused() -> None:
-    for url, mode in (("redis+cluster://n1:6379", "cluster"), ("redis+sentinel://s1:26379/m", "sentinel"),
-                      ("rediss+sentinel://s1:26379/m", "sentinel")):
+    for url, mode in (
+        ("redis+cluster://n1:6379", "cluster"),
+        ("redis+sentinel://s1:26379/m", "sentinel"),
+        ("rediss+sentinel://s1:26379/m", "sentinel"),
+    ):
         assert env(sidecar(render({**STANDALONE, "redis": {"url": url}})))["COUNTERSIGN_REDIS_MODE"] == mode
     with pytest.raises(helm.HelmError, match=r"is a cluster URL but redis\.mode is sentinel"):
         render({**STANDALONE, "redis": {"url": "redis+cluster://n1:6379", "mode": "sentinel"}})
@@ -614,9 +708,18 @@ def test_the_standalone_example_has_a_disruption_budget_and_admits_only_the_metr
     admitted = [port["port"] for rule in policy["spec"]["ingress"] for port in rule["ports"]]
     assert admitted == [9464], "the gRPC gateway (0.0.0.0:50051 here, for grpc probes) is not admitted"
     assert policy["spec"]["ingress"][0]["from"] == [
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
-    off = render({**STANDALONE, "example": {"enabled": True, "podDisruptionBudget": {"enabled": False},
-                                            "networkPolicy": {"enabled": False}}})
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    off = render(
+        {
+            **STANDALONE,
+            "example": {
+                "enabled": True,
+                "podDisruptionBudget": {"enabled": False},
+                "networkPolicy": {"enabled": False},
+            },
+        }
+    )
     assert not {"PodDisruptionBudget", "NetworkPolicy"} & set(kinds(off))
 
 
@@ -633,17 +736,30 @@ def test_helm_test_checks_the_installed_registry_with_the_release_image() -> Non
 
 def test_tracing_is_off_until_an_endpoint_is_given_and_then_head_sampled() -> None:
     plain = env(sidecar(render(STANDALONE)))
-    assert not any(name.startswith("OTEL_") for name in plain
-                   if name not in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")), "no exporter, no sampler"
+    assert not any(
+        name.startswith("OTEL_") for name in plain if name not in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")
+    ), "no exporter, no sampler"
     assert plain["COUNTERSIGN_MAX_IN_FLIGHT"] == "64"
-    traced = env(sidecar(render({**STANDALONE, "tracing": {"endpoint": "http://otel-agent:4317", "sampleRatio": 0.25},
-                                 "settings": {"maxInFlight": 200}})))
+    traced = env(
+        sidecar(
+            render(
+                {
+                    **STANDALONE,
+                    "tracing": {"endpoint": "http://otel-agent:4317", "sampleRatio": 0.25},
+                    "settings": {"maxInFlight": 200},
+                }
+            )
+        )
+    )
     assert traced["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-agent:4317"
     assert traced["OTEL_TRACES_SAMPLER"] == "parentbased_traceidratio"
     assert traced["OTEL_TRACES_SAMPLER_ARG"] == "0.25"
     assert traced["COUNTERSIGN_MAX_IN_FLIGHT"] == "200"
-    for bad in ({"tracing": {"sampleRatio": 2}}, {"tracing": {"endpoint": "otel-agent:4317"}},
-                {"settings": {"maxInFlight": 0}}):
+    for bad in (
+        {"tracing": {"sampleRatio": 2}},
+        {"tracing": {"endpoint": "otel-agent:4317"}},
+        {"settings": {"maxInFlight": 0}},
+    ):
         with pytest.raises(helm.HelmError):
             render({**STANDALONE, **bad})
 
@@ -679,23 +795,51 @@ def test_monitoring_chart_rules_are_the_rules_file_with_its_selector_and_runbook
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     # the rendered rules are valid, and the selector scopes them: the same failure fires in agents-a only
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
-    series = ('countersign_compensations_total{{namespace="{ns}", job="demo-countersign-metrics", tool="t", '
-              'result="failed"}}')
+    series = (
+        'countersign_compensations_total{{namespace="{ns}", job="demo-countersign-metrics", tool="t", result="failed"}}'
+    )
     up = 'up{{namespace="{ns}", job="demo-countersign-metrics"}}'
-    (tmp_path / "rules.test.yaml").write_text(yaml.safe_dump({
-        "rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
-            "interval": "1m",
-            "input_series": [{"series": series.format(ns=ns), "values": "_x2 0x2 1x10"} for ns in ("agents-a", "other")]
-            + [{"series": up.format(ns=ns), "values": "_x2 1x12"} for ns in ("agents-a", "other")],
-            "alert_rule_test": [{"eval_time": "6m", "alertname": "CountersignCompensationFailed", "exp_alerts": [{
-                "exp_labels": {"severity": "critical", "namespace": "agents-a", "job": "demo-countersign-metrics",
-                               "tool": "t"},
-                "exp_annotations": {
-                    "summary": "A Countersign compensation of t failed in agents-a.",
-                    "description": "A compensating call for tool t (demo-countersign-metrics in agents-a) failed in "
-                                   "the last 10 minutes: the original write stands and was not undone.",
-                    "runbook_url": "https://runbooks.example.com/countersign/runbook.md#countersigncompensationfailed",
-                }}]}]}]}))
+    (tmp_path / "rules.test.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": ["rules.yaml"],
+                "evaluation_interval": "1m",
+                "tests": [
+                    {
+                        "interval": "1m",
+                        "input_series": [
+                            {"series": series.format(ns=ns), "values": "_x2 0x2 1x10"} for ns in ("agents-a", "other")
+                        ]
+                        + [{"series": up.format(ns=ns), "values": "_x2 1x12"} for ns in ("agents-a", "other")],
+                        "alert_rule_test": [
+                            {
+                                "eval_time": "6m",
+                                "alertname": "CountersignCompensationFailed",
+                                "exp_alerts": [
+                                    {
+                                        "exp_labels": {
+                                            "severity": "critical",
+                                            "namespace": "agents-a",
+                                            "job": "demo-countersign-metrics",
+                                            "tool": "t",
+                                        },
+                                        "exp_annotations": {
+                                            "summary": "A Countersign compensation of t failed in agents-a.",
+                                            "description": "A compensating call for tool t (demo-countersign-metrics "
+                                            "in agents-a) failed in the last 10 minutes: the original write stands "
+                                            "and was not undone.",
+                                            "runbook_url": "https://runbooks.example.com/countersign/runbook.md"
+                                            "#countersigncompensationfailed",
+                                        },
+                                    }
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
+    )
     result = promtool("test", "rules", "rules.test.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -749,8 +893,13 @@ def test_kustomize_component_patches_only_labelled_deployments_into_valid_object
     assert all(name in maps for name in sources) and sources[0].startswith("countersign-settings-")
     assert maps[sources[1]]["data"]["COUNTERSIGN_REDIS_URL"] == "redis://redis.data.svc:6379/0", "overrides last"
     assert env(spec["containers"][0])["COUNTERSIGN_ADDRESS"] == "127.0.0.1:50051"
-    checked = subprocess.run([sys.executable, "-m", "countersign.sidecar.cli", "registry", "check", "-"],
-                             input=yaml.safe_dump_all(docs), capture_output=True, text=True, timeout=60)
+    checked = subprocess.run(
+        [sys.executable, "-m", "countersign.sidecar.cli", "registry", "check", "-"],
+        input=yaml.safe_dump_all(docs),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert checked.returncode == 0 and f"ConfigMap/{registry}: ok" in checked.stdout, checked.stderr
 
 
@@ -761,8 +910,17 @@ def test_kustomize_component_is_the_charts_sidecar() -> None:
     ours = spec["initContainers"][0]
     chart_docs = render(STANDALONE)
     theirs = sidecar(chart_docs)
-    for field in ("restartPolicy", "imagePullPolicy", "ports", "startupProbe", "livenessProbe", "readinessProbe",
-                  "resources", "securityContext", "volumeMounts"):
+    for field in (
+        "restartPolicy",
+        "imagePullPolicy",
+        "ports",
+        "startupProbe",
+        "livenessProbe",
+        "readinessProbe",
+        "resources",
+        "securityContext",
+        "volumeMounts",
+    ):
         assert ours[field] == theirs[field], field
     settings = next(d for d in docs if d["metadata"]["name"] == ours["envFrom"][0]["configMapRef"]["name"])
     overrides = next(d for d in docs if d["metadata"]["name"] == ours["envFrom"][1]["configMapRef"]["name"])
@@ -771,8 +929,9 @@ def test_kustomize_component_is_the_charts_sidecar() -> None:
     assert chart_env.pop("OTEL_SERVICE_NAME") == "demo-countersign"
     assert overrides["data"]["OTEL_SERVICE_NAME"] == "my-agent-countersign"
     assert {**settings["data"], **env(ours)} == chart_env, "the component's default settings are the chart's"
-    assert [e["name"] for e in ours["env"]] == [e["name"] for e in theirs["env"] if e["name"] in env(ours)], \
+    assert [e["name"] for e in ours["env"]] == [e["name"] for e in theirs["env"] if e["name"] in env(ours)], (
         "downward-API variables come before OTEL_RESOURCE_ATTRIBUTES refers to them"
+    )
     volumes = {v["name"]: v for v in spec["volumes"]}
     for volume in pod_spec(chart_docs)["volumes"]:
         if volume["name"] != "countersign-registry":
@@ -782,16 +941,26 @@ def test_kustomize_component_is_the_charts_sidecar() -> None:
 def test_spans_name_the_agent_release_and_carry_pod_namespace_and_node(agent_chart: Path) -> None:
     """OTEL_SERVICE_NAME per agent release (not one "countersign" for every agent in the cluster), and the
     pod, namespace and node from the downward API, defined before OTEL_RESOURCE_ATTRIBUTES refers to them."""
-    for docs, name in ((render(STANDALONE), "demo-countersign"), (render(chart=agent_chart), "demo-countersign"),
-                       (render({**STANDALONE, "tracing": {"serviceName": "billing-agent"}}), "billing-agent")):
+    for docs, name in (
+        (render(STANDALONE), "demo-countersign"),
+        (render(chart=agent_chart), "demo-countersign"),
+        (render({**STANDALONE, "tracing": {"serviceName": "billing-agent"}}), "billing-agent"),
+    ):
         container = sidecar(docs)
         names = [e["name"] for e in container["env"]]
         values = env(container)
         assert values["OTEL_SERVICE_NAME"] == name
-        assert {values[k]["fieldRef"]["fieldPath"] for k in ("K8S_POD_NAME", "K8S_NAMESPACE_NAME", "K8S_NODE_NAME")} \
-            == {"metadata.name", "metadata.namespace", "spec.nodeName"}
+        assert {
+            values[k]["fieldRef"]["fieldPath"] for k in ("K8S_POD_NAME", "K8S_NAMESPACE_NAME", "K8S_NODE_NAME")
+        } == {"metadata.name", "metadata.namespace", "spec.nodeName"}
         attributes = dict(kv.split("=") for kv in values["OTEL_RESOURCE_ATTRIBUTES"].split(","))
-        assert attributes == {"k8s.pod.name": "$(K8S_POD_NAME)", "k8s.namespace.name": "$(K8S_NAMESPACE_NAME)",
-                              "k8s.node.name": "$(K8S_NODE_NAME)", "k8s.container.name": "countersign"}
-        assert all(names.index(ref) < names.index("OTEL_RESOURCE_ATTRIBUTES")
-                   for ref in ("K8S_POD_NAME", "K8S_NAMESPACE_NAME", "K8S_NODE_NAME")), "$(VAR) sees earlier ones"
+        assert attributes == {
+            "k8s.pod.name": "$(K8S_POD_NAME)",
+            "k8s.namespace.name": "$(K8S_NAMESPACE_NAME)",
+            "k8s.node.name": "$(K8S_NODE_NAME)",
+            "k8s.container.name": "countersign",
+        }
+        assert all(
+            names.index(ref) < names.index("OTEL_RESOURCE_ATTRIBUTES")
+            for ref in ("K8S_POD_NAME", "K8S_NAMESPACE_NAME", "K8S_NODE_NAME")
+        ), "$(VAR) sees earlier ones"

@@ -34,7 +34,7 @@ def test_every_cited_section_exists() -> None:
     for name in _tracked():
         for number, line in enumerate((ROOT / name).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
             for cite in CITE.finditer(line):
-                for section in re.findall(r"(?:§\s?|[-–,]\s?§?\s?)(\d+)", cite.group(1)):   # §7.2 cites §7
+                for section in re.findall(r"(?:§\s?|[-–,]\s?§?\s?)(\d+)", cite.group(1)):  # §7.2 cites §7
                     cited += 1
                     if section not in sections:
                         missing.append(f"{name}:{number}: §{section}")

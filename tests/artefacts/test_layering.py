@@ -10,7 +10,7 @@ from pathlib import Path
 
 from countersign.testing.processes import ROOT
 
-LONGEST = 400     # lines
+LONGEST = 400  # lines
 
 
 def test_no_package_imports_upward_and_only_the_store_imports_redis() -> None:
@@ -24,7 +24,7 @@ def test_no_package_imports_upward_and_only_the_store_imports_redis() -> None:
 def test_no_module_is_longer_than_one_sitting() -> None:
     too_long = {}
     for path in (ROOT / "countersign").rglob("*.py"):
-        if "v1" in path.parts:          # generated
+        if "v1" in path.parts:  # generated
             continue
         lines = len(path.read_text(encoding="utf-8").splitlines())
         if lines > LONGEST:

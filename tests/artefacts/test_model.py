@@ -11,11 +11,20 @@ import pytest
 from countersign.testing.processes import ROOT
 
 EXPECTED = {
-    **{f"protocol.pml FENCE=1 {p}": 0 for p in ("at_most_once", "never_ready_after_send",
-                                                  "failed_means_not_applied", "succeeded_means_applied",
-                                                  "settled_is_final")},
-    **{f"protocol.pml FENCE=0 {p}": 0 for p in ("at_most_once", "never_ready_after_send",
-                                                  "succeeded_means_applied", "settled_is_final")},
+    **{
+        f"protocol.pml FENCE=1 {p}": 0
+        for p in (
+            "at_most_once",
+            "never_ready_after_send",
+            "failed_means_not_applied",
+            "succeeded_means_applied",
+            "settled_is_final",
+        )
+    },
+    **{
+        f"protocol.pml FENCE=0 {p}": 0
+        for p in ("at_most_once", "never_ready_after_send", "succeeded_means_applied", "settled_is_final")
+    },
     "protocol.pml FENCE=0 failed_means_not_applied": 1,
     "failover.pml WAIT=1 one_send": 0,
     "failover.pml WAIT=1 one_effect": 0,
@@ -43,11 +52,16 @@ def test_the_transition_table_names_the_scripts_that_enforce_it() -> None:
 
     from countersign.store import states
 
-    named = {m for targets in states.TRANSITIONS.values() for how in targets.values()
-             for m in re.findall(r"[a-z_]+\.lua", how)}
+    named = {
+        m
+        for targets in states.TRANSITIONS.values()
+        for how in targets.values()
+        for m in re.findall(r"[a-z_]+\.lua", how)
+    }
     scripts = {p.name for p in (ROOT / "countersign" / "store" / "lua").glob("*.lua")}
     assert named <= scripts, named - scripts
     # the continuation, audit and quota scripts keep state of their own, outside the action state machine
     action_scripts = {s for s in scripts if not s.startswith(("cont_", "audit", "quota"))} - {"issue.lua"}
-    assert action_scripts <= named, f"a script of the action state machine is missing from states.py: " \
-                                    f"{action_scripts - named}"
+    assert action_scripts <= named, (
+        f"a script of the action state machine is missing from states.py: {action_scripts - named}"
+    )

@@ -62,8 +62,7 @@ def _serving(address: str, deadline: float) -> bool:
     while time.monotonic() < deadline:
         try:
             with grpc.insecure_channel(address) as channel:
-                answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
-                                                                   timeout=1)
+                answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
                 if answer.status == health_pb2.HealthCheckResponse.SERVING:
                     return True
         except grpc.RpcError:
@@ -80,17 +79,29 @@ def test_the_readme_runs_the_sidecar_and_calls_it_as_written(scratch: tuple[Path
     (call,) = shell_blocks("Call it")
     assert "--keys-file keys.json" in run and "examples.todo_service --port 8081" in run
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COUNTERSIGN_", "OTEL_"))}
-    env["PYTHONPATH"] = str(cwd)   # the scratch examples/ package, as from the repository root
+    env["PYTHONPATH"] = str(cwd)  # the scratch examples/ package, as from the repository root
     log = (cwd / "run.log").open("w")
-    started = subprocess.Popen(["bash", "-c", _rewrite(run, ports)], cwd=cwd, env=env, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    started = subprocess.Popen(
+        ["bash", "-c", _rewrite(run, ports)],
+        cwd=cwd,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     group = started.pid
     try:
         assert started.wait(timeout=30) == 0, (cwd / "run.log").read_text()
         address = f"127.0.0.1:{ports['50051']}"
         assert _serving(address, time.monotonic() + 30), (cwd / "run.log").read_text()
-        done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + _rewrite(call, ports)], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            ["bash", "-c", "set -euo pipefail\n" + _rewrite(call, ports)],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         os.killpg(group, signal.SIGTERM)
         log.close()
@@ -110,9 +121,22 @@ def test_the_runbook_searches_logs_with_the_spelling_the_sidecar_writes() -> Non
 
     runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
     record = logging.getLogger("countersign.decision").makeRecord(
-        "countersign.decision", logging.INFO, "", 0, "decision", (), None,
-        extra={"event": "decision", "action_id": "a" * 32, "tool": "create_todo", "decision": "executed",
-               "reason": "DOWNSTREAM_TIMEOUT", "outcome": "unknown"})
+        "countersign.decision",
+        logging.INFO,
+        "",
+        0,
+        "decision",
+        (),
+        None,
+        extra={
+            "event": "decision",
+            "action_id": "a" * 32,
+            "tool": "create_todo",
+            "decision": "executed",
+            "reason": "DOWNSTREAM_TIMEOUT",
+            "outcome": "unknown",
+        },
+    )
     line = logs.JsonLines().format(record)
     searched = re.findall(r"`(\"outcome\": \"[a-zA-Z]+\")`", runbook)
     assert searched and all(s in line for s in searched), (searched, line)
@@ -121,9 +145,15 @@ def test_the_runbook_searches_logs_with_the_spelling_the_sidecar_writes() -> Non
 
 
 def test_the_docs_use_one_name_for_the_address_variable_and_the_keys_secret() -> None:
-    texts = {p: p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-                                                        *sorted((ROOT / "helm").rglob("*.yaml")),
-                                                        *sorted((ROOT / "helm").rglob("*.tpl"))]}
+    texts = {
+        p: p.read_text(encoding="utf-8")
+        for p in [
+            ROOT / "README.md",
+            *sorted((ROOT / "docs").glob("*.md")),
+            *sorted((ROOT / "helm").rglob("*.yaml")),
+            *sorted((ROOT / "helm").rglob("*.tpl")),
+        ]
+    }
     for path, text in texts.items():
         assert not re.search(r"COUNTERSIGN_ADDR\b", text), f"{path}: the variable is COUNTERSIGN_ADDRESS"
         secrets = {s for s in re.findall(r"existingSecret: ([a-z0-9-]+)", text) if "redis" not in s}
@@ -134,8 +164,9 @@ def test_make_demo_installs_only_redis_server() -> None:
     make = shutil.which("make")
     if make is None:
         pytest.fail("make is not installed (apt-get install make)")
-    dry = subprocess.run([make, "-n", "-W", "pyproject.toml", "demo"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60)
+    dry = subprocess.run(
+        [make, "-n", "-W", "pyproject.toml", "demo"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert dry.returncode == 0, dry.stderr
     assert "redis-server:redis-server" in dry.stdout
     for other in ("prometheus", "spin", "nodejs", "npm", "protobuf-compiler"):

@@ -22,9 +22,13 @@ async def _confirm(sidecar: Any, tool: str = "create_thing", args: dict[str, Any
 
     async with grpc.aio.insecure_channel(sidecar.address) as channel:
         stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
-        invoked = await stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex),
-                                                              tool_name=tool,
-                                                              arguments_json=json.dumps(args or {"title": "t"})))
+        invoked = await stub.Invoke(
+            gateway_pb2.InvokeRequest(
+                context=ctx(request_id=uuid.uuid4().hex),
+                tool_name=tool,
+                arguments_json=json.dumps(args or {"title": "t"}),
+            )
+        )
         card = invoked.confirmation
         action = (await stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token))).action
         got = (await stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id))).action
@@ -49,7 +53,7 @@ async def test_a_201_in_two_segments_confirms_with_its_id_and_an_empty_201_is_un
         raw.script = lambda s: answer(200, {"title": "t"})
         again = await sidecar.parts.reconciler.reconcile(card.action_id)
         assert again.state == common_pb2.ACTION_STATE_UNKNOWN
-        await asyncio.sleep(1.1)    # the reconciler's backoff
+        await asyncio.sleep(1.1)  # the reconciler's backoff
         raw.script = lambda s: answer(200, {"id": "t_8", "version": 1}, split=(2, 9))
         settled = await sidecar.parts.reconciler.reconcile(card.action_id)
         assert (settled.state, settled.receipt.resource_id) == (common_pb2.ACTION_STATE_SUCCEEDED, "t_8")
@@ -62,20 +66,20 @@ async def test_a_lookup_that_never_yields_a_receipt_goes_to_review_not_failed(ra
     from countersign.v1 import common_pb2
 
     async with sidecar_over(tmp_path, registry_doc(raw.url), reconcile_window=0.001) as sidecar:
-        raw.script = lambda s: answer(201, b"{\"id\":")
+        raw.script = lambda s: answer(201, b'{"id":')
         card, action, _ = await _confirm(sidecar)
         assert (action.state, action.error.reason) == (common_pb2.ACTION_STATE_UNKNOWN, "RECEIPT_INVALID")
         raw.script = lambda s: answer(302, b"", headers={"Location": "http://127.0.0.1:1/x"})
         first = await sidecar.parts.reconciler.reconcile(card.action_id)
         assert first.state == common_pb2.ACTION_STATE_UNKNOWN, "a redirect is never a verdict"
-        await asyncio.sleep(1.1)    # past the backoff, and past the (tiny) window
+        await asyncio.sleep(1.1)  # past the backoff, and past the (tiny) window
         settled = await sidecar.parts.reconciler.reconcile(card.action_id)
-        assert (settled.state, settled.error.reason) == (common_pb2.ACTION_STATE_NEEDS_MANUAL_REVIEW,
-                                                         "RECEIPT_INVALID")
+        assert (settled.state, settled.error.reason) == (common_pb2.ACTION_STATE_NEEDS_MANUAL_REVIEW, "RECEIPT_INVALID")
 
 
 async def test_a_redirected_write_is_unknown_and_the_other_host_sees_nothing(
-        raw: Raw, elsewhere: tuple[str, list[str]], tmp_path: Any) -> None:
+    raw: Raw, elsewhere: tuple[str, list[str]], tmp_path: Any
+) -> None:
     from countersign.testing.downstreams import sidecar_over
     from countersign.v1 import common_pb2
 
@@ -105,8 +109,9 @@ async def test_a_large_answer_to_a_write_is_kept_as_its_hash(raw: Raw, tmp_path:
 
 
 @pytest.mark.parametrize(("max_message", "size"), [(64 << 10, 60_000), (1 << 20, (1 << 20) - 10)])
-async def test_a_read_too_large_to_send_back_is_a_clear_failure(raw: Raw, tmp_path: Any, max_message: int,
-                                                                size: int) -> None:
+async def test_a_read_too_large_to_send_back_is_a_clear_failure(
+    raw: Raw, tmp_path: Any, max_message: int, size: int
+) -> None:
     import uuid
 
     import grpc
@@ -117,11 +122,15 @@ async def test_a_read_too_large_to_send_back_is_a_clear_failure(raw: Raw, tmp_pa
 
     body = json.dumps({"items": "x" * (size - 13)})
     raw.script = lambda s: answer(200, body, split=(5000,))
-    async with sidecar_over(tmp_path, registry_doc(raw.url), max_message_bytes=max_message) as sidecar, \
-            grpc.aio.insecure_channel(sidecar.address,
-                                      options=[("grpc.max_receive_message_length", 8 << 20)]) as channel:
+    async with (
+        sidecar_over(tmp_path, registry_doc(raw.url), max_message_bytes=max_message) as sidecar,
+        grpc.aio.insecure_channel(sidecar.address, options=[("grpc.max_receive_message_length", 8 << 20)]) as channel,
+    ):
         with pytest.raises(grpc.aio.AioRpcError) as info:
-            await gateway_pb2_grpc.ToolGatewayServiceStub(channel).Invoke(gateway_pb2.InvokeRequest(
-                context=ctx(request_id=uuid.uuid4().hex), tool_name="read_things", arguments_json="{}"))
+            await gateway_pb2_grpc.ToolGatewayServiceStub(channel).Invoke(
+                gateway_pb2.InvokeRequest(
+                    context=ctx(request_id=uuid.uuid4().hex), tool_name="read_things", arguments_json="{}"
+                )
+            )
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION, info.value
     assert error_info(info.value).reason == "DOWNSTREAM_ANSWER_INVALID"

@@ -30,9 +30,22 @@ from countersign.v1 import common_pb2, continuation_pb2, continuation_pb2_grpc, 
 
 
 def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "countersign.sidecar.cli", *args, "--redis-url",
-                           stack.redis.info["url"], "--keys-file", str(stack.keys)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "countersign.sidecar.cli",
+            *args,
+            "--redis-url",
+            stack.redis.info["url"],
+            "--keys-file",
+            str(stack.keys),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
 
 
 def _redis(stack: Stack) -> redis.Redis:
@@ -52,16 +65,25 @@ def _bare_hashes(values: list[bytes]) -> set[str]:
     for value in values:
         for name in ("sha256", "sha1", "md5", "sha512", "sha3_256", "blake2b", "blake2s"):
             digest = hashlib.new(name, value).digest()
-            out |= {digest.hex(), digest.hex().upper(), base64.b64encode(digest).decode(),
-                    base64.urlsafe_b64encode(digest).rstrip(b"=").decode()}
+            out |= {
+                digest.hex(),
+                digest.hex().upper(),
+                base64.b64encode(digest).decode(),
+                base64.urlsafe_b64encode(digest).rstrip(b"=").decode(),
+            }
     return out
 
 
 def _variants(arguments: dict[str, Any], sent: str) -> list[bytes]:
-    texts = {sent, json.dumps(arguments), json.dumps(arguments, ensure_ascii=False),
-             json.dumps(arguments, sort_keys=True, separators=(",", ":")),
-             json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
-             json.dumps(arguments, sort_keys=True), *(str(v) for v in arguments.values())}
+    texts = {
+        sent,
+        json.dumps(arguments),
+        json.dumps(arguments, ensure_ascii=False),
+        json.dumps(arguments, sort_keys=True, separators=(",", ":")),
+        json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
+        json.dumps(arguments, sort_keys=True),
+        *(str(v) for v in arguments.values()),
+    }
     return [rfc8785.dumps(arguments), *(t.encode() for t in texts)]
 
 
@@ -76,20 +98,30 @@ def test_logs_and_export_carry_keyed_hashes_that_only_a_key_holder_can_test(stac
         channel = grpc.insecure_channel(sidecar.info["grpc"])
         stub = stack.stub(sidecar.info["grpc"])
         context = ctx(request_id=uuid.uuid4().hex)
-        card = stub.Invoke(gateway_pb2.InvokeRequest(context=context, tool_name="create_todo",
-                                                     arguments_json=sent)).confirmation
+        card = stub.Invoke(
+            gateway_pb2.InvokeRequest(context=context, tool_name="create_todo", arguments_json=sent)
+        ).confirmation
         conts = continuation_pb2_grpc.ContinuationServiceStub(channel)
-        cont = conts.OpenContinuation(continuation_pb2.OpenContinuationRequest(
-            context=context, action_id=card.action_id,
-            snapshot=continuation_pb2.ContinuationSnapshot(question="add buy milk"))).continuation
+        cont = conts.OpenContinuation(
+            continuation_pb2.OpenContinuationRequest(
+                context=context,
+                action_id=card.action_id,
+                snapshot=continuation_pb2.ContinuationSnapshot(question="add buy milk"),
+            )
+        ).continuation
         action = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
         assert action.state == common_pb2.ACTION_STATE_SUCCEEDED
-        claimed = conts.ClaimContinuation(continuation_pb2.ClaimContinuationRequest(
-            context=context, token=cont.token)).continuation
-        conts.SettleContinuation(continuation_pb2.SettleContinuationRequest(
-            context=context, token=cont.token, reply_text=reply, claim_id=claimed.claim_id))
-        guard_pb2_grpc.ReplyGuardServiceStub(channel).CheckReply(guard_pb2.CheckReplyRequest(
-            context=context, reply_text=reply, action_ids=[card.action_id]))
+        claimed = conts.ClaimContinuation(
+            continuation_pb2.ClaimContinuationRequest(context=context, token=cont.token)
+        ).continuation
+        conts.SettleContinuation(
+            continuation_pb2.SettleContinuationRequest(
+                context=context, token=cont.token, reply_text=reply, claim_id=claimed.claim_id
+            )
+        )
+        guard_pb2_grpc.ReplyGuardServiceStub(channel).CheckReply(
+            guard_pb2.CheckReplyRequest(context=context, reply_text=reply, action_ids=[card.action_id])
+        )
         channel.close()
         _wait_events(stack, card.action_id, {"issued", "claimed", "settled", "continuation_settled", "guard"})
     finally:
@@ -101,8 +133,9 @@ def test_logs_and_export_carry_keyed_hashes_that_only_a_key_holder_can_test(stac
     assert exported.returncode == 0, exported.stderr
     events = [json.loads(line) for line in exported.stdout.splitlines()]
     mine = {e["t"]: e for e in events if e["a"] == card.action_id}
-    decisions = [json.loads(line) for line in sidecar.log().splitlines()
-                 if line.startswith("{") and '"decision"' in line]
+    decisions = [
+        json.loads(line) for line in sidecar.log().splitlines() if line.startswith("{") and '"decision"' in line
+    ]
     issued_log = next(d for d in decisions if d.get("action_id") == card.action_id and d["decision"] == "card")
 
     forbidden = _bare_hashes([*_variants(arguments, sent), out, reply.encode()])
@@ -134,7 +167,7 @@ def _wait_events(stack: Stack, action_id: str, kinds: set[str], timeout: float =
 
 # -- item 14: a deleted or truncated chain is found; verify cross-checks every record against its chain ----------
 
-GRACE = "300ms"      # how long verify waits before it looks again at what it found (events in flight)
+GRACE = "300ms"  # how long verify waits before it looks again at what it found (events in flight)
 
 
 def _verify(stack: Stack) -> subprocess.CompletedProcess[str]:
@@ -262,12 +295,28 @@ def test_an_event_still_on_its_way_is_looked_at_again_not_reported(stack: Stack)
     r = _redis(stack)
     saved = {name: r.dump(keys[name]) for name in ("events", "audit")}
     r.delete(keys["events"], keys["audit"])
-    proc = subprocess.Popen([sys.executable, "-m", "countersign.sidecar.cli", "audit", "verify", "--event-grace",
-                             "3s", "--redis-url", stack.redis.info["url"], "--keys-file", str(stack.keys)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "countersign.sidecar.cli",
+            "audit",
+            "verify",
+            "--event-grace",
+            "3s",
+            "--redis-url",
+            stack.redis.info["url"],
+            "--keys-file",
+            str(stack.keys),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         assert proc.stderr is not None
-        waiting = proc.stderr.readline()         # verify made its first pass and found the chain missing
+        waiting = proc.stderr.readline()  # verify made its first pass and found the chain missing
         assert "1 action(s) look wrong; looking at them again in 3s" in waiting, waiting
         for name, blob in saved.items():
             assert blob is not None
@@ -283,7 +332,7 @@ def test_an_event_still_on_its_way_is_looked_at_again_not_reported(stack: Stack)
 
 def test_an_unresolved_chain_never_expires_and_a_deleted_unresolved_record_is_found(fresh_stack: Stack) -> None:
     stack = fresh_stack
-    stack.sidecar.stop()              # no background reconciler may resolve the action first
+    stack.sidecar.stop()  # no background reconciler may resolve the action first
     sidecar = stack.start_sidecar(flags=["--downstream-deadline", "500ms", "--reconcile-interval", "1h"])
     try:
         stub = stack.stub(sidecar.info["grpc"])
@@ -327,8 +376,11 @@ def test_every_kind_of_action_verifies_clean_including_across_a_key_rotation(fre
     stack.keys = rotated
     sidecar = stack.start_sidecar()
     try:
-        result = stack.stub(sidecar.info["grpc"]).Compensate(gateway_pb2.CompensateRequest(
-            context=ctx(), action_id=undone.action_id)).action
+        result = (
+            stack.stub(sidecar.info["grpc"])
+            .Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=undone.action_id))
+            .action
+        )
         assert result.state == common_pb2.ACTION_STATE_COMPENSATED
         events = _wait_events(stack, undone.action_id, {"compensated"})
     finally:
@@ -356,8 +408,9 @@ def test_a_card_given_back_verifies_as_ready_and_its_retry_as_settled(fresh_stac
         s.bind(("127.0.0.1", 0))
         nobody = s.getsockname()[1]
     doc = yaml.safe_load(stack.registry.read_text())
-    next(t for t in doc["tools"] if t["name"] == "create_todo")["adapter"]["execute"]["url"] = \
+    next(t for t in doc["tools"] if t["name"] == "create_todo")["adapter"]["execute"]["url"] = (
         f"http://127.0.0.1:{nobody}/todos"
+    )
     down = stack.work / "registry-down.yaml"
     down.write_text(yaml.safe_dump(doc, allow_unicode=True))
     sidecar = stack.start_sidecar(registry=down)
@@ -384,7 +437,7 @@ def test_a_card_given_back_verifies_as_ready_and_its_retry_as_settled(fresh_stac
     assert action.state == common_pb2.ACTION_STATE_SUCCEEDED
     events = _wait_events(stack, given_back.action_id, {"settled"})
     assert [e["t"] for e in events] == ["issued", "claimed", "released", "claimed", "settled"]
-    r.delete(_keys(expired.action_id)["card"])        # as its TTL would
+    r.delete(_keys(expired.action_id)["card"])  # as its TTL would
     out = _verify(stack)
     assert out.returncode == 0 and "looked at again" not in out.stdout, out.stdout + out.stderr
     shown = _show(stack, given_back.action_id)
@@ -392,9 +445,3 @@ def test_a_card_given_back_verifies_as_ready_and_its_retry_as_settled(fresh_stac
 
 
 # -- the decisions verify rests on, as plain functions -------------------------------------------------------
-
-
-
-
-
-

@@ -28,8 +28,14 @@ FIXTURES = ROOT / "tests" / "fixtures" / "registry"
 
 
 def countersign(*args: str, stdin: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "countersign.sidecar.cli", *args], capture_output=True, text=True,
-                          input=stdin, cwd=cwd, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "countersign.sidecar.cli", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        cwd=cwd,
+        timeout=60,
+    )
 
 
 # ---- registry check -------------------------------------------------------------------------------------
@@ -55,8 +61,9 @@ def test_registry_check_fails_with_the_message_the_sidecar_would_print() -> None
         assert result.stderr.strip() == expected, bad.name
         assert "Traceback" not in result.stderr
     # and the sidecar itself stops at start on the same line
-    serve = countersign("serve", "--registry", str(FIXTURES / "unique-names.yaml"), "--listen", "127.0.0.1:0",
-                        "--metrics-listen", "")
+    serve = countersign(
+        "serve", "--registry", str(FIXTURES / "unique-names.yaml"), "--listen", "127.0.0.1:0", "--metrics-listen", ""
+    )
     assert serve.returncode == 2
     assert countersign("registry", "check", str(FIXTURES / "unique-names.yaml")).stderr.strip() in serve.stderr
 
@@ -143,8 +150,9 @@ def test_a_rotated_keys_file_derives_the_same_action_ids_whatever_the_new_key_is
 def test_records_written_under_a_generated_key_are_named_not_called_edited(stack: Stack, tmp_path: Path) -> None:
     """The README's first serve has no keys file: its sidecar signs with a generated key 'gen'. The operator CLI,
     given a real keys file, must say so instead of reporting every record as edited or tampered."""
-    sidecar = processes.start_sidecar(tmp_path, stack.registry, redis_url=stack.redis.info["url"], keys=None,
-                                    flags=["--log-level", "error"])
+    sidecar = processes.start_sidecar(
+        tmp_path, stack.registry, redis_url=stack.redis.info["url"], keys=None, flags=["--log-level", "error"]
+    )
     try:
         stub = stack.stub(sidecar.info["grpc"])
         card = stack.card(stub, request_id=uuid.uuid4().hex, title="generated key")
@@ -163,7 +171,8 @@ def test_records_written_under_a_generated_key_are_named_not_called_edited(stack
     shown = json.loads(operator("actions", "show", card.action_id, "--json").stdout)
     assert "key 'gen' is not in the keys file" in shown["audit"]
     assert shown["reason"] == "KEY_NOT_IN_KEYS_FILE" and "RECORD_TAMPERED" not in json.dumps(shown)
-    resolved = operator("actions", "resolve", card.action_id, "--outcome", "failed", "--reason", "x",
-                        "--operator", "sre")
+    resolved = operator(
+        "actions", "resolve", card.action_id, "--outcome", "failed", "--reason", "x", "--operator", "sre"
+    )
     assert resolved.returncode == 1 and "key 'gen' is not in the keys file" in resolved.stderr
     assert "Traceback" not in resolved.stderr

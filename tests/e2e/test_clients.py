@@ -20,16 +20,26 @@ from countersign.testing.stack import Stack
 NODE_DIR = ROOT / "examples" / "clients" / "node"
 GRPCURL_SH = ROOT / "examples" / "clients" / "grpcurl.sh"
 
-STEP_LINES = ("[1] Invoke create_todo", "[2] Confirm ×2 at once", "[3] GetAction", "[4] OpenContinuation",
-              "ClaimContinuation", "SettleContinuation", "[5] CheckReply", "[6] Invoke with an unknown argument",
-              "[7] Confirm with a forged token")
+STEP_LINES = (
+    "[1] Invoke create_todo",
+    "[2] Confirm ×2 at once",
+    "[3] GetAction",
+    "[4] OpenContinuation",
+    "ClaimContinuation",
+    "SettleContinuation",
+    "[5] CheckReply",
+    "[6] Invoke with an unknown argument",
+    "[7] Confirm with a forged token",
+)
 
 
 def _node() -> tuple[str, str]:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        pytest.fail("Node.js and npm are required for the Node client example (Debian: apt-get install nodejs npm; "
-                    "Node >= 18); .ci/run installs them")
+        pytest.fail(
+            "Node.js and npm are required for the Node client example (Debian: apt-get install nodejs npm; "
+            "Node >= 18); .ci/run installs them"
+        )
     return node, npm
 
 
@@ -38,8 +48,9 @@ def _node_modules(npm: str) -> None:
     lock, installed = NODE_DIR / "package-lock.json", NODE_DIR / "node_modules" / ".package-lock.json"
     if installed.exists() and installed.stat().st_mtime >= lock.stat().st_mtime:
         return
-    done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True, timeout=300
+    )
     if done.returncode != 0:
         pytest.fail(f"npm ci in {NODE_DIR} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
 
@@ -57,16 +68,20 @@ def _assert_walked(done: subprocess.CompletedProcess[str], title: str, last: str
 
 
 def _downstream_creates(stack: Stack, title: str) -> list[dict[str, object]]:
-    return [e for e in stack.todo.requests(path="/todos")
-            if e["method"] == "POST" and isinstance(e["body"], dict) and e["body"].get("title") == title]
+    return [
+        e
+        for e in stack.todo.requests(path="/todos")
+        if e["method"] == "POST" and isinstance(e["body"], dict) and e["body"].get("title") == title
+    ]
 
 
 def test_node_client_runs_the_whole_write_path(stack: Stack) -> None:
     node, npm = _node()
     _node_modules(npm)
     title = "node 客户端的待办"
-    done = subprocess.run([node, "walkthrough.js", stack.address, title], cwd=NODE_DIR, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [node, "walkthrough.js", stack.address, title], cwd=NODE_DIR, capture_output=True, text=True, timeout=120
+    )
     _assert_walked(done, title, "node walkthrough: all 7 steps behaved")
     assert "google.rpc.Status code 3, ErrorInfo reason CONFIRMATION_TOKEN_INVALID, domain countersign" in done.stdout
     assert "BadRequest" in done.stdout and "owner" in done.stdout
@@ -78,8 +93,9 @@ def test_node_client_runs_the_whole_write_path(stack: Stack) -> None:
 def test_node_client_exits_non_zero_when_the_sidecar_is_not_there(stack: Stack) -> None:
     node, npm = _node()
     _node_modules(npm)
-    done = subprocess.run([node, "walkthrough.js", "127.0.0.1:1", "x"], cwd=NODE_DIR, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [node, "walkthrough.js", "127.0.0.1:1", "x"], cwd=NODE_DIR, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "UNAVAILABLE" in done.stderr
 
@@ -97,8 +113,9 @@ def _grpcurl_env() -> dict[str, str]:
 
 def test_grpcurl_script_runs_the_whole_write_path(stack: Stack) -> None:
     title = "grpcurl 的待办"
-    done = subprocess.run(["bash", str(GRPCURL_SH), stack.address, title], capture_output=True, text=True,
-                          timeout=120, env=_grpcurl_env())
+    done = subprocess.run(
+        ["bash", str(GRPCURL_SH), stack.address, title], capture_output=True, text=True, timeout=120, env=_grpcurl_env()
+    )
     _assert_walked(done, title, "grpcurl walkthrough: all 7 steps behaved")
     assert '"@type":"type.googleapis.com/google.rpc.ErrorInfo"' in done.stdout
     assert len(_downstream_creates(stack, title)) == 1
@@ -115,13 +132,19 @@ def test_grpcurl_script_without_jq_uses_python(stack: Stack, tmp_path: Path) -> 
             (bin_dir / tool).symlink_to(found)
     env["PATH"] = str(bin_dir)
     title = "没有 jq"
-    done = subprocess.run([str(bin_dir / "bash"), str(GRPCURL_SH), stack.address, title], capture_output=True,
-                          text=True, timeout=120, env=env)
+    done = subprocess.run(
+        [str(bin_dir / "bash"), str(GRPCURL_SH), stack.address, title],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     _assert_walked(done, title, "grpcurl walkthrough: all 7 steps behaved")
 
 
 def test_grpcurl_script_exits_non_zero_when_the_sidecar_is_not_there() -> None:
-    done = subprocess.run(["bash", str(GRPCURL_SH), "127.0.0.1:1", "x"], capture_output=True, text=True,
-                          timeout=60, env=_grpcurl_env())
+    done = subprocess.run(
+        ["bash", str(GRPCURL_SH), "127.0.0.1:1", "x"], capture_output=True, text=True, timeout=60, env=_grpcurl_env()
+    )
     assert done.returncode == 1
     assert "✗" in done.stderr

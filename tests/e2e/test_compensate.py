@@ -31,8 +31,10 @@ def test_compensate_twice_concurrently_runs_the_inverse_once(stack: Stack) -> No
     async def twice() -> list[common_pb2.Action]:
         async with grpc.aio.insecure_channel(stack.address) as channel:
             stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
-            calls = [stub.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=card.action_id))
-                     for _ in range(2)]
+            calls = [
+                stub.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=card.action_id))
+                for _ in range(2)
+            ]
             return [r.action for r in await asyncio.gather(*calls)]
 
     results = asyncio.run(twice())
@@ -75,12 +77,22 @@ def test_only_a_succeeded_action_with_a_declared_inverse_can_be_compensated(stac
     pending = stack.card(request_id=uuid.uuid4().hex, title="还没确认")
     with pytest.raises(grpc.RpcError) as info:
         stack.stub().Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=pending.action_id))
-    assert (info.value.code(), error_info(info.value).reason) == (grpc.StatusCode.FAILED_PRECONDITION,
-                                                                 "NOT_COMPENSABLE")
+    assert (info.value.code(), error_info(info.value).reason) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "NOT_COMPENSABLE",
+    )
     _, action = created(stack, "状态")
-    card = stack.stub().Invoke(gateway_pb2.InvokeRequest(
-        context=ctx(request_id=uuid.uuid4().hex), tool_name="set_todo_status",
-        arguments_json=json.dumps({"id": action.receipt.resource_id, "status": "done"}))).confirmation
+    card = (
+        stack.stub()
+        .Invoke(
+            gateway_pb2.InvokeRequest(
+                context=ctx(request_id=uuid.uuid4().hex),
+                tool_name="set_todo_status",
+                arguments_json=json.dumps({"id": action.receipt.resource_id, "status": "done"}),
+            )
+        )
+        .confirmation
+    )
     done = stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
     assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
     with pytest.raises(grpc.RpcError) as info:
@@ -91,10 +103,16 @@ def test_only_a_succeeded_action_with_a_declared_inverse_can_be_compensated(stac
 def test_the_caller_must_be_allowed_to_run_the_inverse(stack: Stack) -> None:
     card, _ = created(stack, "只读会话")
     with pytest.raises(grpc.RpcError) as info:
-        stack.stub().Compensate(gateway_pb2.CompensateRequest(
-            context=ctx(session_mode=common_pb2.SESSION_MODE_READ_ONLY), action_id=card.action_id))
+        stack.stub().Compensate(
+            gateway_pb2.CompensateRequest(
+                context=ctx(session_mode=common_pb2.SESSION_MODE_READ_ONLY), action_id=card.action_id
+            )
+        )
     assert error_info(info.value).reason == "SESSION_MODE_FORBIDS"
     with pytest.raises(grpc.RpcError) as info:
-        stack.stub().Compensate(gateway_pb2.CompensateRequest(
-            context=ctx(actor_id="mallory", subject_id="mallory"), action_id=card.action_id))
+        stack.stub().Compensate(
+            gateway_pb2.CompensateRequest(
+                context=ctx(actor_id="mallory", subject_id="mallory"), action_id=card.action_id
+            )
+        )
     assert error_info(info.value).reason == "CONFIRMATION_BINDING_MISMATCH"

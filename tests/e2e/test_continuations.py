@@ -38,8 +38,11 @@ def turn() -> str:
 
 
 def open_for(stack: Stack, action_id: str, **context: object) -> C.Continuation:
-    return conts(stack).OpenContinuation(C.OpenContinuationRequest(
-        context=ctx(**context), action_id=action_id, snapshot=SNAPSHOT)).continuation
+    return (
+        conts(stack)
+        .OpenContinuation(C.OpenContinuationRequest(context=ctx(**context), action_id=action_id, snapshot=SNAPSHOT))
+        .continuation
+    )
 
 
 def claim(stack: Stack, token: str, **context: object) -> C.Continuation:
@@ -47,13 +50,23 @@ def claim(stack: Stack, token: str, **context: object) -> C.Continuation:
 
 
 def settle(stack: Stack, token: str, text: str, claim_id: str = "", **context: object) -> C.Continuation:
-    return conts(stack).SettleContinuation(C.SettleContinuationRequest(
-        context=ctx(**context), token=token, reply_text=text, claim_id=claim_id)).continuation
+    return (
+        conts(stack)
+        .SettleContinuation(
+            C.SettleContinuationRequest(context=ctx(**context), token=token, reply_text=text, claim_id=claim_id)
+        )
+        .continuation
+    )
 
 
 def release(stack: Stack, token: str, claim_id: str = "", **context: object) -> C.Continuation:
-    return conts(stack).ReleaseContinuation(C.ReleaseContinuationRequest(
-        context=ctx(**context), token=token, reason="model timeout", claim_id=claim_id)).continuation
+    return (
+        conts(stack)
+        .ReleaseContinuation(
+            C.ReleaseContinuationRequest(context=ctx(**context), token=token, reason="model timeout", claim_id=claim_id)
+        )
+        .continuation
+    )
 
 
 def confirmed(stack: Stack, title: str = "买牛奶", request_id: str | None = None) -> gateway_pb2.ConfirmationCard:
@@ -69,10 +82,12 @@ def test_no_succeeded_receipt_no_claim_and_another_actions_receipt_never_activat
     assert cont.state == C.CONTINUATION_STATE_PENDING and cont.token != card.token
     with pytest.raises(grpc.RpcError) as info:
         claim(stack, cont.token)
-    assert (info.value.code(), error_info(info.value).reason) == (grpc.StatusCode.FAILED_PRECONDITION,
-                                                                 "CONTINUATION_NOT_READY")
+    assert (info.value.code(), error_info(info.value).reason) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "CONTINUATION_NOT_READY",
+    )
     assert "not been confirmed" in (info.value.details() or "")
-    confirmed(stack, title="别的动作")          # another action succeeds: this one stays pending
+    confirmed(stack, title="别的动作")  # another action succeeds: this one stays pending
     with pytest.raises(grpc.RpcError) as info:
         claim(stack, cont.token)
     assert error_info(info.value).reason == "CONTINUATION_NOT_READY"
@@ -87,9 +102,17 @@ def test_a_failed_action_never_activates_its_continuation(stack: Stack) -> None:
     receipt = stack.stub().GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=created.action_id))
     todo_id = receipt.action.receipt.resource_id
     stack.todo.post(f"/todos/{todo_id}/status", {"status": "done", "version": 1}, key=uuid.uuid4().hex)
-    card = stack.stub().Invoke(gateway_pb2.InvokeRequest(
-        context=ctx(request_id=turn()), tool_name="set_todo_status",
-        arguments_json=json.dumps({"id": todo_id, "status": "open", "version": 1}))).confirmation
+    card = (
+        stack.stub()
+        .Invoke(
+            gateway_pb2.InvokeRequest(
+                context=ctx(request_id=turn()),
+                tool_name="set_todo_status",
+                arguments_json=json.dumps({"id": todo_id, "status": "open", "version": 1}),
+            )
+        )
+        .confirmation
+    )
     cont = open_for(stack, card.action_id)
     failed = stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
     assert failed.state == common_pb2.ACTION_STATE_FAILED
@@ -101,8 +124,9 @@ def test_a_failed_action_never_activates_its_continuation(stack: Stack) -> None:
 
 def test_settle_wakes_the_continuation_and_claim_returns_snapshot_facts_and_receipt(stack: Stack) -> None:
     rid = turn()
-    stack.stub().Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=rid), tool_name="list_todos",
-                                                  arguments_json="{}"))
+    stack.stub().Invoke(
+        gateway_pb2.InvokeRequest(context=ctx(request_id=rid), tool_name="list_todos", arguments_json="{}")
+    )
     card = stack.card(request_id=rid, title="快照")
     cont = open_for(stack, card.action_id, request_id=rid)
     assert open_for(stack, card.action_id, request_id=rid).token == cont.token, "opening twice: the same one"
@@ -139,8 +163,9 @@ def test_50_concurrent_claims_exactly_one_running(stack: Stack) -> None:
     async def race() -> list[C.Continuation]:
         async with grpc.aio.insecure_channel(stack.address) as channel:
             stub = continuation_pb2_grpc.ContinuationServiceStub(channel)
-            calls = [stub.ClaimContinuation(C.ClaimContinuationRequest(context=ctx(), token=cont.token))
-                     for _ in range(50)]
+            calls = [
+                stub.ClaimContinuation(C.ClaimContinuationRequest(context=ctx(), token=cont.token)) for _ in range(50)
+            ]
             return [r.continuation for r in await asyncio.gather(*calls)]
 
     results = asyncio.run(race())
@@ -177,8 +202,10 @@ def test_settle_without_claim_is_refused(stack: Stack) -> None:
 def _lease_lost(call: object) -> None:
     with pytest.raises(grpc.RpcError) as info:
         call()  # type: ignore[operator]
-    assert (info.value.code(), error_info(info.value).reason) == (grpc.StatusCode.FAILED_PRECONDITION,
-                                                                 "CONTINUATION_LEASE_LOST"), info.value
+    assert (info.value.code(), error_info(info.value).reason) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "CONTINUATION_LEASE_LOST",
+    ), info.value
 
 
 def test_a_second_generator_cannot_settle_or_release_the_first_ones_claim(stack: Stack) -> None:
@@ -196,8 +223,7 @@ def test_a_second_generator_cannot_settle_or_release_the_first_ones_claim(stack:
     assert claim(stack, cont.token).reply_text == "待办「两个生成器」已创建。"
 
 
-def test_a_continuation_reclaimed_after_its_lease_lapsed_stores_only_the_new_generators_reply(
-        stack: Stack) -> None:
+def test_a_continuation_reclaimed_after_its_lease_lapsed_stores_only_the_new_generators_reply(stack: Stack) -> None:
     sidecar = stack.start_sidecar(flags=["--continuation-lease", "1s"])
     short = continuation_pb2_grpc.ContinuationServiceStub(grpc.insecure_channel(sidecar.info["grpc"]))
 
@@ -205,20 +231,24 @@ def test_a_continuation_reclaimed_after_its_lease_lapsed_stores_only_the_new_gen
         return short.ClaimContinuation(C.ClaimContinuationRequest(context=ctx(), token=cont.token)).continuation
 
     def settle_short(text: str, claim_id: str) -> C.Continuation:
-        return short.SettleContinuation(C.SettleContinuationRequest(
-            context=ctx(), token=cont.token, reply_text=text, claim_id=claim_id)).continuation
+        return short.SettleContinuation(
+            C.SettleContinuationRequest(context=ctx(), token=cont.token, reply_text=text, claim_id=claim_id)
+        ).continuation
 
     try:
         card = confirmed(stack, title="租约过期")
         cont = open_for(stack, card.action_id)
         slow = claim_short()
-        time.sleep(1.2)                                         # the first generator's lease lapses
+        time.sleep(1.2)  # the first generator's lease lapses
         fresh = claim_short()
         assert fresh.state == C.CONTINUATION_STATE_RUNNING and not fresh.replayed
         assert fresh.claim_id and fresh.claim_id != slow.claim_id
         _lease_lost(lambda: settle_short("慢的回复", slow.claim_id))
-        _lease_lost(lambda: short.ReleaseContinuation(C.ReleaseContinuationRequest(
-            context=ctx(), token=cont.token, claim_id=slow.claim_id)))
+        _lease_lost(
+            lambda: short.ReleaseContinuation(
+                C.ReleaseContinuationRequest(context=ctx(), token=cont.token, claim_id=slow.claim_id)
+            )
+        )
         done = settle_short("待办「租约过期」已创建。", fresh.claim_id)
         assert done.state == C.CONTINUATION_STATE_SETTLED and not done.replayed
         _lease_lost(lambda: settle_short("慢的回复", slow.claim_id))
@@ -236,10 +266,12 @@ def test_the_guard_on_settle_replaces_a_claim_the_receipt_contradicts(stack: Sta
     assert len(stack.todo.writes(card.action_id)) == 1
 
 
-def check(stack: Stack, text: str, action_ids: list[str] | None = None,
-          **context: object) -> guard_pb2.CheckReplyResponse:
-    return guard(stack).CheckReply(guard_pb2.CheckReplyRequest(context=ctx(**context), reply_text=text,
-                                                               action_ids=action_ids or []))
+def check(
+    stack: Stack, text: str, action_ids: list[str] | None = None, **context: object
+) -> guard_pb2.CheckReplyResponse:
+    return guard(stack).CheckReply(
+        guard_pb2.CheckReplyRequest(context=ctx(**context), reply_text=text, action_ids=action_ids or [])
+    )
 
 
 def test_guard_blocks_a_claim_with_no_receipt(stack: Stack) -> None:
@@ -262,8 +294,9 @@ def test_guard_allows_the_success_sentence_when_a_succeeded_receipt_backs_it(sta
     assert check(stack, text, [card.action_id], request_id=turn()).verdict == guard_pb2.GUARD_VERDICT_PASSED
     # the same request's action backs it too, without naming it
     assert check(stack, text, request_id=rid).verdict == guard_pb2.GUARD_VERDICT_PASSED
-    assert check(stack, "Done! I've created it.", [card.action_id], locale="en").verdict == \
-        guard_pb2.GUARD_VERDICT_PASSED
+    assert (
+        check(stack, "Done! I've created it.", [card.action_id], locale="en").verdict == guard_pb2.GUARD_VERDICT_PASSED
+    )
 
 
 def test_guard_replaces_a_claim_that_contradicts_its_receipt(stack: Stack) -> None:

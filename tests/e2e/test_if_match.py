@@ -28,8 +28,11 @@ def _todo(stack: Stack, title: str) -> dict[str, object]:
 
 
 def _card(stack: Stack, tool: str, args: dict[str, object], address: str | None = None) -> gateway_pb2.ConfirmationCard:
-    response = stack.stub(address).Invoke(gateway_pb2.InvokeRequest(
-        context=ctx(request_id=uuid.uuid4().hex), tool_name=tool, arguments_json=json.dumps(args)))
+    response = stack.stub(address).Invoke(
+        gateway_pb2.InvokeRequest(
+            context=ctx(request_id=uuid.uuid4().hex), tool_name=tool, arguments_json=json.dumps(args)
+        )
+    )
     assert response.WhichOneof("outcome") == "confirmation", response
     return response.confirmation
 
@@ -91,8 +94,11 @@ def over_grpc(stack: Stack) -> Iterator[tuple[str, Todo]]:
         adapter = block.index("    # prepare answers")
         receipt = block.index("    receipt:")
         target = f"127.0.0.1:{backend.info['grpc_port']}"
-        block = block[:adapter] + f'    adapter: {{kind: grpc, target: "{target}", prepare: true, lookup: true}}\n' \
+        block = (
+            block[:adapter]
+            + f'    adapter: {{kind: grpc, target: "{target}", prepare: true, lookup: true}}\n'
             + block[receipt:]
+        )
         path: Path = stack.work / f"grpc-{uuid.uuid4().hex}.yaml"
         path.write_text(text[:start] + block)
         sidecar = stack.start_sidecar(registry=path)
@@ -105,20 +111,24 @@ def over_grpc(stack: Stack) -> Iterator[tuple[str, Todo]]:
 
 
 def test_over_grpc_the_version_travels_as_if_match_metadata_and_aborted_is_a_conflict(
-        stack: Stack, over_grpc: tuple[str, Todo]) -> None:
+    stack: Stack, over_grpc: tuple[str, Todo]
+) -> None:
     address, backend = over_grpc
     for changed in (True, False):
         todo: dict[str, object] = backend.post("/todos", {"title": "经由 gRPC"}, uuid.uuid4().hex)
         card = _card(stack, "delete_todo", {"id": todo["id"]}, address)
         if changed:
-            assert backend.post(f"/todos/{todo['id']}/status", {"status": "done", "version": 1},
-                                uuid.uuid4().hex)["version"] == 2
+            assert (
+                backend.post(f"/todos/{todo['id']}/status", {"status": "done", "version": 1}, uuid.uuid4().hex)[
+                    "version"
+                ]
+                == 2
+            )
         action = _confirm(stack, card, address)
         executes = [e for e in backend.requests(card.action_id) if e["path"].endswith("/Execute")]
         assert [e["headers"]["if-match"] for e in executes] == ["1"]
         if changed:
-            assert (action.state, action.error.reason) == (common_pb2.ACTION_STATE_FAILED,
-                                                           "RESOURCE_VERSION_CONFLICT")
+            assert (action.state, action.error.reason) == (common_pb2.ACTION_STATE_FAILED, "RESOURCE_VERSION_CONFLICT")
             assert backend.get(f"/todos/{todo['id']}")["version"] == 2
         else:
             assert action.state == common_pb2.ACTION_STATE_SUCCEEDED

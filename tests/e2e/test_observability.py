@@ -51,9 +51,15 @@ async def sidecar(stack: Stack, caplog: pytest.LogCaptureFixture) -> AsyncIterat
     """The sidecar in this process (so its spans are visible), on the stack's Redis and todo service."""
     _provider()
     caplog.set_level(logging.INFO)
-    s = settings.Settings(registry=str(stack.registry), listen="127.0.0.1:0", redis_url=stack.redis.info["url"],
-                          metrics_listen="127.0.0.1:0", keys_file=str(stack.keys), downstream_deadline=0.5,
-                          lease=5.0).validate()
+    s = settings.Settings(
+        registry=str(stack.registry),
+        listen="127.0.0.1:0",
+        redis_url=stack.redis.info["url"],
+        metrics_listen="127.0.0.1:0",
+        keys_file=str(stack.keys),
+        downstream_deadline=0.5,
+        lease=5.0,
+    ).validate()
     running = await app.start(s)
     EXPORTER.clear()
     yield running
@@ -61,9 +67,13 @@ async def sidecar(stack: Stack, caplog: pytest.LogCaptureFixture) -> AsyncIterat
 
 
 async def _card(stub: gateway_pb2_grpc.ToolGatewayServiceStub, title: str = MARKER) -> gateway_pb2.ConfirmationCard:
-    response = await stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex),
-                                                           tool_name="create_todo",
-                                                           arguments_json=json.dumps({"title": title})))
+    response = await stub.Invoke(
+        gateway_pb2.InvokeRequest(
+            context=ctx(request_id=uuid.uuid4().hex),
+            tool_name="create_todo",
+            arguments_json=json.dumps({"title": title}),
+        )
+    )
     return response.confirmation
 
 
@@ -81,7 +91,8 @@ def _value(scrape: str, name: str, **labels: str) -> float:
 
 
 async def test_one_confirmed_write_shows_rpc_span_stages_in_order_and_the_downstream_trace(
-        stack: Stack, sidecar: app.Sidecar) -> None:
+    stack: Stack, sidecar: app.Sidecar
+) -> None:
     async with grpc.aio.insecure_channel(sidecar.address) as channel:
         stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
         card = await _card(stub, "traced")
@@ -92,8 +103,10 @@ async def test_one_confirmed_write_shows_rpc_span_stages_in_order_and_the_downst
     assert rpc.kind == trace.SpanKind.SERVER
     assert rpc.attributes is not None and rpc.attributes["countersign.action_id"] == card.action_id
     assert rpc.attributes["countersign.tool"] == "create_todo" and rpc.attributes["countersign.outcome"] == "succeeded"
-    children = sorted((s for s in spans if s.context.trace_id == rpc.context.trace_id and s is not rpc),
-                      key=lambda s: s.start_time or 0)
+    children = sorted(
+        (s for s in spans if s.context.trace_id == rpc.context.trace_id and s is not rpc),
+        key=lambda s: s.start_time or 0,
+    )
     stages = [s.name for s in children if s.name.startswith("countersign.")]
     assert stages == ["countersign.claim", "countersign.policy", "countersign.settle"]
     client = next(s for s in children if s.kind == trace.SpanKind.CLIENT)
@@ -104,14 +117,17 @@ async def test_one_confirmed_write_shows_rpc_span_stages_in_order_and_the_downst
 
 
 async def test_a_trace_the_caller_did_not_sample_records_no_span_but_still_reaches_the_downstream(
-        stack: Stack, sidecar: app.Sidecar) -> None:
+    stack: Stack, sidecar: app.Sidecar
+) -> None:
     trace_id = uuid.uuid4().hex
     async with grpc.aio.insecure_channel(sidecar.address) as channel:
         stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
         card = await _card(stub, "not sampled")
         EXPORTER.clear()
-        await stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token),
-                           metadata=(("traceparent", f"00-{trace_id}-{'1' * 16}-00"),))
+        await stub.Confirm(
+            gateway_pb2.ConfirmRequest(context=ctx(), token=card.token),
+            metadata=(("traceparent", f"00-{trace_id}-{'1' * 16}-00"),),
+        )
     assert [s.name for s in EXPORTER.get_finished_spans() if s.context.trace_id == int(trace_id, 16)] == []
     version, sent_trace, hop, flags = stack.todo.writes(card.action_id)[0]["headers"]["traceparent"].split("-")
     assert (version, sent_trace, flags) == ("00", trace_id, "00"), "the caller's trace, still not sampled"
@@ -150,7 +166,8 @@ async def test_20_duplicate_confirms_raise_replay_hits_by_19(sidecar: app.Sideca
 
 
 async def test_a_mixed_run_scrapes_clean_and_no_export_holds_a_raw_value_token_or_user(
-        stack: Stack, sidecar: app.Sidecar, caplog: pytest.LogCaptureFixture) -> None:
+    stack: Stack, sidecar: app.Sidecar, caplog: pytest.LogCaptureFixture
+) -> None:
     async with grpc.aio.insecure_channel(sidecar.address) as channel:
         stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
         card = await _card(stub)
@@ -160,11 +177,11 @@ async def test_a_mixed_run_scrapes_clean_and_no_export_holds_a_raw_value_token_o
         await stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(), tool_name="list_todos", arguments_json="{}"))
         for bad in (json.dumps({"title": MARKER, "x": 1}), "{"):
             with pytest.raises(grpc.aio.AioRpcError):
-                await stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(), tool_name="create_todo",
-                                                            arguments_json=bad))
+                await stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(), tool_name="create_todo", arguments_json=bad))
         with pytest.raises(grpc.aio.AioRpcError):
-            await stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(actor_id="mallory", subject_id="mallory"),
-                                                          token=card.token))
+            await stub.Confirm(
+                gateway_pb2.ConfirmRequest(context=ctx(actor_id="mallory", subject_id="mallory"), token=card.token)
+            )
     await asyncio.sleep(0.1)
     scrape = _scrape(sidecar)
     promtool = shutil.which("promtool")
@@ -172,8 +189,11 @@ async def test_a_mixed_run_scrapes_clean_and_no_export_holds_a_raw_value_token_o
         pytest.fail("promtool is not installed (apt-get install prometheus; `make test` does it)")
     checked = subprocess.run([promtool, "check", "metrics"], input=scrape, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    labels = " ".join(line.split("{", 1)[1].rsplit("}", 1)[0] for line in scrape.splitlines()
-                      if "{" in line and not line.startswith("#"))
+    labels = " ".join(
+        line.split("{", 1)[1].rsplit("}", 1)[0]
+        for line in scrape.splitlines()
+        if "{" in line and not line.startswith("#")
+    )
     spans = EXPORTER.get_finished_spans()
     exported = json.dumps([dict(s.attributes or {}) | {"name": s.name} for s in spans], ensure_ascii=False)
     formatter = logs.JsonLines()
@@ -185,8 +205,9 @@ async def test_a_mixed_run_scrapes_clean_and_no_export_holds_a_raw_value_token_o
         assert "alice" not in text and "mallory" not in text, f"a user id leaked into {where}"
     assert card.action_id not in labels, "an action id is a label"
     decisions = [json.loads(line) for line in lines if json.loads(line).get("event") == "decision"]
-    assert decisions and all(d["trace_id"] and d["span_id"] and d["level"] == "info" and d["timestamp"]
-                             for d in decisions), decisions
+    assert decisions and all(
+        d["trace_id"] and d["span_id"] and d["level"] == "info" and d["timestamp"] for d in decisions
+    ), decisions
 
 
 async def test_health_and_reflection_are_not_traced(sidecar: app.Sidecar) -> None:
@@ -197,14 +218,17 @@ async def test_health_and_reflection_are_not_traced(sidecar: app.Sidecar) -> Non
         EXPORTER.clear()
         await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""))
         stream = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
-            iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+        )
         async for _ in stream:
             break
         assert EXPORTER.get_finished_spans() == ()
-        await gateway_pb2_grpc.ToolGatewayServiceStub(channel).Invoke(gateway_pb2.InvokeRequest(
-            context=ctx(), tool_name="delete_note", arguments_json="{}"))
+        await gateway_pb2_grpc.ToolGatewayServiceStub(channel).Invoke(
+            gateway_pb2.InvokeRequest(context=ctx(), tool_name="delete_note", arguments_json="{}")
+        )
     assert [s.name for s in EXPORTER.get_finished_spans() if s.kind == trace.SpanKind.SERVER] == [
-        "countersign.v1.ToolGatewayService/Invoke"]
+        "countersign.v1.ToolGatewayService/Invoke"
+    ]
 
 
 # ---- OpenTelemetry by the conventions (issue 16) ------------------------------------------------------------
@@ -235,27 +259,40 @@ async def _rpc_error(call: Awaitable[object]) -> grpc.aio.AioRpcError:
 
 
 async def test_every_server_span_is_named_and_attributed_by_the_rpc_conventions_and_only_faults_are_errors(
-        stack: Stack, sidecar: app.Sidecar) -> None:
+    stack: Stack, sidecar: app.Sidecar
+) -> None:
     async with grpc.aio.insecure_channel(sidecar.address) as channel:
         stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
         conts = continuation_pb2_grpc.ContinuationServiceStub(channel)
         card = await _card(stub, "conventions")
         tampered = await _card(stub, "tampered")
-        pending = (await conts.OpenContinuation(continuation_pb2.OpenContinuationRequest(
-            context=ctx(), action_id=tampered.action_id,
-            snapshot=continuation_pb2.ContinuationSnapshot(question="q")))).continuation
+        pending = (
+            await conts.OpenContinuation(
+                continuation_pb2.OpenContinuationRequest(
+                    context=ctx(),
+                    action_id=tampered.action_id,
+                    snapshot=continuation_pb2.ContinuationSnapshot(question="q"),
+                )
+            )
+        ).continuation
         EXPORTER.clear()
         await stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token))
         await stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(), tool_name="list_todos", arguments_json="{}"))
         refusals = {
-            grpc.StatusCode.INVALID_ARGUMENT: stub.Invoke(gateway_pb2.InvokeRequest(
-                context=ctx(), tool_name="create_todo", arguments_json='{"title": "x", "owner": "mallory"}')),
-            grpc.StatusCode.NOT_FOUND: stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(),
-                                                                                  action_id=uuid.uuid4().hex)),
-            grpc.StatusCode.PERMISSION_DENIED: stub.Confirm(gateway_pb2.ConfirmRequest(
-                context=ctx(actor_id="mallory", subject_id="mallory"), token=card.token)),
-            grpc.StatusCode.FAILED_PRECONDITION: conts.ClaimContinuation(continuation_pb2.ClaimContinuationRequest(
-                context=ctx(), token=pending.token)),
+            grpc.StatusCode.INVALID_ARGUMENT: stub.Invoke(
+                gateway_pb2.InvokeRequest(
+                    context=ctx(), tool_name="create_todo", arguments_json='{"title": "x", "owner": "mallory"}'
+                )
+            ),
+            grpc.StatusCode.NOT_FOUND: stub.GetAction(
+                gateway_pb2.GetActionRequest(context=ctx(), action_id=uuid.uuid4().hex)
+            ),
+            grpc.StatusCode.PERMISSION_DENIED: stub.Confirm(
+                gateway_pb2.ConfirmRequest(context=ctx(actor_id="mallory", subject_id="mallory"), token=card.token)
+            ),
+            grpc.StatusCode.FAILED_PRECONDITION: conts.ClaimContinuation(
+                continuation_pb2.ClaimContinuationRequest(context=ctx(), token=pending.token)
+            ),
         }
         for code, call in refusals.items():
             assert (await _rpc_error(call)).code() == code
@@ -265,37 +302,55 @@ async def test_every_server_span_is_named_and_attributed_by_the_rpc_conventions_
         r.close()
         fault = await _rpc_error(stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=tampered.token)))
         assert fault.code() == grpc.StatusCode.DATA_LOSS
-    codes = {span.name: [] for span in _server_spans()}   # type: dict[str, list[grpc.StatusCode]]
+    codes = {span.name: [] for span in _server_spans()}  # type: dict[str, list[grpc.StatusCode]]
     for span in _server_spans():
         codes[span.name].append(_assert_rpc_conventions(span))
     assert sorted(codes[f"{GATEWAY}/Confirm"], key=lambda c: c.value[0]) == [
-        grpc.StatusCode.OK, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.DATA_LOSS]
+        grpc.StatusCode.OK,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.DATA_LOSS,
+    ]
     assert sorted(codes[f"{GATEWAY}/Invoke"], key=lambda c: c.value[0]) == [
-        grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT]
+        grpc.StatusCode.OK,
+        grpc.StatusCode.INVALID_ARGUMENT,
+    ]
     assert codes[f"{GATEWAY}/GetAction"] == [grpc.StatusCode.NOT_FOUND]
     assert codes["countersign.v1.ContinuationService/ClaimContinuation"] == [grpc.StatusCode.FAILED_PRECONDITION]
     errors = [s for s in _server_spans() if s.status.status_code == trace.StatusCode.ERROR]
     assert [(s.name, (s.attributes or {})["countersign.reason"]) for s in errors] == [
-        (f"{GATEWAY}/Confirm", "CONFIRMATION_TAMPERED")]
+        (f"{GATEWAY}/Confirm", "CONFIRMATION_TAMPERED")
+    ]
 
 
 async def test_a_downstream_that_is_down_is_an_error_span_and_its_message_names_the_url(
-        stack: Stack, caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    stack: Stack, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
     """UNAVAILABLE is a server fault (ERROR); the caller and the log learn which tool and which address."""
     _provider()
     caplog.set_level(logging.INFO)
-    with socket.socket() as s:    # a port nothing listens on
+    with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"
     registry = processes.write_registry(tmp_path, f"http://{dead}")
-    down = await app.start(settings.Settings(
-        registry=str(registry), listen="127.0.0.1:0", redis_url=stack.redis.info["url"], metrics_listen="",
-        keys_file=str(stack.keys), downstream_deadline=0.5, lease=5.0).validate())
+    down = await app.start(
+        settings.Settings(
+            registry=str(registry),
+            listen="127.0.0.1:0",
+            redis_url=stack.redis.info["url"],
+            metrics_listen="",
+            keys_file=str(stack.keys),
+            downstream_deadline=0.5,
+            lease=5.0,
+        ).validate()
+    )
     try:
         EXPORTER.clear()
         async with grpc.aio.insecure_channel(down.address) as channel:
-            err = await _rpc_error(gateway_pb2_grpc.ToolGatewayServiceStub(channel).Invoke(gateway_pb2.InvokeRequest(
-                context=ctx(), tool_name="create_todo", arguments_json='{"title": "x"}')))
+            err = await _rpc_error(
+                gateway_pb2_grpc.ToolGatewayServiceStub(channel).Invoke(
+                    gateway_pb2.InvokeRequest(context=ctx(), tool_name="create_todo", arguments_json='{"title": "x"}')
+                )
+            )
     finally:
         await down.stop(grace=1)
     assert err.code() == grpc.StatusCode.UNAVAILABLE and error_info(err).reason == "DOWNSTREAM_UNAVAILABLE"
@@ -310,7 +365,8 @@ async def test_a_downstream_that_is_down_is_an_error_span_and_its_message_names_
 
 
 async def test_the_downstream_call_is_a_client_span_with_the_http_conventions(
-        stack: Stack, sidecar: app.Sidecar) -> None:
+    stack: Stack, sidecar: app.Sidecar
+) -> None:
     async with grpc.aio.insecure_channel(sidecar.address) as channel:
         stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
         card = await _card(stub, "client span")
@@ -320,22 +376,39 @@ async def test_the_downstream_call_is_a_client_span_with_the_http_conventions(
     port = int(stack.todo.url.rsplit(":", 1)[1])
     assert client.name == "POST /todos"
     assert dict(client.attributes or {}) | {"countersign.outcome": "-"} == {
-        "http.request.method": "POST", "server.address": "127.0.0.1", "server.port": port,
-        "url.full": f"http://127.0.0.1:{port}/todos", "url.template": "/todos", "http.response.status_code": 201,
-        "countersign.tool": "create_todo", "countersign.adapter": "http", "countersign.outcome": "-"}
+        "http.request.method": "POST",
+        "server.address": "127.0.0.1",
+        "server.port": port,
+        "url.full": f"http://127.0.0.1:{port}/todos",
+        "url.template": "/todos",
+        "http.response.status_code": 201,
+        "countersign.tool": "create_todo",
+        "countersign.adapter": "http",
+        "countersign.outcome": "-",
+    }
     assert client.status.status_code == trace.StatusCode.UNSET
 
 
 def test_urls_in_spans_and_messages_keep_no_credentials_query_or_argument_values() -> None:
-    assert tracing.safe_url("https://user:pw@api.example:8443/v1/todos/{id}?token=s3cret#frag") == \
-        "https://api.example:8443/v1/todos/{id}"
+    assert (
+        tracing.safe_url("https://user:pw@api.example:8443/v1/todos/{id}?token=s3cret#frag")
+        == "https://api.example:8443/v1/todos/{id}"
+    )
     assert tracing.safe_url("http://[::1]:8081/todos?status={status}") == "http://[::1]:8081/todos"
     attrs = tracing.downstream_attributes("http", "GET", "https://api.example/todos?key=s3cret")
-    assert (attrs["server.address"], attrs["server.port"], attrs["url.full"]) == ("api.example", 443,
-                                                                                   "https://api.example/todos")
+    assert (attrs["server.address"], attrs["server.port"], attrs["url.full"]) == (
+        "api.example",
+        443,
+        "https://api.example/todos",
+    )
     grpc_attrs = tracing.downstream_attributes("grpc", "Execute", "todo-backend:9090")
-    assert grpc_attrs == {"rpc.system": "grpc", "rpc.service": "countersign.v1.ToolBackendService",
-                          "rpc.method": "Execute", "server.address": "todo-backend", "server.port": 9090}
+    assert grpc_attrs == {
+        "rpc.system": "grpc",
+        "rpc.service": "countersign.v1.ToolBackendService",
+        "rpc.method": "Execute",
+        "server.address": "todo-backend",
+        "server.port": 9090,
+    }
 
 
 def test_the_resource_takes_the_environment_over_its_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -345,24 +418,40 @@ def test_the_resource_takes_the_environment_over_its_defaults(monkeypatch: pytes
     assert plain["service.name"] == "countersign" and plain["service.version"] == tracing.version() != "0+unknown"
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attrs,k8s.pod.name=p-1,service.version=9")
     assert (tracing.resource().attributes["service.name"], tracing.resource().attributes["k8s.pod.name"]) == (
-        "from-attrs", "p-1")
+        "from-attrs",
+        "p-1",
+    )
     assert tracing.resource().attributes["service.version"] == "9", "the operator's word wins"
     monkeypatch.setenv("OTEL_SERVICE_NAME", "agent-a-countersign")
     assert tracing.resource().attributes["service.name"] == "agent-a-countersign", "OTEL_SERVICE_NAME wins over all"
 
 
-@pytest.mark.parametrize(("env", "want"), [
-    ({}, []),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, ["otlp_proto_grpc"]),
-    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
-     ["otlp_proto_http"]),
-    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
-      "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, ["otlp_proto_http"]),
-    ({"OTEL_TRACES_EXPORTER": "console"}, ["console"]),
-    ({"OTEL_TRACES_EXPORTER": "console,otlp"}, ["console", "otlp_proto_grpc"]),
-    ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, []),
-    ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "console"}, []),
-])
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [
+        ({}, []),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, ["otlp_proto_grpc"]),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            },
+            ["otlp_proto_http"],
+        ),
+        (
+            {
+                "OTEL_TRACES_EXPORTER": "otlp",
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            },
+            ["otlp_proto_http"],
+        ),
+        ({"OTEL_TRACES_EXPORTER": "console"}, ["console"]),
+        ({"OTEL_TRACES_EXPORTER": "console,otlp"}, ["console", "otlp_proto_grpc"]),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, []),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "console"}, []),
+    ],
+)
 def test_the_exporters_are_the_ones_the_environment_names(env: dict[str, str], want: list[str]) -> None:
     assert tracing.exporter_names(env) == want
 
@@ -372,8 +461,9 @@ def test_an_unsupported_otlp_protocol_is_refused_by_name() -> None:
         tracing.exporter_names({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
 
 
-def _sidecar_process_confirm(stack: Stack, monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
-                             title: str) -> tuple[processes.Proc, str]:
+def _sidecar_process_confirm(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], title: str
+) -> tuple[processes.Proc, str]:
     """A sidecar process started with these OTEL_* variables; one card confirmed through it. Returns the
     process (still running) and the action id."""
     for name, value in env.items():
@@ -390,26 +480,40 @@ def _sidecar_process_confirm(stack: Stack, monkeypatch: pytest.MonkeyPatch, env:
 
 
 def test_a_sidecar_process_prints_spans_with_otel_traces_exporter_console_and_logs_their_ids(
-        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
-    proc, action_id = _sidecar_process_confirm(stack, monkeypatch, {
-        "OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "agent-a-countersign",
-        "OTEL_RESOURCE_ATTRIBUTES": "k8s.pod.name=agent-a-0,k8s.namespace.name=agents",
-        "OTEL_BSP_SCHEDULE_DELAY": "50"}, "console")
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc, action_id = _sidecar_process_confirm(
+        stack,
+        monkeypatch,
+        {
+            "OTEL_TRACES_EXPORTER": "console",
+            "OTEL_SERVICE_NAME": "agent-a-countersign",
+            "OTEL_RESOURCE_ATTRIBUTES": "k8s.pod.name=agent-a-0,k8s.namespace.name=agents",
+            "OTEL_BSP_SCHEDULE_DELAY": "50",
+        },
+        "console",
+    )
     assert proc.stop() == 0
     assert proc.popen.stdout is not None
     os.set_blocking(proc.popen.stdout.fileno(), True)
     out = proc.popen.stdout.read().decode()
     spans = [json.loads(chunk) for chunk in _json_objects(out)]
-    confirm = next(s for s in spans if s["name"] == f"{GATEWAY}/Confirm"
-                   and s["attributes"].get("countersign.action_id") == action_id)
+    confirm = next(
+        s
+        for s in spans
+        if s["name"] == f"{GATEWAY}/Confirm" and s["attributes"].get("countersign.action_id") == action_id
+    )
     assert confirm["resource"]["attributes"]["service.name"] == "agent-a-countersign"
     assert confirm["resource"]["attributes"]["k8s.pod.name"] == "agent-a-0"
     assert confirm["resource"]["attributes"]["service.version"] == tracing.version()
     assert confirm["attributes"]["rpc.grpc.status_code"] == 0 and confirm["attributes"]["rpc.system"] == "grpc"
     lines = [json.loads(line) for line in proc.log().splitlines() if line.startswith("{")]
     assert all({"timestamp", "level", "logger"} <= line.keys() for line in lines), lines
-    executed = next(line for line in lines if line.get("event") == "decision" and line["action_id"] == action_id
-                    and line["decision"] == "executed")
+    executed = next(
+        line
+        for line in lines
+        if line.get("event") == "decision" and line["action_id"] == action_id and line["decision"] == "executed"
+    )
     assert executed["trace_id"] == confirm["context"]["trace_id"].removeprefix("0x")
     assert executed["span_id"] == confirm["context"]["span_id"].removeprefix("0x")
 
@@ -425,7 +529,8 @@ def _json_objects(text: str) -> list[str]:
 
 
 def test_a_sidecar_process_exports_over_otlp_http_protobuf_when_the_protocol_says_so(
-        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
     received: list[bytes] = []
@@ -447,9 +552,16 @@ def test_a_sidecar_process_exports_over_otlp_http_protobuf_when_the_protocol_say
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        proc, action_id = _sidecar_process_confirm(stack, monkeypatch, {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_BSP_SCHEDULE_DELAY": "50"}, "otlp http")
+        proc, action_id = _sidecar_process_confirm(
+            stack,
+            monkeypatch,
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_BSP_SCHEDULE_DELAY": "50",
+            },
+            "otlp http",
+        )
         assert proc.stop() == 0, "the batch is flushed at shutdown"
     finally:
         server.shutdown()
@@ -460,20 +572,26 @@ def test_a_sidecar_process_exports_over_otlp_http_protobuf_when_the_protocol_say
         for resource_spans in request.resource_spans:
             service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}["service.name"]
             for scope in resource_spans.scope_spans:
-                names += [(service, span.name) for span in scope.spans
-                          if any(a.key == "countersign.action_id" and a.value.string_value == action_id
-                                 for a in span.attributes)]
+                names += [
+                    (service, span.name)
+                    for span in scope.spans
+                    if any(
+                        a.key == "countersign.action_id" and a.value.string_value == action_id for a in span.attributes
+                    )
+                ]
     assert ("countersign", f"{GATEWAY}/Confirm") in names, names
 
 
 async def test_red_and_use_series_count_each_rpc_by_code_the_calls_held_and_each_redis_script(
-        stack: Stack, sidecar: app.Sidecar) -> None:
+    stack: Stack, sidecar: app.Sidecar
+) -> None:
     scrape = _scrape(sidecar)
     assert f"countersign_max_in_flight {float(sidecar.settings.max_in_flight)}" in scrape
     count = "countersign_rpc_server_duration_seconds_count"
     before = {code: _value(scrape, count, method="Confirm", code=code) for code in ("OK", "PERMISSION_DENIED")}
-    claims, settles = (_value(scrape, "countersign_redis_duration_seconds_count", script=script)
-                       for script in ("claim", "settle"))
+    claims, settles = (
+        _value(scrape, "countersign_redis_duration_seconds_count", script=script) for script in ("claim", "settle")
+    )
     async with grpc.aio.insecure_channel(sidecar.address) as channel:
         stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
         card = await _card(stub, "red")
@@ -481,22 +599,31 @@ async def test_red_and_use_series_count_each_rpc_by_code_the_calls_held_and_each
         try:
             running = asyncio.ensure_future(stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)))
             held = 0.0
-            for _ in range(50):    # while the downstream holds the call, the gauge counts it
+            for _ in range(50):  # while the downstream holds the call, the gauge counts it
                 await asyncio.sleep(0.02)
-                held = float(next(line.split()[1] for line in (await asyncio.to_thread(_scrape, sidecar)).splitlines()
-                                  if line.startswith("countersign_in_flight ")))
+                held = float(
+                    next(
+                        line.split()[1]
+                        for line in (await asyncio.to_thread(_scrape, sidecar)).splitlines()
+                        if line.startswith("countersign_in_flight ")
+                    )
+                )
                 if held >= 1:
                     break
             assert held >= 1
             await running
         finally:
             stack.todo.clear_faults()
-        await _rpc_error(stub.Confirm(gateway_pb2.ConfirmRequest(
-            context=ctx(actor_id="mallory", subject_id="mallory"), token=card.token)))
+        await _rpc_error(
+            stub.Confirm(
+                gateway_pb2.ConfirmRequest(context=ctx(actor_id="mallory", subject_id="mallory"), token=card.token)
+            )
+        )
     scrape = _scrape(sidecar)
     assert _value(scrape, count, method="Confirm", code="OK") == before["OK"] + 1
     assert _value(scrape, count, method="Confirm", code="PERMISSION_DENIED") == before["PERMISSION_DENIED"] + 1
-    assert _value(scrape, "countersign_rpc_server_duration_seconds_sum", method="Confirm", code="OK") >= 0.5, \
+    assert _value(scrape, "countersign_rpc_server_duration_seconds_sum", method="Confirm", code="OK") >= 0.5, (
         "the Confirm that waited on the downstream until its deadline"
+    )
     assert _value(scrape, "countersign_redis_duration_seconds_count", script="claim") == claims + 2
     assert _value(scrape, "countersign_redis_duration_seconds_count", script="settle") == settles + 1

@@ -21,9 +21,22 @@ from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 
 def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "countersign.sidecar.cli", *args, "--redis-url",
-                           stack.redis.info["url"], "--keys-file", str(stack.keys)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "countersign.sidecar.cli",
+            *args,
+            "--redis-url",
+            stack.redis.info["url"],
+            "--keys-file",
+            str(stack.keys),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
 
 
 def _events(stack: Stack, action_id: str, count: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
@@ -48,8 +61,10 @@ def _rewrite(stack: Stack, action_id: str, rows: list[dict[bytes, bytes]]) -> No
 def test_needs_manual_review_is_listed_shown_and_resolved_by_a_named_operator(fresh_stack: Stack) -> None:
     stack = quiet(fresh_stack)
     cutter = Cutter()
-    sidecar = stack.start_sidecar(registry=registry_with(stack, execute_url=cutter.url, fence=False, lookup=False),
-                                  flags=["--reconcile-interval", "1h"])
+    sidecar = stack.start_sidecar(
+        registry=registry_with(stack, execute_url=cutter.url, fence=False, lookup=False),
+        flags=["--reconcile-interval", "1h"],
+    )
     try:
         stub = stack.stub(sidecar.info["grpc"])
         card = stack.card(stub, request_id=uuid.uuid4().hex, title="人工复核")
@@ -64,17 +79,42 @@ def test_needs_manual_review_is_listed_shown_and_resolved_by_a_named_operator(fr
     assert rows[card.action_id]["reason"] == "NO_LOOKUP" and rows[card.action_id]["tool"] == "create_todo"
     human = cli(stack, "actions", "list", "--state", "needs-manual-review")
     assert card.action_id in human.stdout and "NEEDS_MANUAL_REVIEW" in human.stdout
-    early = cli(stack, "actions", "resolve", card.action_id, "--outcome", "failed", "--reason",
-                "checked the todo service: no such todo", "--operator", "sre-alice")
+    early = cli(
+        stack,
+        "actions",
+        "resolve",
+        card.action_id,
+        "--outcome",
+        "failed",
+        "--reason",
+        "checked the todo service: no such todo",
+        "--operator",
+        "sre-alice",
+    )
     assert early.returncode == 1 and "declares no lookup" not in early.stderr and "--registry" in early.stderr
     # past the reconcile window (here: a window of 1 ms), a person's word is all there is
-    resolved = cli(stack, "actions", "resolve", card.action_id, "--outcome", "failed", "--reason",
-                   "checked the todo service: no such todo", "--operator", "sre-alice", "--reconcile-window", "1ms")
+    resolved = cli(
+        stack,
+        "actions",
+        "resolve",
+        card.action_id,
+        "--outcome",
+        "failed",
+        "--reason",
+        "checked the todo service: no such todo",
+        "--operator",
+        "sre-alice",
+        "--reconcile-window",
+        "1ms",
+    )
     assert resolved.returncode == 0, resolved.stderr
     reader = stack.start_sidecar()
     try:
-        action = stack.stub(reader.info["grpc"]).GetAction(gateway_pb2.GetActionRequest(
-            context=ctx(), action_id=card.action_id)).action
+        action = (
+            stack.stub(reader.info["grpc"])
+            .GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id))
+            .action
+        )
     finally:
         reader.stop()
     assert action.state == common_pb2.ACTION_STATE_FAILED and action.error.reason == "RESOLVED_BY_OPERATOR"
@@ -82,8 +122,9 @@ def test_needs_manual_review_is_listed_shown_and_resolved_by_a_named_operator(fr
     kinds = [e["t"] for e in shown["history"]]
     assert kinds[:2] == ["issued", "claimed"] and kinds[-1] == "resolved"
     assert shown["history"][-1]["f"]["operator"] == "sre-alice" and shown["audit"] == "verified"
-    again = cli(stack, "actions", "resolve", card.action_id, "--outcome", "succeeded", "--reason", "x",
-                "--operator", "sre-bob")
+    again = cli(
+        stack, "actions", "resolve", card.action_id, "--outcome", "succeeded", "--reason", "x", "--operator", "sre-bob"
+    )
     assert again.returncode == 1 and "only unknown or needs-manual-review" in again.stderr
 
 
@@ -131,9 +172,23 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly(stack: Stack) 
         stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token))
     read, write = os.pipe()
     fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 4096)
-    proc = subprocess.Popen([sys.executable, "-m", "countersign.sidecar.cli", "audit", "export",
-                             "--redis-url", stack.redis.info["url"], "--keys-file", str(stack.keys)],
-                            stdout=write, stderr=subprocess.PIPE, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "countersign.sidecar.cli",
+            "audit",
+            "export",
+            "--redis-url",
+            stack.redis.info["url"],
+            "--keys-file",
+            str(stack.keys),
+        ],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     os.close(write)
     with os.fdopen(read, "rb") as reader:
         first = reader.readline()
@@ -145,24 +200,43 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly(stack: Stack) 
 # -- resolving by hand inside the reconcile window (issue 11, item 17) -------------------------------------------
 
 
-def _resolve(stack: Stack, action_id: str, outcome: str, *extra: str,
-             registry: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return cli(stack, "actions", "resolve", action_id, "--outcome", outcome, "--reason", "checked by hand",
-               "--operator", "sre-carol", "--registry", str(registry or stack.registry),
-               "--downstream-deadline", "1s", *extra)
+def _resolve(
+    stack: Stack, action_id: str, outcome: str, *extra: str, registry: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return cli(
+        stack,
+        "actions",
+        "resolve",
+        action_id,
+        "--outcome",
+        outcome,
+        "--reason",
+        "checked by hand",
+        "--operator",
+        "sre-carol",
+        "--registry",
+        str(registry or stack.registry),
+        "--downstream-deadline",
+        "1s",
+        *extra,
+    )
 
 
 def _state(stack: Stack, action_id: str) -> common_pb2.Action:
     reader = stack.start_sidecar(flags=["--reconcile-interval", "1h", "--downstream-deadline", "1s"])
     try:
-        return stack.stub(reader.info["grpc"]).GetAction(gateway_pb2.GetActionRequest(
-            context=ctx(), action_id=action_id)).action
+        return (
+            stack.stub(reader.info["grpc"])
+            .GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=action_id))
+            .action
+        )
     finally:
         reader.stop()
 
 
-def _unknown_while_frozen(stack: Stack, stub: gateway_pb2_grpc.ToolGatewayServiceStub,
-                          title: str) -> gateway_pb2.ConfirmationCard:
+def _unknown_while_frozen(
+    stack: Stack, stub: gateway_pb2_grpc.ToolGatewayServiceStub, title: str
+) -> gateway_pb2.ConfirmationCard:
     """A card confirmed while the todo service is stopped (SIGSTOP): the request sits in its socket, UNKNOWN."""
     card = stack.card(stub, request_id=uuid.uuid4().hex, title=title)
     stack.todo.proc.pause()
@@ -172,7 +246,8 @@ def _unknown_while_frozen(stack: Stack, stub: gateway_pb2_grpc.ToolGatewayServic
 
 
 def test_resolve_failed_is_refused_while_the_request_may_still_land_and_the_truth_is_recorded(
-        fresh_stack: Stack) -> None:
+    fresh_stack: Stack,
+) -> None:
     stack = quiet(fresh_stack)
     sidecar = stack.start_sidecar(flags=["--reconcile-interval", "1h", "--downstream-deadline", "1s"])
     try:
@@ -186,14 +261,14 @@ def test_resolve_failed_is_refused_while_the_request_may_still_land_and_the_trut
         assert "may still" in refused.stderr and "--force" in refused.stderr and "fence" in refused.stderr
         shown = json.loads(cli(stack, "actions", "show", card.action_id, "--json").stdout)
         assert shown["record_state"] == "unknown", "nothing was recorded"
-        deadline = time.monotonic() + 10           # the service, running again, handles what waited in its socket
+        deadline = time.monotonic() + 10  # the service, running again, handles what waited in its socket
         while not stack.todo.writes(card.action_id) and time.monotonic() < deadline:
             time.sleep(0.05)
         action = stub.Reconcile(gateway_pb2.ReconcileRequest(context=ctx(), action_id=card.action_id)).action
         landed = stack.todo.get(f"/todos/by-key/{card.action_id}")
-        if landed.get("id"):    # the request landed: it is SUCCEEDED, never FAILED
+        if landed.get("id"):  # the request landed: it is SUCCEEDED, never FAILED
             assert action.state == common_pb2.ACTION_STATE_SUCCEEDED and action.receipt.resource_id == landed["id"]
-        else:                   # the fence got there first: the request is refused for good
+        else:  # the fence got there first: the request is refused for good
             assert action.state == common_pb2.ACTION_STATE_FAILED and action.error.reason == "NOT_APPLIED"
     finally:
         stack.todo.proc.resume()
@@ -220,17 +295,21 @@ def test_resolve_with_force_inside_the_window_is_recorded_as_forced_with_the_rea
 
 
 def test_a_fence_inside_the_window_proves_not_applied_so_failed_needs_no_force_and_succeeded_is_refused(
-        fresh_stack: Stack) -> None:
+    fresh_stack: Stack,
+) -> None:
     stack = quiet(fresh_stack)
     cutter = Cutter()
     registry = registry_with(stack, execute_url=cutter.url)
-    sidecar = stack.start_sidecar(registry=registry,
-                                  flags=["--reconcile-interval", "1h", "--downstream-deadline", "1s"])
+    sidecar = stack.start_sidecar(
+        registry=registry, flags=["--reconcile-interval", "1h", "--downstream-deadline", "1s"]
+    )
     try:
         stub = stack.stub(sidecar.info["grpc"])
         card = stack.card(stub, request_id=uuid.uuid4().hex, title="被切断")
-        assert stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action.state == \
-            common_pb2.ACTION_STATE_UNKNOWN
+        assert (
+            stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action.state
+            == common_pb2.ACTION_STATE_UNKNOWN
+        )
         wrong = _resolve(stack, card.action_id, "succeeded", registry=registry)
         assert wrong.returncode == 1 and "never applied" in wrong.stderr
         right = _resolve(stack, card.action_id, "failed", registry=registry)
@@ -251,8 +330,10 @@ def test_resolve_failed_of_what_the_downstream_applied_is_refused_even_with_forc
         stub = stack.stub(sidecar.info["grpc"])
         card = stack.card(stub, request_id=uuid.uuid4().hex, title="已提交")
         stack.todo.fault(path="/todos", method="POST", mode="hang_after_commit", seconds=2.0, times=1)
-        assert stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action.state == \
-            common_pb2.ACTION_STATE_UNKNOWN
+        assert (
+            stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action.state
+            == common_pb2.ACTION_STATE_UNKNOWN
+        )
         for extra in ((), ("--force",)):
             refused = _resolve(stack, card.action_id, "failed", *extra)
             assert refused.returncode == 1 and "applied" in refused.stderr, refused.stderr

@@ -63,7 +63,7 @@ def test_readiness_fails_within_its_bound_while_redis_is_silent_and_liveness_doe
     metrics = fresh_stack.sidecar.info["metrics"]
     fresh_stack.redis.pause()
     try:
-        time.sleep(1.1)                       # past the reuse of the last answer
+        time.sleep(1.1)  # past the reuse of the last answer
         started = time.monotonic()
         code, body = get(metrics, "/readyz")
         waited = time.monotonic() - started
@@ -121,12 +121,19 @@ def test_a_flood_of_readiness_probes_is_not_a_flood_of_redis_pings(stack: Stack)
 
 async def test_a_wedged_event_loop_fails_liveness_instead_of_hanging_it(stack: Stack) -> None:
     """The loop itself is the fault here, so the sidecar runs in this process and the test blocks its loop."""
-    s = settings.Settings(registry=str(stack.registry), listen="127.0.0.1:0", redis_url=stack.redis.info["url"],
-                          metrics_listen="127.0.0.1:0", keys_file=str(stack.keys)).validate()
+    s = settings.Settings(
+        registry=str(stack.registry),
+        listen="127.0.0.1:0",
+        redis_url=stack.redis.info["url"],
+        metrics_listen="127.0.0.1:0",
+        keys_file=str(stack.keys),
+    ).validate()
     running = await app.start(s)
     try:
         assert await asyncio.to_thread(get, running.metrics_address, "/healthz") == (
-            200, json.dumps({"status": "alive", "grpc": "serving"}) + "\n")
+            200,
+            json.dumps({"status": "alive", "grpc": "serving"}) + "\n",
+        )
         answer: dict[str, Any] = {}
 
         def probe() -> None:
@@ -135,7 +142,7 @@ async def test_a_wedged_event_loop_fails_liveness_instead_of_hanging_it(stack: S
 
         thread = threading.Thread(target=probe)
         thread.start()
-        time.sleep(4)                           # a handler that blocks the loop, as a bug would
+        time.sleep(4)  # a handler that blocks the loop, as a bug would
         thread.join(10)
         assert answer["healthz"][0] == 503 and json.loads(answer["healthz"][1])["status"] == "stuck"
         assert answer["readyz"][0] == 503

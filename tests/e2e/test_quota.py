@@ -38,7 +38,8 @@ def quiet_keys(r: redis.Redis) -> list[bytes]:
 
 
 def test_a_tenant_beyond_its_cap_gets_quota_exceeded_nothing_is_stored_and_another_tenant_is_unaffected(
-        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COUNTERSIGN_TENANT_QUOTA", "3")
     sidecar = stack.start_sidecar()
     r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
@@ -47,18 +48,22 @@ def test_a_tenant_beyond_its_cap_gets_quota_exceeded_nothing_is_stored_and_anoth
         stub = stack.stub(sidecar.info["grpc"])
 
         def invoke(tool: str, args: dict[str, str], **context: str) -> gateway_pb2.InvokeResponse:
-            return stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(**context), tool_name=tool,
-                                                         arguments_json=json.dumps(args)), timeout=10)
+            return stub.Invoke(
+                gateway_pb2.InvokeRequest(context=ctx(**context), tool_name=tool, arguments_json=json.dumps(args)),
+                timeout=10,
+            )
 
         rid = turn()
-        first = stack.card(stub, request_id=rid, title="一", **greedy)          # an action and a turn: 2
+        first = stack.card(stub, request_id=rid, title="一", **greedy)  # an action and a turn: 2
         assert invoke("list_todos", {}, request_id=rid, **greedy).result.tool_name == "list_todos"  # same turn
-        stack.card(stub, request_id=rid, title="二", **greedy)                  # another action: 3
+        stack.card(stub, request_id=rid, title="二", **greedy)  # another action: 3
         again = stack.card(stub, request_id=rid, title="一", **greedy)
         assert again.action_id == first.action_id, "the same call in the same turn still gets its card"
         before = quiet_keys(r)
-        for refused in (lambda: invoke("create_todo", {"title": "三"}, request_id=rid, **greedy),
-                        lambda: invoke("list_todos", {}, request_id=turn(), **greedy)):
+        for refused in (
+            lambda: invoke("create_todo", {"title": "三"}, request_id=rid, **greedy),
+            lambda: invoke("list_todos", {}, request_id=turn(), **greedy),
+        ):
             with pytest.raises(grpc.RpcError) as info:
                 refused()
             assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -78,14 +83,19 @@ def test_a_refused_prepare_keeps_nothing_and_counts_nothing(stack: Stack, monkey
     try:
         stub = stack.stub(sidecar.info["grpc"])
         rid = turn()
-        for n in range(3):   # the todo service refuses a due date in the past at prepare: no card
+        for n in range(3):  # the todo service refuses a due date in the past at prepare: no card
             with pytest.raises(grpc.RpcError) as info:
-                stub.Invoke(gateway_pb2.InvokeRequest(
-                    context=ctx(request_id=rid, **tenant), tool_name="create_todo",
-                    arguments_json=json.dumps({"title": f"过去 {n}", "dueAt": "2020-01-01T00:00:00+08:00"})))
+                stub.Invoke(
+                    gateway_pb2.InvokeRequest(
+                        context=ctx(request_id=rid, **tenant),
+                        tool_name="create_todo",
+                        arguments_json=json.dumps({"title": f"过去 {n}", "dueAt": "2020-01-01T00:00:00+08:00"}),
+                    )
+                )
             assert error_info(info.value).reason == "TODO_DUE_AT_SUSPICIOUS"
-        assert stack.card(stub, request_id=rid, title="现在", **tenant).action_id, \
+        assert stack.card(stub, request_id=rid, title="现在", **tenant).action_id, (
             "three refused prepares did not use up the cap of 2 (one action, one turn)"
+        )
     finally:
         sidecar.stop()
 
@@ -97,10 +107,13 @@ def test_a_continuation_snapshot_is_bounded_so_the_cap_bounds_bytes_too(stack: S
     conts = continuation_pb2_grpc.ContinuationServiceStub(grpc.insecure_channel(stack.address))
     huge = continuation_pb2.ContinuationSnapshot(question="问" * 40_000, locale="zh-CN")
     with pytest.raises(grpc.RpcError) as info:
-        conts.OpenContinuation(continuation_pb2.OpenContinuationRequest(context=ctx(), action_id=card.action_id,
-                                                                        snapshot=huge))
-    assert (info.value.code(), error_info(info.value).reason) == (grpc.StatusCode.INVALID_ARGUMENT,
-                                                                 "SNAPSHOT_TOO_LARGE")
+        conts.OpenContinuation(
+            continuation_pb2.OpenContinuationRequest(context=ctx(), action_id=card.action_id, snapshot=huge)
+        )
+    assert (info.value.code(), error_info(info.value).reason) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "SNAPSHOT_TOO_LARGE",
+    )
     r = redis.Redis(unix_socket_path=stack.redis.info["socket"])
     assert not r.exists(f"cs:{{{card.action_id}}}:cont"), "nothing was stored"
 
@@ -117,9 +130,14 @@ def _fill(stub: gateway_pb2_grpc.ToolGatewayServiceStub, tenant: str, calls: int
     issued = refused = 0
     for n in range(calls):
         try:
-            stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(tenant_id=tenant, request_id=turn()),
-                                                  tool_name="create_todo",
-                                                  arguments_json=json.dumps({"title": f"填满 {n}"})), timeout=10)
+            stub.Invoke(
+                gateway_pb2.InvokeRequest(
+                    context=ctx(tenant_id=tenant, request_id=turn()),
+                    tool_name="create_todo",
+                    arguments_json=json.dumps({"title": f"填满 {n}"}),
+                ),
+                timeout=10,
+            )
             issued += 1
         except grpc.RpcError as exc:
             assert error_info(exc).reason == "QUOTA_EXCEEDED", exc
@@ -128,7 +146,8 @@ def _fill(stub: gateway_pb2_grpc.ToolGatewayServiceStub, tenant: str, calls: int
 
 
 def test_far_from_the_cap_members_are_counted_in_batches_and_the_cap_still_holds_exactly(
-        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Cap 40: the first cards are admitted on the batched path (below half the cap), the rest are asked of Redis;
     exactly 20 cards
     (40 records) are stored, and a sidecar stopped right after admitting still counts what it admitted."""
@@ -143,26 +162,25 @@ def test_far_from_the_cap_members_are_counted_in_batches_and_the_cap_still_holds
     assert _held(stack, tenant) == 40
     quick = stack.start_sidecar()
     other = "sigterm-" + turn()
-    try:   # a few cards, then SIGTERM at once: what was admitted but not yet sent is sent on the way out
+    try:  # a few cards, then SIGTERM at once: what was admitted but not yet sent is sent on the way out
         assert _fill(stack.stub(quick.info["grpc"]), other, 3) == (3, 0)
     finally:
         quick.stop()
     assert _held(stack, other) == 6
 
 
-def test_two_sidecars_sharing_a_tenant_keep_it_near_its_cap(
-        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_sidecars_sharing_a_tenant_keep_it_near_its_cap(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COUNTERSIGN_TENANT_QUOTA", "60")
     tenant = "shared-" + turn()
     sidecars = [stack.start_sidecar(), stack.start_sidecar()]
     try:
         stubs = [stack.stub(s.info["grpc"]) for s in sidecars]
         results = []
-        for _ in range(20):               # alternate: each sidecar's count of the other's is up to 50 ms old
+        for _ in range(20):  # alternate: each sidecar's count of the other's is up to 50 ms old
             for stub in stubs:
                 results.append(_fill(stub, tenant, 1))
         issued = sum(i for i, _ in results)
-        time.sleep(0.3)                   # both sidecars sent their batches
+        time.sleep(0.3)  # both sidecars sent their batches
         held = _held(stack, tenant)
     finally:
         for s in sidecars:
@@ -173,12 +191,13 @@ def test_two_sidecars_sharing_a_tenant_keep_it_near_its_cap(
 
 
 def test_thirty_invokes_of_one_tenant_at_once_never_take_it_over_its_cap(
-        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COUNTERSIGN_TENANT_QUOTA", "20")
     tenant = "racing-" + turn()
     sidecar = stack.start_sidecar()
     try:
-        assert _fill(stack.stub(sidecar.info["grpc"]), tenant, 1) == (1, 0)   # the count is heard: batched path
+        assert _fill(stack.stub(sidecar.info["grpc"]), tenant, 1) == (1, 0)  # the count is heard: batched path
 
         async def race() -> list[str]:
             async with grpc.aio.insecure_channel(sidecar.info["grpc"]) as channel:
@@ -186,12 +205,18 @@ def test_thirty_invokes_of_one_tenant_at_once_never_take_it_over_its_cap(
 
                 async def one(n: int) -> str:
                     try:
-                        await stub.Invoke(gateway_pb2.InvokeRequest(
-                            context=ctx(tenant_id=tenant, request_id=turn()), tool_name="create_todo",
-                            arguments_json=json.dumps({"title": f"同时 {n}"})), timeout=20)
+                        await stub.Invoke(
+                            gateway_pb2.InvokeRequest(
+                                context=ctx(tenant_id=tenant, request_id=turn()),
+                                tool_name="create_todo",
+                                arguments_json=json.dumps({"title": f"同时 {n}"}),
+                            ),
+                            timeout=20,
+                        )
                         return "card"
                     except grpc.aio.AioRpcError as exc:
                         return error_info(exc).reason
+
                 return await asyncio.gather(*(one(n) for n in range(30)))
 
         outcomes = asyncio.run(race())
@@ -203,7 +228,8 @@ def test_thirty_invokes_of_one_tenant_at_once_never_take_it_over_its_cap(
 
 
 def test_a_key_rotation_keeps_counting_the_tenant_it_already_counted(
-        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The quota's set is named by a keyed hash of the tenant under the id key (h11-records), which rotation never
     touches: a sidecar restarted with another active key finds the tenant's count, not a fresh one."""
     from countersign.testing import processes
@@ -212,13 +238,14 @@ def test_a_key_rotation_keeps_counting_the_tenant_it_already_counted(
     tenant = "rotating-" + turn()
     sidecar = stack.start_sidecar()
     try:
-        assert _fill(stack.stub(sidecar.info["grpc"]), tenant, 2) == (2, 0)     # two cards, two turns: 4 records
+        assert _fill(stack.stub(sidecar.info["grpc"]), tenant, 2) == (2, 0)  # two cards, two turns: 4 records
     finally:
-        sidecar.stop()                    # SIGTERM sends what was admitted
+        sidecar.stop()  # SIGTERM sends what was admitted
     rotated = processes.write_keys(stack.work, {**processes.TEST_KEYS, "active": "k0"})
     assert processes.TEST_KEYS["active"] != "k0"
-    sidecar = processes.start_sidecar(stack.work, stack.registry, redis_url=stack.redis.info["url"], keys=rotated,
-                                    flags=["--log-level", "warning"])
+    sidecar = processes.start_sidecar(
+        stack.work, stack.registry, redis_url=stack.redis.info["url"], keys=rotated, flags=["--log-level", "warning"]
+    )
     try:
         assert _fill(stack.stub(sidecar.info["grpc"]), tenant, 1) == (0, 1), "the rotated sidecar counts on"
     finally:

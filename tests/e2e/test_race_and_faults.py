@@ -34,11 +34,11 @@ def _confirm_many(addresses: list[str], token: str, count: int, start_at: float,
         await asyncio.sleep(max(0.0, start_at - time.time()))
 
         async def one(i: int) -> tuple[str, bytes]:
-            for attempt in range(40):   # 100 callers per sidecar, over its --max-in-flight: sheds are retried
+            for attempt in range(40):  # 100 callers per sidecar, over its --max-in-flight: sheds are retried
                 try:
                     response = await stubs[i % len(stubs)].Confirm(
-                        gateway_pb2.ConfirmRequest(context=ctx(), token=token, wait_ms=0 if i % 3 else 3000),
-                        timeout=30)
+                        gateway_pb2.ConfirmRequest(context=ctx(), token=token, wait_ms=0 if i % 3 else 3000), timeout=30
+                    )
                     return ("ok", response.action.SerializeToString(deterministic=True))
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -64,8 +64,9 @@ def test_200_concurrent_confirms_from_4_processes_and_2_sidecars_execute_once(st
         queue: multiprocessing.Queue = spawn.Queue()  # type: ignore[type-arg]
         start_at = time.time() + 3.0
         addresses = [stack.address, second.info["grpc"]]
-        procs = [spawn.Process(target=_confirm_many, args=(addresses, card.token, 50, start_at, queue))
-                 for _ in range(4)]
+        procs = [
+            spawn.Process(target=_confirm_many, args=(addresses, card.token, 50, start_at, queue)) for _ in range(4)
+        ]
         for p in procs:
             p.start()
         results = [r for _ in procs for r in queue.get(timeout=90)]
@@ -80,8 +81,9 @@ def test_200_concurrent_confirms_from_4_processes_and_2_sidecars_execute_once(st
     actions = [common_pb2.Action.FromString(raw) for _, raw in results]
     states = {a.state for a in actions}
     assert states <= {common_pb2.ACTION_STATE_RUNNING, common_pb2.ACTION_STATE_SUCCEEDED}, states
-    receipts = {a.receipt.SerializeToString(deterministic=True) for a in actions
-                if a.state == common_pb2.ACTION_STATE_SUCCEEDED}
+    receipts = {
+        a.receipt.SerializeToString(deterministic=True) for a in actions if a.state == common_pb2.ACTION_STATE_SUCCEEDED
+    }
     assert len(receipts) == 1, "every caller that saw the outcome saw the identical receipt"
     assert sum(1 for a in actions if not a.replayed) == 1, "exactly one caller executed"
     # what the user cares about: the downstream saw exactly one request for this action
@@ -90,8 +92,7 @@ def test_200_concurrent_confirms_from_4_processes_and_2_sidecars_execute_once(st
     assert final.receipt.SerializeToString(deterministic=True) in receipts
 
 
-def test_kill9_while_the_downstream_holds_the_request_leaves_unknown_never_a_second_write(
-        fresh_stack: Stack) -> None:
+def test_kill9_while_the_downstream_holds_the_request_leaves_unknown_never_a_second_write(fresh_stack: Stack) -> None:
     stack = fresh_stack
     flags = ["--lease", "2500ms", "--downstream-deadline", "2s"]
     victim = stack.start_sidecar(flags=flags)
@@ -99,7 +100,8 @@ def test_kill9_while_the_downstream_holds_the_request_leaves_unknown_never_a_sec
     stack.todo.fault(path="/todos", method="POST", mode="hang_before_commit", seconds=1.5, times=1)
     channel = grpc.insecure_channel(victim.info["grpc"])
     future = gateway_pb2_grpc.ToolGatewayServiceStub(channel).Confirm.future(
-        gateway_pb2.ConfirmRequest(context=ctx(), token=card.token), timeout=10)
+        gateway_pb2.ConfirmRequest(context=ctx(), token=card.token), timeout=10
+    )
     deadline = time.monotonic() + 5
     while not stack.todo.writes(card.action_id) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -114,7 +116,7 @@ def test_kill9_while_the_downstream_holds_the_request_leaves_unknown_never_a_sec
         stub = stack.stub(restarted.info["grpc"])
         action = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
         assert action.state in (common_pb2.ACTION_STATE_RUNNING, common_pb2.ACTION_STATE_UNKNOWN)
-        time.sleep(2.6)                      # the dead sidecar's lease lapses
+        time.sleep(2.6)  # the dead sidecar's lease lapses
         for _ in range(3):
             action = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
             assert action.state == common_pb2.ACTION_STATE_UNKNOWN and action.replayed
@@ -127,7 +129,8 @@ def test_kill9_while_the_downstream_holds_the_request_leaves_unknown_never_a_sec
 
 @pytest.mark.parametrize("how", ["stopped", "paused"])
 def test_redis_down_fails_closed_within_the_deadline_and_the_downstream_sees_nothing(
-        fresh_stack: Stack, how: str) -> None:
+    fresh_stack: Stack, how: str
+) -> None:
     stack = fresh_stack
     stub = stack.stub()
     card = stack.card(stub, request_id=uuid.uuid4().hex)
@@ -138,8 +141,14 @@ def test_redis_down_fails_closed_within_the_deadline_and_the_downstream_sees_not
         stack.redis.pause()
     try:
         for call in (
-            lambda: stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex),
-                                tool_name="create_todo", arguments_json='{"title": "离线"}'), timeout=5),
+            lambda: stub.Invoke(
+                gateway_pb2.InvokeRequest(
+                    context=ctx(request_id=uuid.uuid4().hex),
+                    tool_name="create_todo",
+                    arguments_json='{"title": "离线"}',
+                ),
+                timeout=5,
+            ),
             lambda: stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token), timeout=5),
         ):
             started = time.monotonic()
@@ -175,17 +184,24 @@ def test_grpc_adapter_executes_once_against_a_real_tool_backend(stack: Stack) ->
         sidecar = stack.start_sidecar(registry=path)
         try:
             stub = stack.stub(sidecar.info["grpc"])
-            response = stub.Invoke(gateway_pb2.InvokeRequest(
-                context=ctx(request_id=uuid.uuid4().hex), tool_name="create_todo",
-                arguments_json=json.dumps({"title": "经由 gRPC", "dueAt": "明天 9 点"})))
+            response = stub.Invoke(
+                gateway_pb2.InvokeRequest(
+                    context=ctx(request_id=uuid.uuid4().hex),
+                    tool_name="create_todo",
+                    arguments_json=json.dumps({"title": "经由 gRPC", "dueAt": "明天 9 点"}),
+                )
+            )
             card = response.confirmation
             assert "T09:00:00" in json.loads(card.prepared_arguments_json)["dueAt"]
             first = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
             second = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
             assert first.state == common_pb2.ACTION_STATE_SUCCEEDED and first.receipt.resource_id
             assert second.replayed and second.receipt == first.receipt
-            calls = [e for e in json.loads(_get(backend.info["url"] + "/_test/log"))["requests"]
-                     if e["path"].endswith("/Execute")]
+            calls = [
+                e
+                for e in json.loads(_get(backend.info["url"] + "/_test/log"))["requests"]
+                if e["path"].endswith("/Execute")
+            ]
             assert len(calls) == 1 and calls[0]["idempotency_key"] == card.action_id
         finally:
             sidecar.stop()
@@ -216,15 +232,29 @@ def test_grpcurl_lists_services_reads_health_and_invokes(stack: Stack) -> None:
         return done.stdout
 
     services = run(stack.address, "list").split()
-    for name in ("countersign.v1.ToolGatewayService", "countersign.v1.ContinuationService",
-                 "countersign.v1.ReplyGuardService", "grpc.health.v1.Health"):
+    for name in (
+        "countersign.v1.ToolGatewayService",
+        "countersign.v1.ContinuationService",
+        "countersign.v1.ReplyGuardService",
+        "grpc.health.v1.Health",
+    ):
         assert name in services
     for service in ("", "countersign.v1.ToolGatewayService"):
         health = json.loads(run("-d", json.dumps({"service": service}), stack.address, "grpc.health.v1.Health/Check"))
         assert health["status"] == "SERVING"
-    request = {"context": {"tenant_id": "t1", "actor_id": "alice", "subject_id": "alice", "session_id": "s1",
-                           "request_id": uuid.uuid4().hex, "role": "user", "locale": "en"},
-               "tool_name": "create_todo", "arguments_json": json.dumps({"title": "from grpcurl"})}
+    request = {
+        "context": {
+            "tenant_id": "t1",
+            "actor_id": "alice",
+            "subject_id": "alice",
+            "session_id": "s1",
+            "request_id": uuid.uuid4().hex,
+            "role": "user",
+            "locale": "en",
+        },
+        "tool_name": "create_todo",
+        "arguments_json": json.dumps({"title": "from grpcurl"}),
+    }
     card = json.loads(run("-d", json.dumps(request), stack.address, "countersign.v1.ToolGatewayService/Invoke"))
     confirmation = card["confirmation"]
     assert confirmation.get("toolName", confirmation.get("tool_name")) == "create_todo"
@@ -246,8 +276,9 @@ def test_beyond_max_in_flight_calls_are_shed_at_once_and_touch_nothing(stack: St
         stub = stack.stub(sidecar.info["grpc"])
         cards = [stack.card(stub, request_id=uuid.uuid4().hex, title=f"过载 {i}") for i in range(6)]
         stack.todo.fault(path="/todos", method="POST", mode="hang_before_commit", seconds=1.0, times=6)
-        futures = [stub.Confirm.future(gateway_pb2.ConfirmRequest(context=ctx(), token=c.token), timeout=10)
-                   for c in cards]
+        futures = [
+            stub.Confirm.future(gateway_pb2.ConfirmRequest(context=ctx(), token=c.token), timeout=10) for c in cards
+        ]
         outcomes = []
         for f in futures:
             try:

@@ -31,8 +31,10 @@ def test_commit_then_hang_is_reconciled_to_succeeded_with_the_real_resource_id(s
         stub = stack.stub(sidecar.info["grpc"])
         card = stack.card(stub, request_id=turn(), title="提交后挂起再对账")
         stack.todo.fault(path="/todos", method="POST", mode="hang_after_commit", seconds=1.0, times=1)
-        assert stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action.state == \
-            common_pb2.ACTION_STATE_UNKNOWN
+        assert (
+            stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action.state
+            == common_pb2.ACTION_STATE_UNKNOWN
+        )
         action = reconcile(stub, card.action_id)
         assert action.state == common_pb2.ACTION_STATE_SUCCEEDED
         todo = stack.todo.get(f"/todos/by-key/{card.action_id}")
@@ -49,8 +51,9 @@ def test_commit_then_hang_is_reconciled_to_succeeded_with_the_real_resource_id(s
 
 def test_a_request_that_never_arrived_is_fenced_to_failed_not_applied_and_refused_later(stack: Stack) -> None:
     cutter = Cutter()
-    sidecar = stack.start_sidecar(registry=registry_with(stack, execute_url=cutter.url),
-                                  flags=["--reconcile-interval", "1h"])
+    sidecar = stack.start_sidecar(
+        registry=registry_with(stack, execute_url=cutter.url), flags=["--reconcile-interval", "1h"]
+    )
     try:
         stub = stack.stub(sidecar.info["grpc"])
         card = stack.card(stub, request_id=turn(), title="从未到达")
@@ -70,8 +73,10 @@ def test_a_request_that_never_arrived_is_fenced_to_failed_not_applied_and_refuse
 def test_a_plain_lookup_that_finds_nothing_stays_unknown_then_needs_manual_review(fresh_stack: Stack) -> None:
     stack = quiet(fresh_stack)
     cutter = Cutter()
-    sidecar = stack.start_sidecar(registry=registry_with(stack, execute_url=cutter.url, fence=False),
-                                  flags=["--reconcile-interval", "1h", "--reconcile-window", "1500ms"])
+    sidecar = stack.start_sidecar(
+        registry=registry_with(stack, execute_url=cutter.url, fence=False),
+        flags=["--reconcile-interval", "1h", "--reconcile-window", "1500ms"],
+    )
     try:
         stub = stack.stub(sidecar.info["grpc"])
         card = stack.card(stub, request_id=turn(), title="查无此键")
@@ -94,8 +99,10 @@ def test_a_plain_lookup_that_finds_nothing_stays_unknown_then_needs_manual_revie
 def test_no_lookup_configured_goes_to_manual_review(fresh_stack: Stack) -> None:
     stack = quiet(fresh_stack)
     cutter = Cutter()
-    sidecar = stack.start_sidecar(registry=registry_with(stack, execute_url=cutter.url, fence=False, lookup=False),
-                                  flags=["--reconcile-interval", "1h"])
+    sidecar = stack.start_sidecar(
+        registry=registry_with(stack, execute_url=cutter.url, fence=False, lookup=False),
+        flags=["--reconcile-interval", "1h"],
+    )
     try:
         stub = stack.stub(sidecar.info["grpc"])
         card = stack.card(stub, request_id=turn(), title="无法查询")
@@ -119,7 +126,8 @@ def test_kill9_mid_call_is_resolved_by_another_sidecars_background_reconciler(fr
         stack.todo.fault(path="/todos", method="POST", mode="hang_before_commit", seconds=1.0, times=1)
         channel = grpc.insecure_channel(victim.info["grpc"])
         call = gateway_pb2_grpc.ToolGatewayServiceStub(channel).Confirm.future(
-            gateway_pb2.ConfirmRequest(context=ctx(), token=card.token), timeout=10)
+            gateway_pb2.ConfirmRequest(context=ctx(), token=card.token), timeout=10
+        )
         deadline = time.monotonic() + 5
         while not stack.todo.writes(card.action_id) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -146,8 +154,9 @@ def _reconcile_in_a_process(address: str, action_id: str, start_at: float, out: 
         async with grpc.aio.insecure_channel(address) as channel:
             stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
             await asyncio.sleep(max(0.0, start_at - time.time()))
-            answers = await asyncio.gather(*(stub.Reconcile(gateway_pb2.ReconcileRequest(
-                context=ctx(), action_id=action_id)) for _ in range(10)))
+            answers = await asyncio.gather(
+                *(stub.Reconcile(gateway_pb2.ReconcileRequest(context=ctx(), action_id=action_id)) for _ in range(10))
+            )
             return [a.action.SerializeToString(deterministic=True) for a in answers]
 
     out.put(asyncio.run(run()))
@@ -164,8 +173,10 @@ def test_two_reconcilers_in_two_processes_record_one_outcome(stack: Stack) -> No
         spawn = multiprocessing.get_context("spawn")
         queue: multiprocessing.Queue = spawn.Queue()  # type: ignore[type-arg]
         start_at = time.time() + 2.0
-        procs = [spawn.Process(target=_reconcile_in_a_process, args=(a, card.action_id, start_at, queue))
-                 for a in (first.info["grpc"], second.info["grpc"])]
+        procs = [
+            spawn.Process(target=_reconcile_in_a_process, args=(a, card.action_id, start_at, queue))
+            for a in (first.info["grpc"], second.info["grpc"])
+        ]
         for p in procs:
             p.start()
         answers = [common_pb2.Action.FromString(raw) for _ in procs for raw in queue.get(timeout=60)]
@@ -173,8 +184,11 @@ def test_two_reconcilers_in_two_processes_record_one_outcome(stack: Stack) -> No
             p.join(10)
         final = stack.stub().GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)).action
         assert final.state == common_pb2.ACTION_STATE_SUCCEEDED
-        settled = {a.receipt.SerializeToString(deterministic=True) for a in answers
-                   if a.state == common_pb2.ACTION_STATE_SUCCEEDED}
+        settled = {
+            a.receipt.SerializeToString(deterministic=True)
+            for a in answers
+            if a.state == common_pb2.ACTION_STATE_SUCCEEDED
+        }
         assert settled == {final.receipt.SerializeToString(deterministic=True)}, "one outcome, no conflicts"
         assert {a.state for a in answers} <= {common_pb2.ACTION_STATE_SUCCEEDED, common_pb2.ACTION_STATE_UNKNOWN}
         assert len(stack.todo.writes(card.action_id)) == 1
@@ -184,8 +198,7 @@ def test_two_reconcilers_in_two_processes_record_one_outcome(stack: Stack) -> No
         second.stop()
 
 
-def test_a_reconciler_whose_registry_lacks_the_tool_leaves_the_action_alone_and_counts_it(
-        fresh_stack: Stack) -> None:
+def test_a_reconciler_whose_registry_lacks_the_tool_leaves_the_action_alone_and_counts_it(fresh_stack: Stack) -> None:
     """A rolling registry change: one sidecar's registry no longer has create_todo. Its reconciler must not
     sweep another sidecar's UNKNOWN create_todo to manual review (it has no lookup for it): it leaves it for a
     sidecar that knows the tool, and counts it."""
@@ -194,21 +207,28 @@ def test_a_reconciler_whose_registry_lacks_the_tool_leaves_the_action_alone_and_
     knows = stack.start_sidecar(flags=["--downstream-deadline", "300ms", "--reconcile-interval", "1h"])
     lacks = None
     try:
-        lacks = stack.start_sidecar(registry=changed_registry(stack, "planned"),
-                                    flags=["--reconcile-interval", "200ms"])
+        lacks = stack.start_sidecar(
+            registry=changed_registry(stack, "planned"), flags=["--reconcile-interval", "200ms"]
+        )
         stub, other = stack.stub(knows.info["grpc"]), stack.stub(lacks.info["grpc"])
         card = stack.card(stub, request_id=turn(), title="滚动变更")
         stack.todo.fault(path="/todos", method="POST", mode="hang_after_commit", seconds=1.0, times=1)
-        assert stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action.state == \
-            common_pb2.ACTION_STATE_UNKNOWN
-        time.sleep(2.5)                  # a dozen passes of the other sidecar's background reconciler
+        assert (
+            stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action.state
+            == common_pb2.ACTION_STATE_UNKNOWN
+        )
+        time.sleep(2.5)  # a dozen passes of the other sidecar's background reconciler
         get = gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)
         assert stub.GetAction(get).action.state == common_pb2.ACTION_STATE_UNKNOWN, "not swept to manual review"
         assert reconcile(other, card.action_id).state == common_pb2.ACTION_STATE_UNKNOWN, "nor by its Reconcile"
         with urllib.request.urlopen(f"http://{lacks.info['metrics']}/metrics", timeout=5) as resp:
             scraped = resp.read().decode()
-        counted = re.search(r'^countersign_reconciliations_total\{result="tool_not_in_registry",tool="other"\} '
-                            r'([0-9.]+)$', scraped, re.M)
+        counted = re.search(
+            r'^countersign_reconciliations_total\{result="tool_not_in_registry",tool="other"\} '
+            r"([0-9.]+)$",
+            scraped,
+            re.M,
+        )
         assert counted and float(counted.group(1)) >= 1, "left alone, and counted"
         done = reconcile(stub, card.action_id)
         assert done.state == common_pb2.ACTION_STATE_SUCCEEDED, "the sidecar that knows the tool resolves it"

@@ -63,8 +63,13 @@ def get(stub: Any, action_id: str, **context: Any) -> common_pb2.Action:
 
 
 def invoke(stub: Any, title: str, request_id: str, **context: Any) -> gateway_pb2.InvokeResponse:
-    return stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=request_id, **context),
-                                                 tool_name="create_todo", arguments_json=json.dumps({"title": title})))
+    return stub.Invoke(
+        gateway_pb2.InvokeRequest(
+            context=ctx(request_id=request_id, **context),
+            tool_name="create_todo",
+            arguments_json=json.dumps({"title": title}),
+        )
+    )
 
 
 def client(stack: Stack) -> redis.Redis:
@@ -98,8 +103,9 @@ def test_two_sidecars_mid_rotation_give_one_action_one_execution_and_one_inverse
     """Keys files listing the same keys, differing only in `active`: the same call in the same turn is one
     action; confirming through each executes once; compensating through each runs one inverse."""
     rotated = processes.write_keys(stack.work, {**processes.TEST_KEYS, "active": "k0"})
-    other = processes.start_sidecar(stack.work, stack.registry, redis_url=stack.redis.info["url"], keys=rotated,
-                                  flags=["--log-level", "warning"])
+    other = processes.start_sidecar(
+        stack.work, stack.registry, redis_url=stack.redis.info["url"], keys=rotated, flags=["--log-level", "warning"]
+    )
     try:
         a, b = stack.stub(), stack.stub(other.info["grpc"])
         request_id, title = turn(), f"轮换密钥-{uuid.uuid4().hex[:6]}"
@@ -125,8 +131,7 @@ def test_two_sidecars_mid_rotation_give_one_action_one_execution_and_one_inverse
         undo_a = a.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=action_id)).action
         undo_b = b.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=action_id)).action
         assert undo_a.state == undo_b.state == S.ACTION_STATE_COMPENSATED
-        deletes = [e for e in stack.todo.requests(path=f"/todos/{done.receipt.resource_id}")
-                   if e["method"] == "DELETE"]
+        deletes = [e for e in stack.todo.requests(path=f"/todos/{done.receipt.resource_id}") if e["method"] == "DELETE"]
         assert len(deletes) == 1, "one inverse reached the downstream"
     finally:
         other.stop()
@@ -142,12 +147,18 @@ def test_a_sidecar_whose_keys_file_would_derive_other_ids_refuses_to_start(stack
         started = processes.start_sidecar(stack.work, stack.registry, redis_url=stack.redis.info["url"], keys=dropped)
     except RuntimeError as exc:
         refused = str(exc)
-    else:                                   # never leave a process behind, even when this test fails
+    else:  # never leave a process behind, even when this test fails
         started.stop()
         raise AssertionError("a sidecar that derives other action ids started on this Redis")
     assert "derives action ids from 'k1'" in refused and "from 'k0'" in refused, refused
-    pinned = processes.write_keys(stack.work, {"active": "k1", "id_key": processes.TEST_KEYS["keys"]["k0"],
-                                             "keys": {"k1": processes.TEST_KEYS["keys"]["k1"]}})
+    pinned = processes.write_keys(
+        stack.work,
+        {
+            "active": "k1",
+            "id_key": processes.TEST_KEYS["keys"]["k0"],
+            "keys": {"k1": processes.TEST_KEYS["keys"]["k1"]},
+        },
+    )
     sidecar = processes.start_sidecar(stack.work, stack.registry, redis_url=stack.redis.info["url"], keys=pinned)
     try:
         again = invoke(stack.stub(sidecar.info["grpc"]), title, request_id)
@@ -157,7 +168,8 @@ def test_a_sidecar_whose_keys_file_would_derive_other_ids_refuses_to_start(stack
 
 
 def test_a_sidecar_that_no_longer_lists_the_key_of_an_unknown_action_leaves_it_to_one_that_does(
-        fresh_stack: Stack) -> None:
+    fresh_stack: Stack,
+) -> None:
     """Unresolved records never expire, so the key that sealed one must stay listed until it is resolved. A
     sidecar whose keys file dropped it too early neither crashes nor sends it to manual review."""
     stack = quiet(fresh_stack)
@@ -165,17 +177,26 @@ def test_a_sidecar_that_no_longer_lists_the_key_of_an_unknown_action_leaves_it_t
     dropped = processes.write_keys(stack.work, {"active": "k0", "keys": {"k0": processes.TEST_KEYS["keys"]["k0"]}})
     other: processes.Proc | None = None
     try:
-        other = processes.start_sidecar(stack.work, stack.registry, redis_url=stack.redis.info["url"], keys=dropped,
-                                      flags=["--reconcile-interval", "200ms", "--log-level", "warning"])
+        other = processes.start_sidecar(
+            stack.work,
+            stack.registry,
+            redis_url=stack.redis.info["url"],
+            keys=dropped,
+            flags=["--reconcile-interval", "200ms", "--log-level", "warning"],
+        )
         stub = stack.stub(sealer.info["grpc"])
-        card = invoke(stub, "密钥已移除", turn()).confirmation          # sealed with k1
+        card = invoke(stub, "密钥已移除", turn()).confirmation  # sealed with k1
         stack.todo.fault(path="/todos", method="POST", mode="hang_after_commit", seconds=1.0, times=1)
         assert confirm(stub, card.token).state == S.ACTION_STATE_UNKNOWN
-        time.sleep(1.5)                                  # several passes of the other sidecar's reconciler
+        time.sleep(1.5)  # several passes of the other sidecar's reconciler
         assert client(stack).hget(run_key(card.action_id), "st") == b"unknown", "not swept to manual review"
         with urllib.request.urlopen(f"http://{other.info['metrics']}/metrics", timeout=5) as resp:
-            assert re.search(r'^countersign_reconciliations_total\{result="key_not_listed",tool="create_todo"\} '
-                             r'[1-9]', resp.read().decode(), re.M), "left alone, and counted"
+            assert re.search(
+                r'^countersign_reconciliations_total\{result="key_not_listed",tool="create_todo"\} '
+                r"[1-9]",
+                resp.read().decode(),
+                re.M,
+            ), "left alone, and counted"
         err = rpc_error(lambda: get(stack.stub(other.info["grpc"]), card.action_id))
         assert err.code() == grpc.StatusCode.DATA_LOSS and "'k1'" in (err.details() or ""), "fails closed, names k1"
         done = stub.Reconcile(gateway_pb2.ReconcileRequest(context=ctx(), action_id=card.action_id)).action
@@ -190,22 +211,36 @@ def test_a_sidecar_that_no_longer_lists_the_key_of_an_unknown_action_leaves_it_t
 
 
 def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "countersign.sidecar.cli", *args, "--redis-url",
-                           stack.redis.info["url"], "--keys-file", str(stack.keys)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "countersign.sidecar.cli",
+            *args,
+            "--redis-url",
+            stack.redis.info["url"],
+            "--keys-file",
+            str(stack.keys),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
 
 
 def test_an_unknown_action_outlives_the_replay_ttl(fresh_stack: Stack) -> None:
     stack = quiet(fresh_stack)
-    sidecar = stack.start_sidecar(flags=["--replay-ttl", "1s", "--downstream-deadline", "300ms",
-                                         "--reconcile-interval", "1h"])
+    sidecar = stack.start_sidecar(
+        flags=["--replay-ttl", "1s", "--downstream-deadline", "300ms", "--reconcile-interval", "1h"]
+    )
     try:
         stub = stack.stub(sidecar.info["grpc"])
         request_id, title = turn(), "未知不可遗忘"
         card = invoke(stub, title, request_id).confirmation
         stack.todo.fault(path="/todos", method="POST", mode="hang_after_commit", seconds=1.0, times=1)
         assert confirm(stub, card.token).state == S.ACTION_STATE_UNKNOWN
-        time.sleep(2.0)                                   # twice the replay TTL
+        time.sleep(2.0)  # twice the replay TTL
         assert client(stack).pttl(run_key(card.action_id)) == -1, "an unresolved record has no expiry"
         got = get(stub, card.action_id)
         assert got.state == S.ACTION_STATE_UNKNOWN and says_unknown_plainly(got.error.message)
@@ -226,8 +261,10 @@ def test_an_unknown_action_outlives_the_replay_ttl(fresh_stack: Stack) -> None:
 def test_a_needs_manual_review_action_outlives_the_replay_ttl_and_a_resolved_one_expires(fresh_stack: Stack) -> None:
     stack = quiet(fresh_stack)
     cutter = Cutter()
-    sidecar = stack.start_sidecar(registry=registry_with(stack, execute_url=cutter.url, fence=False, lookup=False),
-                                  flags=["--replay-ttl", "1s", "--reconcile-interval", "1h"])
+    sidecar = stack.start_sidecar(
+        registry=registry_with(stack, execute_url=cutter.url, fence=False, lookup=False),
+        flags=["--replay-ttl", "1s", "--reconcile-interval", "1h"],
+    )
     try:
         stub = stack.stub(sidecar.info["grpc"])
         request_id, title = turn(), "复核不可遗忘"
@@ -247,16 +284,31 @@ def test_a_needs_manual_review_action_outlives_the_replay_ttl_and_a_resolved_one
         sidecar.stop()
         cutter.close()
     # (--reconcile-window 1ms: this test is about the record's TTL, not resolving while a request may still land)
-    resolved = cli(stack, "actions", "resolve", card.action_id, "--outcome", "failed", "--reason", "checked: absent",
-                   "--operator", "sre-alice", "--replay-ttl", "1h", "--reconcile-window", "1ms")
+    resolved = cli(
+        stack,
+        "actions",
+        "resolve",
+        card.action_id,
+        "--outcome",
+        "failed",
+        "--reason",
+        "checked: absent",
+        "--operator",
+        "sre-alice",
+        "--replay-ttl",
+        "1h",
+        "--reconcile-window",
+        "1ms",
+    )
     assert resolved.returncode == 0, resolved.stderr
     assert 0 < client(stack).pttl(run_key(card.action_id)) <= 3_600_000, "a settled outcome gets the replay TTL"
 
 
 def test_a_running_action_outlives_the_replay_ttl_and_its_settle_lands(fresh_stack: Stack) -> None:
     stack = quiet(fresh_stack)
-    sidecar = stack.start_sidecar(flags=["--replay-ttl", "1s", "--downstream-deadline", "5s", "--lease", "10s",
-                                         "--reconcile-interval", "1h"])
+    sidecar = stack.start_sidecar(
+        flags=["--replay-ttl", "1s", "--downstream-deadline", "5s", "--lease", "10s", "--reconcile-interval", "1h"]
+    )
     try:
         stub = stack.stub(sidecar.info["grpc"])
         card = invoke(stub, "慢慢执行", turn()).confirmation
@@ -294,13 +346,19 @@ def test_copying_ones_own_binding_over_anothers_record_reveals_and_undoes_nothin
     assert alice_action.receipt.resource_id not in (err.details() or "")
     err = rpc_error(lambda: stub.Compensate(gateway_pb2.CompensateRequest(context=ctx(**BOB), action_id=alice)))
     assert (err.code(), error_info(err).reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
-    assert not [e for e in stack.todo.requests(path=f"/todos/{alice_action.receipt.resource_id}")
-                if e["method"] == "DELETE"], "nothing was undone"
+    assert not [
+        e for e in stack.todo.requests(path=f"/todos/{alice_action.receipt.resource_id}") if e["method"] == "DELETE"
+    ], "nothing was undone"
     conts = continuation_pb2_grpc.ContinuationServiceStub(grpc.insecure_channel(stack.address))
-    err = rpc_error(lambda: conts.OpenContinuation(continuation_pb2.OpenContinuationRequest(
-        context=ctx(**BOB), action_id=alice, snapshot=continuation_pb2.ContinuationSnapshot(question="q"))))
+    err = rpc_error(
+        lambda: conts.OpenContinuation(
+            continuation_pb2.OpenContinuationRequest(
+                context=ctx(**BOB), action_id=alice, snapshot=continuation_pb2.ContinuationSnapshot(question="q")
+            )
+        )
+    )
     assert (err.code(), error_info(err).reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
-    for caller in ({}, BOB):                                # the owner is told too: the record cannot be trusted
+    for caller in ({}, BOB):  # the owner is told too: the record cannot be trusted
         err = rpc_error(lambda caller=caller: get(stub, alice, **caller))
         assert error_info(err).reason == "RECORD_TAMPERED"
     for call in (lambda: stub.Reconcile(gateway_pb2.ReconcileRequest(context=ctx(**BOB), action_id=alice)),):
@@ -336,20 +394,29 @@ def test_a_continuation_made_ready_by_hand_on_a_failed_action_is_never_claimed(s
     """I8: a continuation opens only on its own action's SUCCEEDED receipt, whatever the stored flags say."""
     card = invoke(stack.stub(), f"会失败-{uuid.uuid4().hex[:6]}", turn()).confirmation
     conts = continuation_pb2_grpc.ContinuationServiceStub(grpc.insecure_channel(stack.address))
-    opened = conts.OpenContinuation(continuation_pb2.OpenContinuationRequest(
-        context=ctx(), action_id=card.action_id, snapshot=continuation_pb2.ContinuationSnapshot(question="q")))
+    opened = conts.OpenContinuation(
+        continuation_pb2.OpenContinuationRequest(
+            context=ctx(), action_id=card.action_id, snapshot=continuation_pb2.ContinuationSnapshot(question="q")
+        )
+    )
     stack.todo.fault(path="/todos", method="POST", mode="status", status=409, times=1)
     assert confirm(stack.stub(), card.token).state == S.ACTION_STATE_FAILED
     r = client(stack)
     if forge == "continuation_state":
         r.hset(f"cs:{{{card.action_id}}}:cont", "st", "ready")
-    else:                                   # the settle's flag, then a continuation opened afresh reads it
+    else:  # the settle's flag, then a continuation opened afresh reads it
         r.hset(run_key(card.action_id), "rs", "SUCCEEDED")
         r.delete(f"cs:{{{card.action_id}}}:cont")
-        opened = conts.OpenContinuation(continuation_pb2.OpenContinuationRequest(
-            context=ctx(), action_id=card.action_id, snapshot=continuation_pb2.ContinuationSnapshot(question="q")))
-    err = rpc_error(lambda: conts.ClaimContinuation(continuation_pb2.ClaimContinuationRequest(
-        context=ctx(), token=opened.continuation.token)))
+        opened = conts.OpenContinuation(
+            continuation_pb2.OpenContinuationRequest(
+                context=ctx(), action_id=card.action_id, snapshot=continuation_pb2.ContinuationSnapshot(question="q")
+            )
+        )
+    err = rpc_error(
+        lambda: conts.ClaimContinuation(
+            continuation_pb2.ClaimContinuationRequest(context=ctx(), token=opened.continuation.token)
+        )
+    )
     assert (err.code(), error_info(err).reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
 
 
@@ -378,7 +445,7 @@ def test_a_cards_key_id_or_tool_changed_by_hand_is_tampered_and_never_executes(s
     client(stack).hset(card_key(card.action_id), field, {"kid": "k9", "tool": "delete_todo"}[field])
     err = rpc_error(lambda: confirm(stack.stub(), card.token))
     assert (err.code(), error_info(err).reason) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED"), err
-    again = rpc_error(lambda: confirm(stack.stub(), card.token))   # the record carries the changed field on
+    again = rpc_error(lambda: confirm(stack.stub(), card.token))  # the record carries the changed field on
     assert again.code() == grpc.StatusCode.DATA_LOSS
     assert error_info(again).reason in ("CONFIRMATION_TAMPERED", "RECORD_TAMPERED")
     assert stack.todo.writes(card.action_id) == []
@@ -409,8 +476,9 @@ def test_a_sealed_card_copied_under_another_action_id_never_executes(stack: Stac
 def test_a_claim_id_overwritten_mid_call_is_never_obeyed(fresh_stack: Stack) -> None:
     """The executor's settle is refused; the downstream's truth still reaches the record, by reconciliation."""
     stack = quiet(fresh_stack)
-    sidecar = stack.start_sidecar(flags=["--lease", "1500ms", "--downstream-deadline", "1s",
-                                         "--reconcile-interval", "1h"])
+    sidecar = stack.start_sidecar(
+        flags=["--lease", "1500ms", "--downstream-deadline", "1s", "--reconcile-interval", "1h"]
+    )
     try:
         stub = stack.stub(sidecar.info["grpc"])
         card = invoke(stub, "认领被改", turn()).confirmation
@@ -421,7 +489,7 @@ def test_a_claim_id_overwritten_mid_call_is_never_obeyed(fresh_stack: Stack) -> 
             client(stack).hset(run_key(card.action_id), "claim", "attacker")
             done = pending.result(timeout=10)
         assert done.state == S.ACTION_STATE_SUCCEEDED
-        time.sleep(1.6)                                     # the lease lapses: UNKNOWN, never READY
+        time.sleep(1.6)  # the lease lapses: UNKNOWN, never READY
         assert get(stub, card.action_id).state == S.ACTION_STATE_UNKNOWN
         settled = stub.Reconcile(gateway_pb2.ReconcileRequest(context=ctx(), action_id=card.action_id)).action
         assert settled.state == S.ACTION_STATE_SUCCEEDED
@@ -451,9 +519,21 @@ def test_a_request_never_sent_leaves_the_card_ready_and_the_same_token_executes_
         assert retry is not None and retry.retry_delay.ToMilliseconds() > 0
         assert get(stub, card.action_id).state == S.ACTION_STATE_READY, "the card is back"
         assert client(stack).pttl(card_key(card.action_id)) > 0, "with its expiry"
-        later = processes._start([sys.executable, "-m", "examples.todo_service", "--host", "127.0.0.1", "--port",
-                                str(port), "--db", str(stack.work / f"later-{uuid.uuid4().hex}.db")],
-                               stack.work, "todo")
+        later = processes._start(
+            [
+                sys.executable,
+                "-m",
+                "examples.todo_service",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--db",
+                str(stack.work / f"later-{uuid.uuid4().hex}.db"),
+            ],
+            stack.work,
+            "todo",
+        )
         later.info["url"] = f"http://127.0.0.1:{port}"
         downstream = Todo(later)
         done = confirm(stub, card.token)
@@ -471,8 +551,9 @@ def test_a_request_never_sent_leaves_the_card_ready_and_the_same_token_executes_
 
 def test_every_unknown_says_it_may_have_landed_was_not_retried_and_is_reconciled_by_key(fresh_stack: Stack) -> None:
     stack = quiet(fresh_stack)
-    sidecar = stack.start_sidecar(flags=["--downstream-deadline", "300ms", "--lease", "1s",
-                                         "--reconcile-interval", "1h"])
+    sidecar = stack.start_sidecar(
+        flags=["--downstream-deadline", "300ms", "--lease", "1s", "--reconcile-interval", "1h"]
+    )
     try:
         stub = stack.stub(sidecar.info["grpc"])
         # timeout after send
@@ -489,11 +570,12 @@ def test_every_unknown_says_it_may_have_landed_was_not_retried_and_is_reconciled
         card = invoke(stub, "租约过期", turn()).confirmation
         stack.todo.fault(path="/todos", method="POST", mode="hang_before_commit", seconds=3.0, times=1)
         # (killed at 0.3 s, mid-call; the deadline plus 500 ms must fit in the lease, or the start is refused)
-        victim = stack.start_sidecar(flags=["--downstream-deadline", "500ms", "--lease", "1s",
-                                            "--reconcile-interval", "1h"])
+        victim = stack.start_sidecar(
+            flags=["--downstream-deadline", "500ms", "--lease", "1s", "--reconcile-interval", "1h"]
+        )
         try:
             with ThreadPoolExecutor(1) as pool:
-                pool.submit(confirm, stack.stub(victim.info["grpc"]), card.token)   # dies with its sidecar
+                pool.submit(confirm, stack.stub(victim.info["grpc"]), card.token)  # dies with its sidecar
                 time.sleep(0.3)
                 victim.kill9()
         finally:
@@ -505,8 +587,13 @@ def test_every_unknown_says_it_may_have_landed_was_not_retried_and_is_reconciled
         # an inverse whose answer was lost: the original is COMPENSATING, and says why in the same words
         card = invoke(stub, "撤销未知", turn()).confirmation
         created = confirm(stub, card.token)
-        stack.todo.fault(path=f"/todos/{created.receipt.resource_id}", method="DELETE", mode="hang_after_commit",
-                         seconds=1.0, times=1)
+        stack.todo.fault(
+            path=f"/todos/{created.receipt.resource_id}",
+            method="DELETE",
+            mode="hang_after_commit",
+            seconds=1.0,
+            times=1,
+        )
         undo = stub.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=card.action_id)).action
         assert undo.state == S.ACTION_STATE_COMPENSATING and says_unknown_plainly(undo.error.message), undo
         assert says_unknown_plainly(get(stub, card.action_id).error.message)

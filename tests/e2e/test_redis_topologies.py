@@ -42,11 +42,12 @@ class Env:
     keys: Path
     url: str
     sidecars: list[processes.Proc] = field(default_factory=list)
-    todo_proc: processes.Proc | None = None      # stopped by stop() when this Env started it
+    todo_proc: processes.Proc | None = None  # stopped by stop() when this Env started it
 
     def start_sidecar(self, *flags: str) -> processes.Proc:
-        proc = processes.start_sidecar(self.work, self.registry, redis_url=self.url, keys=self.keys,
-                                     flags=["--log-level", "warning", *flags])
+        proc = processes.start_sidecar(
+            self.work, self.registry, redis_url=self.url, keys=self.keys, flags=["--log-level", "warning", *flags]
+        )
         self.sidecars.append(proc)
         return proc
 
@@ -61,8 +62,14 @@ class Env:
 
 def _env(work: Path, url: str, sidecars: int) -> Env:
     todo = processes.start_todo_service(work)
-    env = Env(work, Todo(todo), processes.write_registry(work, todo.info["url"]), processes.write_keys(work), url,
-              todo_proc=todo)
+    env = Env(
+        work,
+        Todo(todo),
+        processes.write_registry(work, todo.info["url"]),
+        processes.write_keys(work),
+        url,
+        todo_proc=todo,
+    )
     try:
         for _ in range(sidecars):
             env.start_sidecar()
@@ -72,11 +79,17 @@ def _env(work: Path, url: str, sidecars: int) -> Env:
     return env
 
 
-def _invoke(stub: gateway_pb2_grpc.ToolGatewayServiceStub, title: str, request_id: str | None = None,
-            timeout: float = 5.0) -> gateway_pb2.ConfirmationCard:
-    response = stub.Invoke(gateway_pb2.InvokeRequest(
-        context=ctx(request_id=request_id or uuid.uuid4().hex), tool_name="create_todo",
-        arguments_json=json.dumps({"title": title})), timeout=timeout)
+def _invoke(
+    stub: gateway_pb2_grpc.ToolGatewayServiceStub, title: str, request_id: str | None = None, timeout: float = 5.0
+) -> gateway_pb2.ConfirmationCard:
+    response = stub.Invoke(
+        gateway_pb2.InvokeRequest(
+            context=ctx(request_id=request_id or uuid.uuid4().hex),
+            tool_name="create_todo",
+            arguments_json=json.dumps({"title": title}),
+        ),
+        timeout=timeout,
+    )
     assert response.WhichOneof("outcome") == "confirmation", response
     return response.confirmation
 
@@ -105,7 +118,8 @@ async def _race(addresses: list[str], token: str, count: int) -> list[tuple[str,
         async def one(i: int) -> tuple[str, bytes]:
             try:
                 response = await stubs[i % len(stubs)].Confirm(
-                    gateway_pb2.ConfirmRequest(context=ctx(), token=token, wait_ms=0 if i % 3 else 3000), timeout=30)
+                    gateway_pb2.ConfirmRequest(context=ctx(), token=token, wait_ms=0 if i % 3 else 3000), timeout=30
+                )
                 return ("ok", response.action.SerializeToString(deterministic=True))
             except grpc.aio.AioRpcError as exc:
                 return (exc.code().name, (exc.details() or "").encode())
@@ -143,18 +157,25 @@ def check_replay(env: Env) -> None:
     card = _invoke(stub, title, request_id)
     first = _confirm(stub, card.token)
     assert first.state == S.ACTION_STATE_SUCCEEDED and not first.replayed and first.receipt.resource_id
-    replays = {_confirm(env.stub(proc=p), card.token).SerializeToString(deterministic=True)
-               for p in env.sidecars[:2] for _ in range(2)}
+    replays = {
+        _confirm(env.stub(proc=p), card.token).SerializeToString(deterministic=True)
+        for p in env.sidecars[:2]
+        for _ in range(2)
+    }
     assert len(replays) == 1, "byte-identical on every sidecar"
     replay = common_pb2.Action.FromString(replays.pop())
     assert replay.replayed
     replay.replayed = False
     assert replay.SerializeToString(deterministic=True) == first.SerializeToString(deterministic=True)
-    again = stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=request_id), tool_name="create_todo",
-                                                  arguments_json=json.dumps({"title": title})))
+    again = stub.Invoke(
+        gateway_pb2.InvokeRequest(
+            context=ctx(request_id=request_id), tool_name="create_todo", arguments_json=json.dumps({"title": title})
+        )
+    )
     assert again.WhichOneof("outcome") == "replay"
-    assert again.replay.receipt.SerializeToString(deterministic=True) == \
-        first.receipt.SerializeToString(deterministic=True)
+    assert again.replay.receipt.SerializeToString(deterministic=True) == first.receipt.SerializeToString(
+        deterministic=True
+    )
     got = stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)).action
     assert got.receipt == first.receipt
     assert len(env.todo.writes(card.action_id)) == 1
@@ -222,9 +243,14 @@ def test_cluster_down_fails_closed_and_the_downstream_sees_nothing(cluster: tupl
     seen = len(env.todo.requests())
     redis_cluster.stop()
     calls: list[Callable[[], Any]] = [
-        lambda: stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex),
-                                                      tool_name="create_todo",
-                                                      arguments_json='{"title": "集群离线"}'), timeout=5),
+        lambda: stub.Invoke(
+            gateway_pb2.InvokeRequest(
+                context=ctx(request_id=uuid.uuid4().hex),
+                tool_name="create_todo",
+                arguments_json='{"title": "集群离线"}',
+            ),
+            timeout=5,
+        ),
         lambda: _confirm(stub, card.token),
     ]
     for call in calls:
@@ -263,7 +289,8 @@ def test_sentinel_replay_after_settle_is_byte_identical(sentinel: tuple[topo.Sen
 
 
 def test_sentinel_wait_not_met_fails_closed_with_replicas_not_acknowledged(
-        sentinel: tuple[topo.SentinelSetup, Env]) -> None:
+    sentinel: tuple[topo.SentinelSetup, Env],
+) -> None:
     setup, env = sentinel
     waiting = env.start_sidecar("--redis-wait-replicas", "1", "--redis-wait-timeout", "100ms")
     stub = env.stub(proc=waiting)
@@ -283,8 +310,10 @@ def test_sentinel_wait_not_met_fails_closed_with_replicas_not_acknowledged(
         assert elapsed < 2.0
         assert len(env.todo.requests()) == seen, "the claim was not acted on: the downstream saw nothing"
         got = stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)).action
-        print(f"\n[wait not met] Confirm answered UNAVAILABLE in {elapsed * 1000:.0f} ms; the action is now "
-              f"{S.ActionState.Name(got.state)} (the unacknowledged claim was put back)")
+        print(
+            f"\n[wait not met] Confirm answered UNAVAILABLE in {elapsed * 1000:.0f} ms; the action is now "
+            f"{S.ActionState.Name(got.state)} (the unacknowledged claim was put back)"
+        )
         assert got.state == S.ACTION_STATE_READY
     finally:
         setup.restart_as_replica(replica)
@@ -307,7 +336,7 @@ def test_a_claim_no_replica_acknowledged_gives_the_card_back_and_runs_once_when_
         env = _env(tmp_path, f"redis://{topo.HOST}:{port}", sidecars=0)
         stub = env.stub(proc=env.start_sidecar("--redis-wait-replicas", "1", "--redis-wait-timeout", "100ms"))
         card = _invoke(stub, f"无副本-{uuid.uuid4().hex[:8]}")
-        for _ in range(2):                                   # refused as often as asked, never stranded
+        for _ in range(2):  # refused as often as asked, never stranded
             with pytest.raises(grpc.RpcError) as info:
                 _confirm(stub, card.token)
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -352,7 +381,7 @@ def test_sentinel_a_claim_refused_by_wait_is_ready_after_a_failover_and_runs_onc
         topo._wait("the replica to be promoted", lambda: setup.master_port() == replica, 30)
         setup.wait_healthy(45)
         deadline = time.monotonic() + 20
-        while True:                                            # the sidecar follows the new primary
+        while True:  # the sidecar follows the new primary
             try:
                 _assert_ready(stub, card)
                 break
@@ -378,8 +407,8 @@ class Act:
     title: str
     action_id: str = ""
     token: str = ""
-    acked: list[int] = field(default_factory=list)     # states of the Confirms that returned an Action
-    refused: list[str] = field(default_factory=list)   # reasons of the Confirms that failed
+    acked: list[int] = field(default_factory=list)  # states of the Confirms that returned an Action
+    refused: list[str] = field(default_factory=list)  # reasons of the Confirms that failed
 
 
 @dataclass
@@ -404,15 +433,19 @@ class Row:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
     def line(self) -> str:
-        return (f"| {self.mode:<11} | {self.issued:>6} | {self.acknowledged:>5} | {self.lost:>4} "
-                f"({self.lost_ready} READY, {self.lost_missing} missing) | {self.unknown:>7} | {self.sent_twice:>10} "
-                f"| {self.executed_twice:>14} | {statistics.median(self.latencies) * 1000:>6.1f} "
-                f"| {self.pct(0.99):>6.1f} |")
+        return (
+            f"| {self.mode:<11} | {self.issued:>6} | {self.acknowledged:>5} | {self.lost:>4} "
+            f"({self.lost_ready} READY, {self.lost_missing} missing) | {self.unknown:>7} | {self.sent_twice:>10} "
+            f"| {self.executed_twice:>14} | {statistics.median(self.latencies) * 1000:>6.1f} "
+            f"| {self.pct(0.99):>6.1f} |"
+        )
 
 
 LAG = 10
-HEADER = ("| mode        | issued | acked | lost claims                | UNKNOWN | sent twice | executed twice "
-          "| p50 ms | p99 ms |")
+HEADER = (
+    "| mode        | issued | acked | lost claims                | UNKNOWN | sent twice | executed twice "
+    "| p50 ms | p99 ms |"
+)
 ROWS: dict[str, Row] = {}
 
 
@@ -451,10 +484,10 @@ def _state_after_failover(stub: gateway_pb2_grpc.ToolGatewayServiceStub, action_
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("wait", [pytest.param(0, id="no-wait"),
-                                  pytest.param(1, id="wait-1")])
+@pytest.mark.parametrize("wait", [pytest.param(0, id="no-wait"), pytest.param(1, id="wait-1")])
 def test_sentinel_failover_in_the_middle_of_traffic(
-        sentinel: tuple[topo.SentinelSetup, Env], failover_table: dict[str, Row], wait: int) -> None:
+    sentinel: tuple[topo.SentinelSetup, Env], failover_table: dict[str, Row], wait: int
+) -> None:
     _, shared = sentinel
     mode = "wait-1" if wait else "no-wait"
     work = shared.work / f"failover-{mode}"
@@ -478,7 +511,7 @@ def test_sentinel_failover_in_the_middle_of_traffic(
         traffic_stub = env.stub(proc=env.sidecars[-1])
 
         def confirm(act: Act) -> None:
-            for _ in range(2 if act.i % 4 == 0 else 1):            # some are confirmed twice
+            for _ in range(2 if act.i % 4 == 0 else 1):  # some are confirmed twice
                 row.issued += 1
                 try:
                     act.acked.append(_confirm(traffic_stub, act.token, timeout=3).state)
@@ -510,7 +543,7 @@ def test_sentinel_failover_in_the_middle_of_traffic(
         thread.join(120)
         assert not thread.is_alive()
         assert setup.master_port() == promoted, "the replica was promoted"
-        setup.wait_healthy(45)                     # the old primary is a replica of the promoted one again
+        setup.wait_healthy(45)  # the old primary is a replica of the promoted one again
         assert topo.info(old, "replication").get("role") == "slave"
 
         # 1. right after the failover: what became of every Confirm that was acknowledged?

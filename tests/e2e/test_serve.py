@@ -39,8 +39,9 @@ def test_settings_come_from_flags_then_environment_then_defaults() -> None:
     parser = argparse.ArgumentParser()
     settings_mod.add_arguments(parser)
     args = parser.parse_args(["--registry", "r.yaml", "--lease", "45s"])
-    s = settings_mod.from_args(args, {"COUNTERSIGN_LEASE": "9s", "COUNTERSIGN_CONFIRM_TTL": "2m",
-                                      "COUNTERSIGN_KEYS_FILE": "/k.json"})
+    s = settings_mod.from_args(
+        args, {"COUNTERSIGN_LEASE": "9s", "COUNTERSIGN_CONFIRM_TTL": "2m", "COUNTERSIGN_KEYS_FILE": "/k.json"}
+    )
     assert (s.lease, s.confirm_ttl, s.keys_file, s.replay_ttl) == (45.0, 120.0, "/k.json", 86400.0)
     with pytest.raises(settings_mod.SettingsError, match="--lease must be longer"):
         settings_mod.from_args(parser.parse_args(["--registry", "r", "--lease", "1s"]), {})
@@ -55,8 +56,11 @@ def test_an_audit_chain_may_not_expire_before_the_records_it_accounts_for() -> N
 
     parser = argparse.ArgumentParser()
     settings_mod.add_arguments(parser)
-    for flags in (["--audit-ttl", "1h"], ["--audit-ttl", "2h", "--replay-ttl", "3h"],
-                  ["--audit-ttl", "1m", "--replay-ttl", "30s", "--confirm-ttl", "2m"]):
+    for flags in (
+        ["--audit-ttl", "1h"],
+        ["--audit-ttl", "2h", "--replay-ttl", "3h"],
+        ["--audit-ttl", "1m", "--replay-ttl", "30s", "--confirm-ttl", "2m"],
+    ):
         with pytest.raises(settings_mod.SettingsError, match="--audit-ttl must be at least"):
             settings_mod.from_args(parser.parse_args(["--registry", "r", *flags]), {})
     ok = settings_mod.from_args(parser.parse_args(["--registry", "r", "--audit-ttl", "24h"]), {})
@@ -66,8 +70,14 @@ def test_an_audit_chain_may_not_expire_before_the_records_it_accounts_for() -> N
 def _serve_fails(args: list[str], env: dict[str, str] | None = None) -> str:
     import os
 
-    done = subprocess.run([*SERVE, "--listen", "127.0.0.1:0", "--metrics-listen", "", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=60, env={**os.environ, **(env or {})})
+    done = subprocess.run(
+        [*SERVE, "--listen", "127.0.0.1:0", "--metrics-listen", "", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
     assert done.returncode == 2, done
     assert '"listening"' not in done.stdout
     assert "Traceback" not in done.stderr
@@ -93,12 +103,16 @@ def test_embedded_redis_is_started_and_stopped_with_the_sidecar(tmp_path: Path) 
     sidecar = processes.start_sidecar(tmp_path, registry, keys=processes.write_keys(tmp_path))
     try:
         assert sidecar.info["redis"] == "embedded"
-        children = subprocess.run(["pgrep", "-P", str(sidecar.pid), "redis-server"], capture_output=True,
-                                  text=True).stdout.split()
+        children = subprocess.run(
+            ["pgrep", "-P", str(sidecar.pid), "redis-server"], capture_output=True, text=True
+        ).stdout.split()
         assert len(children) == 1
         stub = Stack.stub(None, sidecar.info["grpc"])  # type: ignore[arg-type]
-        card = stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex),
-                                                     tool_name="create_todo", arguments_json='{"title": "嵌入"}'))
+        card = stub.Invoke(
+            gateway_pb2.InvokeRequest(
+                context=ctx(request_id=uuid.uuid4().hex), tool_name="create_todo", arguments_json='{"title": "嵌入"}'
+            )
+        )
         action = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.confirmation.token)).action
         assert action.state == common_pb2.ACTION_STATE_SUCCEEDED
     finally:

@@ -17,9 +17,15 @@ from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 
 def _flood_slow_reads(stub: gateway_pb2_grpc.ToolGatewayServiceStub, calls: int, **context: str) -> list[Any]:
-    return [stub.Invoke.future(gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex, **context),
-                                                         tool_name="list_todos", arguments_json="{}"), timeout=20)
-            for _ in range(calls)]
+    return [
+        stub.Invoke.future(
+            gateway_pb2.InvokeRequest(
+                context=ctx(request_id=uuid.uuid4().hex, **context), tool_name="list_todos", arguments_json="{}"
+            ),
+            timeout=20,
+        )
+        for _ in range(calls)
+    ]
 
 
 def test_health_watch_streams_are_not_load(stack: Stack) -> None:
@@ -63,12 +69,13 @@ def test_one_caller_holding_every_slot_with_slow_reads_never_starves_another_cal
         before = len([e for e in stack.todo.requests(path="/todos") if e["method"] == "GET"])
         stack.todo.fault(path="/todos", method="GET", mode="hang_before_commit", seconds=4.0, times=100)
         slow = _flood_slow_reads(stub, 4, **flooder)
-        _wait_for_reads(stack, before + 4)          # A holds every slot, each waiting on the downstream
+        _wait_for_reads(stack, before + 4)  # A holds every slot, each waiting on the downstream
         with pytest.raises(grpc.RpcError) as shed:
             _flood_slow_reads(stub, 1, **flooder)[0].result()
         assert error_info(shed.value).reason == "OVERLOADED", "A's own next slow call is shed"
-        status = stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(**bee), action_id=mine.action_id),
-                                timeout=5).action
+        status = stub.GetAction(
+            gateway_pb2.GetActionRequest(context=ctx(**bee), action_id=mine.action_id), timeout=5
+        ).action
         assert status.state == common_pb2.ACTION_STATE_READY
         reject = stub.Reject(gateway_pb2.RejectRequest(context=ctx(**bee), token=mine.token), timeout=5).action
         assert reject.state == common_pb2.ACTION_STATE_REJECTED

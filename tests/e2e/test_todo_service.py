@@ -170,8 +170,11 @@ async def test_prepare_endpoint_in_process_with_injected_clock() -> None:
         assert data["preview"]["impact"] == "确认后将创建一条待办（无截止时间）。"
         english = {**body, "arguments": {"title": "Report", "dueAt": "今晚 9 点"}, "context": {"locale": "en-US"}}
         data = await (await client.post("/todos/prepare", json=english)).json()
-        assert data["preview"] == {"title": "Create a to-do", "target": "Report",
-                                   "impact": "Confirm to create a to-do due 2026-11-30 21:00."}, "the caller's language"
+        assert data["preview"] == {
+            "title": "Create a to-do",
+            "target": "Report",
+            "impact": "Confirm to create a to-do due 2026-11-30 21:00.",
+        }, "the caller's language"
 
         for due, reason in (
             ("今天上午 9 点", "TODO_DUE_AT_SUSPICIOUS"),
@@ -196,7 +199,9 @@ async def test_prepare_endpoint_in_process_with_injected_clock() -> None:
         assert (await resp.json())["reason"] == "TODO_NOT_FOUND"
         doomed = {"tool": "delete_todo", "arguments": {"id": todo["id"]}}
         assert await (await client.post("/todos/prepare", json=doomed)).json() == {
-            "arguments": {"id": todo["id"]}, "resource_version": "1"}
+            "arguments": {"id": todo["id"]},
+            "resource_version": "1",
+        }
         doomed["arguments"] = {"id": "t_missing"}
         resp = await client.post("/todos/prepare", json=doomed)
         assert (resp.status, (await resp.json())["reason"]) == (422, "TODO_NOT_FOUND")
@@ -384,9 +389,7 @@ def error_reason(err: grpc.aio.AioRpcError) -> str:
     return str(info.reason)
 
 
-async def test_grpc_execute_twice_with_same_key_writes_one_row(
-    service: Service, http: aiohttp.ClientSession
-) -> None:
+async def test_grpc_execute_twice_with_same_key_writes_one_row(service: Service, http: aiohttp.ClientSession) -> None:
     who = subject()
     owner = who["X-Countersign-Subject"]
     idem = key()
@@ -416,9 +419,7 @@ async def test_grpc_execute_twice_with_same_key_writes_one_row(
         )
         assert fenced.result == backend_pb2.LOOKUP_RESULT_ABSENT_FENCED
         with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await stub.Execute(
-                request, metadata=(("idempotency-key", absent), ("x-countersign-subject", owner))
-            )
+            await stub.Execute(request, metadata=(("idempotency-key", absent), ("x-countersign-subject", owner)))
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert (refused.value.details() or "").startswith("KEY_FENCED: ")
         assert error_reason(refused.value) == "KEY_FENCED"

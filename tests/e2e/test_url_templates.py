@@ -20,8 +20,21 @@ from countersign.testing.downstreams import Raw, answer, registry_doc, sidecar_o
 from countersign.testing.stack import Stack
 from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
-UNSAFE = ["", ".", "..", "a/b", "../status", "%2e%2e", "%2E", "..%2F", "a%2fb", "..\\", "a\\b", "%252e%252e",
-          "x" * 1100]
+UNSAFE = [
+    "",
+    ".",
+    "..",
+    "a/b",
+    "../status",
+    "%2e%2e",
+    "%2E",
+    "..%2F",
+    "a%2fb",
+    "..\\",
+    "a\\b",
+    "%252e%252e",
+    "x" * 1100,
+]
 
 
 @pytest.mark.parametrize("value", UNSAFE)
@@ -30,8 +43,11 @@ def test_an_unsafe_path_value_is_refused_at_invoke_and_reaches_nobody(stack: Sta
     before = len(stack.todo.requests())
     args = {"id": value, "status": "done"} if tool == "set_todo_status" else {"id": value}
     with pytest.raises(grpc.RpcError) as info:
-        stack.stub().Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex), tool_name=tool,
-                                                      arguments_json=json.dumps(args)))
+        stack.stub().Invoke(
+            gateway_pb2.InvokeRequest(
+                context=ctx(request_id=uuid.uuid4().hex), tool_name=tool, arguments_json=json.dumps(args)
+            )
+        )
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error_info(info.value).reason == "ARGS_INVALID"
     fields = [v.field for v in bad_request(info.value).field_violations]
@@ -41,12 +57,15 @@ def test_an_unsafe_path_value_is_refused_at_invoke_and_reaches_nobody(stack: Sta
 
 @pytest.mark.parametrize("value", ["t_a..b", "...", ".x", "a b", "a?b#c", "买", "%41"])
 def test_any_other_value_passes_policy_and_reaches_prepare_encoded(stack: Stack, value: str) -> None:
-    with pytest.raises(grpc.RpcError) as info:   # the service has no such todo: its prepare refuses
-        stack.stub().Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex),
-                                                      tool_name="delete_todo",
-                                                      arguments_json=json.dumps({"id": value})))
-    assert (info.value.code(), error_info(info.value).reason) == (grpc.StatusCode.FAILED_PRECONDITION,
-                                                                  "TODO_NOT_FOUND")
+    with pytest.raises(grpc.RpcError) as info:  # the service has no such todo: its prepare refuses
+        stack.stub().Invoke(
+            gateway_pb2.InvokeRequest(
+                context=ctx(request_id=uuid.uuid4().hex),
+                tool_name="delete_todo",
+                arguments_json=json.dumps({"id": value}),
+            )
+        )
+    assert (info.value.code(), error_info(info.value).reason) == (grpc.StatusCode.FAILED_PRECONDITION, "TODO_NOT_FOUND")
     assert stack.todo.requests(path="/todos/prepare")[-1]["body"]["arguments"] == {"id": value}
 
 
@@ -55,12 +74,20 @@ async def test_a_receipt_id_of_dot_dot_is_never_compensated(tmp_path: Path) -> N
     DELETE /things or DELETE /). Compensate refuses; nothing is sent."""
     raw = await Raw(lambda s: answer(201, {"id": "..", "version": 1})).start()
     try:
-        async with sidecar_over(tmp_path, registry_doc(raw.url)) as sidecar, \
-                grpc.aio.insecure_channel(sidecar.address) as channel:
+        async with (
+            sidecar_over(tmp_path, registry_doc(raw.url)) as sidecar,
+            grpc.aio.insecure_channel(sidecar.address) as channel,
+        ):
             stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
-            card = (await stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex),
-                                                                tool_name="create_thing",
-                                                                arguments_json='{"title": "t"}'))).confirmation
+            card = (
+                await stub.Invoke(
+                    gateway_pb2.InvokeRequest(
+                        context=ctx(request_id=uuid.uuid4().hex),
+                        tool_name="create_thing",
+                        arguments_json='{"title": "t"}',
+                    )
+                )
+            ).confirmation
             done = (await stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token))).action
             assert (done.state, done.receipt.resource_id) == (common_pb2.ACTION_STATE_SUCCEEDED, "..")
             with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -74,17 +101,29 @@ async def test_a_receipt_id_of_dot_dot_is_never_compensated(tmp_path: Path) -> N
     assert [(s.method, s.target) for s in raw.seen] == [("POST", "/things")], "no DELETE reached the downstream"
 
 
-@pytest.mark.parametrize("url", ["http://{host}/things", "http://api.{region}.example/things",
-                                 "http://127.0.0.1:{port}/things", "https://{title}@example/things"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://{host}/things",
+        "http://api.{region}.example/things",
+        "http://127.0.0.1:{port}/things",
+        "https://{title}@example/things",
+    ],
+)
 def test_no_argument_may_pick_the_host(url: str) -> None:
     from countersign import registry
     from countersign.errors import RegistryError
 
     doc = registry_doc("http://127.0.0.1:9")
-    schema = {"type": "object", "additionalProperties": False,
-              "properties": {k: {"type": "string"} for k in ("host", "region", "port", "title")}}
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {k: {"type": "string"} for k in ("host", "region", "port", "title")},
+    }
     doc["tools"][0] |= {"schema": schema, "adapter": {"kind": "http", "execute": {"url": url}}}
     with pytest.raises(RegistryError) as info:
         registry.build(doc, "hosts.yaml")
-    assert str(info.value) == ("hosts.yaml: tool 'create_thing': adapter-valid: adapter.execute.url may not take its "
-                               "host or port from a template")
+    assert str(info.value) == (
+        "hosts.yaml: tool 'create_thing': adapter-valid: adapter.execute.url may not take its "
+        "host or port from a template"
+    )

@@ -17,13 +17,13 @@ from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, guard_pb2,
 
 
 def invoke(stack: Stack, tool: str, args: dict[str, object], **context: object) -> gateway_pb2.InvokeResponse:
-    return stack.stub().Invoke(gateway_pb2.InvokeRequest(context=ctx(**context), tool_name=tool,
-                                                         arguments_json=json.dumps(args)))
+    return stack.stub().Invoke(
+        gateway_pb2.InvokeRequest(context=ctx(**context), tool_name=tool, arguments_json=json.dumps(args))
+    )
 
 
 def confirm(stack: Stack, token: str, wait_ms: int = 0, **context: object) -> common_pb2.Action:
-    return stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(**context), token=token,
-                                                           wait_ms=wait_ms)).action
+    return stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(**context), token=token, wait_ms=wait_ms)).action
 
 
 def rpc_error(call: object) -> grpc.RpcError:
@@ -63,12 +63,28 @@ def test_role_not_allowed_and_subject_boundary_and_admin_readonly(stack: Stack) 
     assert (err.code(), error_info(err).reason) == (grpc.StatusCode.PERMISSION_DENIED, "ROLE_NOT_ALLOWED")
     err = rpc_error(lambda: invoke(stack, "create_todo", {"title": "x"}, subject_id="bob"))
     assert (err.code(), error_info(err).reason) == (grpc.StatusCode.PERMISSION_DENIED, "SUBJECT_NOT_ALLOWED")
-    err = rpc_error(lambda: invoke(stack, "create_todo", {"title": "x"}, subject_id="bob", role="admin",
-                                   admin_context_id="ticket-1", admin_mode=common_pb2.ADMIN_MODE_READONLY))
+    err = rpc_error(
+        lambda: invoke(
+            stack,
+            "create_todo",
+            {"title": "x"},
+            subject_id="bob",
+            role="admin",
+            admin_context_id="ticket-1",
+            admin_mode=common_pb2.ADMIN_MODE_READONLY,
+        )
+    )
     assert (err.code(), error_info(err).reason) == (grpc.StatusCode.PERMISSION_DENIED, "ADMIN_READONLY")
     # a read-only admin may still read
-    assert invoke(stack, "list_todos", {}, subject_id="bob", role="admin", admin_context_id="ticket-1",
-                  admin_mode=common_pb2.ADMIN_MODE_READONLY).HasField("result")
+    assert invoke(
+        stack,
+        "list_todos",
+        {},
+        subject_id="bob",
+        role="admin",
+        admin_context_id="ticket-1",
+        admin_mode=common_pb2.ADMIN_MODE_READONLY,
+    ).HasField("result")
 
 
 def test_a_write_is_never_executed_by_invoke(stack: Stack) -> None:
@@ -95,8 +111,9 @@ def test_planned_and_forbidden_capabilities_are_refusals_in_the_callers_locale(s
 
 
 def test_session_modes(stack: Stack) -> None:
-    err = rpc_error(lambda: invoke(stack, "create_todo", {"title": "x"},
-                                   session_mode=common_pb2.SESSION_MODE_READ_ONLY))
+    err = rpc_error(
+        lambda: invoke(stack, "create_todo", {"title": "x"}, session_mode=common_pb2.SESSION_MODE_READ_ONLY)
+    )
     assert error_info(err).reason == "SESSION_MODE_FORBIDS"
     err = rpc_error(lambda: invoke(stack, "list_todos", {}, session_mode=common_pb2.SESSION_MODE_CHAT_ONLY))
     assert error_info(err).reason == "SESSION_MODE_FORBIDS"
@@ -106,8 +123,9 @@ def test_session_modes(stack: Stack) -> None:
 
 
 def test_card_shows_the_prepared_concrete_arguments(stack: Stack) -> None:
-    card = invoke(stack, "create_todo", {"taskTitle": "交报告", "deadline": "明天 9 点"},
-                  request_id=turn()).confirmation
+    card = invoke(
+        stack, "create_todo", {"taskTitle": "交报告", "deadline": "明天 9 点"}, request_id=turn()
+    ).confirmation
     prepared = json.loads(card.prepared_arguments_json)
     assert prepared["title"] == "交报告"
     assert prepared["dueAt"].endswith("+08:00") and "T09:00:00" in prepared["dueAt"]
@@ -118,13 +136,15 @@ def test_card_shows_the_prepared_concrete_arguments(stack: Stack) -> None:
 
 def test_prepare_refusal_yields_no_card(stack: Stack) -> None:
     rid = turn()
-    err = rpc_error(lambda: invoke(stack, "create_todo", {"title": "x", "dueAt": "2020-01-01T00:00:00+08:00"},
-                                   request_id=rid))
+    err = rpc_error(
+        lambda: invoke(stack, "create_todo", {"title": "x", "dueAt": "2020-01-01T00:00:00+08:00"}, request_id=rid)
+    )
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert error_info(err).reason == "TODO_DUE_AT_SUSPICIOUS"
     # nothing was stored: the same call again asks prepare again and is refused again
-    err = rpc_error(lambda: invoke(stack, "create_todo", {"title": "x", "dueAt": "2020-01-01T00:00:00+08:00"},
-                                   request_id=rid))
+    err = rpc_error(
+        lambda: invoke(stack, "create_todo", {"title": "x", "dueAt": "2020-01-01T00:00:00+08:00"}, request_id=rid)
+    )
     assert error_info(err).reason == "TODO_DUE_AT_SUSPICIOUS"
 
 
@@ -150,8 +170,11 @@ def test_same_call_after_settlement_replays_the_outcome(stack: Stack) -> None:
 
 def test_another_owners_token_is_denied_without_preview_or_arguments(stack: Stack) -> None:
     card = stack.card(request_id=turn(), title="alice 的秘密")
-    for other in ({"actor_id": "mallory", "subject_id": "mallory"}, {"session_id": "s-other"},
-                  {"tenant_id": "t-other"}):
+    for other in (
+        {"actor_id": "mallory", "subject_id": "mallory"},
+        {"session_id": "s-other"},
+        {"tenant_id": "t-other"},
+    ):
         err = rpc_error(lambda other=other: confirm(stack, card.token, **other))  # type: ignore[misc]
         assert err.code() == grpc.StatusCode.PERMISSION_DENIED
         assert error_info(err).reason == "CONFIRMATION_BINDING_MISMATCH"
@@ -166,14 +189,17 @@ def rpc_error_trailers(err: grpc.RpcError) -> object:
     return err.trailing_metadata()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("mangle", [
-    lambda t: t[:-1] + ("A" if t[-1] != "A" else "B"),     # forged MAC
-    lambda t: t[: len(t) // 2],                             # truncated
-    lambda t: "cs2" + t[3:],                                # wrong version
-    lambda t: t.replace(".k1.", ".zz."),                    # unknown key id
-    lambda t: "not a token",
-    lambda t: t + "." + "x" * 200,
-])
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda t: t[:-1] + ("A" if t[-1] != "A" else "B"),  # forged MAC
+        lambda t: t[: len(t) // 2],  # truncated
+        lambda t: "cs2" + t[3:],  # wrong version
+        lambda t: t.replace(".k1.", ".zz."),  # unknown key id
+        lambda t: "not a token",
+        lambda t: t + "." + "x" * 200,
+    ],
+)
 def test_malformed_or_forged_token_is_invalid_argument(stack: Stack, mangle: object) -> None:
     token = mangle(stack.card(request_id=turn()).token)  # type: ignore[operator]
     err = rpc_error(lambda: confirm(stack, token))
@@ -186,7 +212,7 @@ def test_token_of_another_key_that_is_still_listed_verifies(stack: Stack) -> Non
 
     keys = Keyring.from_file(str(stack.keys))
     card = stack.card(request_id=turn())
-    token = keys.token(card.action_id, "k0")   # k0 is listed but not active: its MAC verifies
+    token = keys.token(card.action_id, "k0")  # k0 is listed but not active: its MAC verifies
     err = rpc_error(lambda: confirm(stack, token))
     # a valid token under k0 binds with k0: the card was bound under k1, so the binding differs
     assert error_info(err).reason == "CONFIRMATION_BINDING_MISMATCH"
@@ -208,8 +234,7 @@ def test_expired_card_is_not_found(stack: Stack) -> None:
         time.sleep(0.6)
         with pytest.raises(grpc.RpcError) as info:
             stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token))
-        assert (info.value.code(), error_info(info.value).reason) == (grpc.StatusCode.NOT_FOUND,
-                                                                     "CONFIRMATION_EXPIRED")
+        assert (info.value.code(), error_info(info.value).reason) == (grpc.StatusCode.NOT_FOUND, "CONFIRMATION_EXPIRED")
         assert stack.todo.writes(card.action_id) == []
     finally:
         sidecar.stop()
@@ -242,9 +267,11 @@ def test_reject_then_confirm_is_rejected(stack: Stack) -> None:
 
 def test_confirm_from_a_context_that_may_not_write_leaves_the_card_ready(stack: Stack) -> None:
     card = stack.card(request_id=turn())
-    for context in ({"session_mode": common_pb2.SESSION_MODE_READ_ONLY},
-                    {"session_mode": common_pb2.SESSION_MODE_CHAT_ONLY},
-                    {"role": "guest"}):
+    for context in (
+        {"session_mode": common_pb2.SESSION_MODE_READ_ONLY},
+        {"session_mode": common_pb2.SESSION_MODE_CHAT_ONLY},
+        {"role": "guest"},
+    ):
         err = rpc_error(lambda context=context: confirm(stack, card.token, **context))  # type: ignore[misc]
         assert err.code() == grpc.StatusCode.PERMISSION_DENIED
     state = stack.stub().GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)).action
@@ -254,8 +281,13 @@ def test_confirm_from_a_context_that_may_not_write_leaves_the_card_ready(stack: 
 
 def test_get_action_is_owner_only(stack: Stack) -> None:
     card = stack.card(request_id=turn())
-    err = rpc_error(lambda: stack.stub().GetAction(gateway_pb2.GetActionRequest(
-        context=ctx(actor_id="mallory", subject_id="mallory"), action_id=card.action_id)))
+    err = rpc_error(
+        lambda: stack.stub().GetAction(
+            gateway_pb2.GetActionRequest(
+                context=ctx(actor_id="mallory", subject_id="mallory"), action_id=card.action_id
+            )
+        )
+    )
     assert error_info(err).reason == "CONFIRMATION_BINDING_MISMATCH"
     err = rpc_error(lambda: stack.stub().GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id="nope")))
     assert (err.code(), error_info(err).reason) == (grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_INVALID")
@@ -286,8 +318,9 @@ def test_stale_version_is_failed_and_nothing_is_overwritten(stack: Stack) -> Non
     created = confirm(stack, stack.card(request_id=turn(), title="版本").token).receipt
     todo_id = created.resource_id
     stack.todo.post(f"/todos/{todo_id}/status", {"status": "done", "version": 1}, key=uuid.uuid4().hex)
-    card = invoke(stack, "set_todo_status", {"id": todo_id, "status": "open", "version": 1},
-                  request_id=turn()).confirmation
+    card = invoke(
+        stack, "set_todo_status", {"id": todo_id, "status": "open", "version": 1}, request_id=turn()
+    ).confirmation
     action = confirm(stack, card.token)
     assert action.state == common_pb2.ACTION_STATE_FAILED
     assert action.error.reason == "TODO_VERSION_CONFLICT" and not action.error.retryable
@@ -304,7 +337,7 @@ def test_commit_then_hang_is_unknown_and_never_sent_twice(stack: Stack) -> None:
         action = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
         assert action.state == common_pb2.ACTION_STATE_UNKNOWN
         assert action.error.reason == "DOWNSTREAM_TIMEOUT"
-        for _ in range(5):   # the user clicks again, the agent retries: the claim stays held
+        for _ in range(5):  # the user clicks again, the agent retries: the claim stays held
             again = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token, wait_ms=100)).action
             assert again.state == common_pb2.ACTION_STATE_UNKNOWN and again.replayed
         time.sleep(2.0)
@@ -333,8 +366,19 @@ def test_lapsed_lease_is_reported_and_stored_as_unknown_never_ready(stack: Stack
     # a sidecar that claimed and died: the card is consumed (into the run record, as claim.lua does), the run
     # record's lease is in the past
     sealed = r.hgetall(f"cs:{{{card.action_id}}}:card")
-    r.hset(run, mapping={"st": "running", "claim": "dead", "lease": 1, "b": "x", "tool": "create_todo", "kid": "k1",
-                         "card": sealed[b"body"], "cmac": sealed[b"mac"]})
+    r.hset(
+        run,
+        mapping={
+            "st": "running",
+            "claim": "dead",
+            "lease": 1,
+            "b": "x",
+            "tool": "create_todo",
+            "kid": "k1",
+            "card": sealed[b"body"],
+            "cmac": sealed[b"mac"],
+        },
+    )
     r.delete(f"cs:{{{card.action_id}}}:card")
     err = rpc_error(lambda: confirm(stack, card.token))
     assert error_info(err).reason == "CONFIRMATION_BINDING_MISMATCH"  # b is not ours: refused, untouched
@@ -347,7 +391,6 @@ def test_lapsed_lease_is_reported_and_stored_as_unknown_never_ready(stack: Stack
     assert action.state == common_pb2.ACTION_STATE_UNKNOWN and action.error.reason == "LEASE_LAPSED"
     assert r.hget(run, "st") == b"unknown"
     assert stack.todo.writes(card.action_id) == []
-
 
 
 # -- the claim re-checks policy; scripts survive SCRIPT FLUSH; one hash tag per action --------------
@@ -366,7 +409,7 @@ def test_policy_changed_at_claim_time_settles_failed_and_never_executes(stack: S
     finally:
         sidecar.stop()
     assert stack.todo.writes(card.action_id) == []
-    again = confirm(stack, card.token)      # even the old registry cannot run it now: it settled FAILED
+    again = confirm(stack, card.token)  # even the old registry cannot run it now: it settled FAILED
     assert again.state == common_pb2.ACTION_STATE_FAILED and again.replayed
     assert stack.todo.writes(card.action_id) == []
 
@@ -384,7 +427,7 @@ def test_every_key_of_an_action_shares_its_hash_tag(stack: Stack) -> None:
     tag = f"cs:{{{card.action_id}}}:"
 
     def keys() -> set[bytes]:
-        time.sleep(0.2)   # audit events are written in the background
+        time.sleep(0.2)  # audit events are written in the background
         return set(r.scan_iter(match=f"*{card.action_id}*"))
 
     assert keys() == {(tag + k).encode() for k in ("card", "audit", "events")}
@@ -399,8 +442,9 @@ def test_the_callers_traceparent_continues_to_the_downstream(stack: Stack) -> No
     card = stack.card(request_id=turn())
     trace_id = uuid.uuid4().hex
     parent = f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"
-    stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token),
-                         metadata=(("traceparent", parent),))
+    stack.stub().Confirm(
+        gateway_pb2.ConfirmRequest(context=ctx(), token=card.token), metadata=(("traceparent", parent),)
+    )
     sent = stack.todo.writes(card.action_id)[0]["headers"]["traceparent"]
     version, got_trace, span, flags = sent.split("-")
     assert (version, got_trace, flags) == ("00", trace_id, "01") and span != parent.split("-")[2]
@@ -425,8 +469,9 @@ def test_a_settled_outcome_changed_in_redis_is_data_loss_not_a_replay(stack: Sta
 
 
 def _scoped(stack: Stack, scope: str) -> tuple[processes.Proc, gateway_pb2_grpc.ToolGatewayServiceStub]:
-    registry = processes.write_registry(stack.work, stack.todo.url, source=stack.registry,
-                                        **{"intent_scope: request": f"intent_scope: {scope}"})
+    registry = processes.write_registry(
+        stack.work, stack.todo.url, source=stack.registry, **{"intent_scope: request": f"intent_scope: {scope}"}
+    )
     sidecar = stack.start_sidecar(registry=registry)
     return sidecar, stack.stub(sidecar.info["grpc"])
 
@@ -436,26 +481,32 @@ def test_intent_scope_session_lands_the_same_call_in_another_turn_on_the_same_ac
     session, title = turn(), "会话内同一个"
 
     def call(request_id: str, session_id: str = session) -> gateway_pb2.InvokeResponse:
-        return stub.Invoke(gateway_pb2.InvokeRequest(
-            context=ctx(session_id=session_id, request_id=request_id), tool_name="create_todo",
-            arguments_json=json.dumps({"title": title})))
+        return stub.Invoke(
+            gateway_pb2.InvokeRequest(
+                context=ctx(session_id=session_id, request_id=request_id),
+                tool_name="create_todo",
+                arguments_json=json.dumps({"title": title}),
+            )
+        )
 
     try:
         first = call(turn()).confirmation
-        again = call(turn()).confirmation                   # another turn of the same session: the same card
+        again = call(turn()).confirmation  # another turn of the same session: the same card
         assert (again.action_id, again.token) == (first.action_id, first.token)
         other = call(turn(), session_id=turn()).confirmation
         assert other.action_id != first.action_id, "another session is another action"
         done = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(session_id=session), token=first.token)).action
         assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
         later = turn()
-        replay = call(later).replay                          # a later turn: the settled outcome, not a new card
+        replay = call(later).replay  # a later turn: the settled outcome, not a new card
         assert replay.replayed and replay.receipt == done.receipt
         assert len(stack.todo.writes(first.action_id)) == 1
         # that turn's reply may say it is done: the replayed receipt backs it (no action id named)
         verdict = guard_pb2_grpc.ReplyGuardServiceStub(grpc.insecure_channel(sidecar.info["grpc"])).CheckReply(
-            guard_pb2.CheckReplyRequest(context=ctx(session_id=session, request_id=later),
-                                        reply_text=f"已经帮你创建好了待办「{title}」。"))
+            guard_pb2.CheckReplyRequest(
+                context=ctx(session_id=session, request_id=later), reply_text=f"已经帮你创建好了待办「{title}」。"
+            )
+        )
         assert verdict.verdict == guard_pb2.GUARD_VERDICT_PASSED, verdict.reason
     finally:
         sidecar.stop()  # type: ignore[attr-defined]
@@ -465,16 +516,27 @@ def test_intent_scope_none_makes_every_invoke_a_new_card(stack: Stack) -> None:
     sidecar, stub = _scoped(stack, "none")
     rid = turn()
     try:
-        cards = [stub.Invoke(gateway_pb2.InvokeRequest(context=ctx(request_id=rid), tool_name="create_todo",
-                                                       arguments_json=json.dumps({"title": "每次都新"}))).confirmation
-                 for _ in range(2)]
+        cards = [
+            stub.Invoke(
+                gateway_pb2.InvokeRequest(
+                    context=ctx(request_id=rid),
+                    tool_name="create_todo",
+                    arguments_json=json.dumps({"title": "每次都新"}),
+                )
+            ).confirmation
+            for _ in range(2)
+        ]
         assert cards[0].action_id != cards[1].action_id and cards[0].token != cards[1].token
         for card in cards:
             action = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
             assert action.state == common_pb2.ACTION_STATE_SUCCEEDED
             assert len(stack.todo.writes(card.action_id)) == 1
-        ids = {stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=c.action_id)).action
-               .receipt.resource_id for c in cards}
+        ids = {
+            stub.GetAction(
+                gateway_pb2.GetActionRequest(context=ctx(), action_id=c.action_id)
+            ).action.receipt.resource_id
+            for c in cards
+        }
         assert len(ids) == 2, "two cards confirmed: two todos, each under its own idempotency key"
     finally:
         sidecar.stop()  # type: ignore[attr-defined]

@@ -116,7 +116,7 @@ async def ready_to_rejected(store: RedisStore) -> str:
 
 
 async def ready_to_expired(store: RedisStore) -> str:
-    action = await issued(store, expires_in_ms=-1)          # the sealed expiry has passed, whatever the TTL says
+    action = await issued(store, expires_in_ms=-1)  # the sealed expiry has passed, whatever the TTL says
     assert await store.claim(action, B, ",", "c", LEASE) == Refused("expired")
     return "expired" if await store.peek(action) is None else "still there"
 
@@ -129,7 +129,7 @@ async def running_to_settled(store: RedisStore) -> str:
 async def running_to_unknown(store: RedisStore) -> str:
     action, _ = await running(store, lease_ms=1)
     await asyncio.sleep(0.01)
-    found = await store.peek(action)                          # a lapsed lease: unknown, never ready
+    found = await store.peek(action)  # a lapsed lease: unknown, never ready
     assert isinstance(found, RunRecord) and found.reason == "LEASE_LAPSED"
     return await state_of(store, action)
 
@@ -164,7 +164,7 @@ async def unknown_to_unknown(store: RedisStore) -> str:
 async def unknown_to_ready(store: RedisStore) -> str:
     action, claim = await running(store, lease_ms=1)
     await asyncio.sleep(0.01)
-    assert isinstance(await store.peek(action), RunRecord)   # unknown now
+    assert isinstance(await store.peek(action), RunRecord)  # unknown now
     assert await store.release(action, claim) == "ready"
     return "ready" if isinstance(await store.peek(action), CardRecord) else "not ready"
 
@@ -178,11 +178,16 @@ async def review_to_settled(store: RedisStore) -> str:
 
 
 EDGES: dict[tuple[str, str], Callable[[RedisStore], Awaitable[str]]] = {
-    ("ready", "running"): ready_to_running, ("ready", "rejected"): ready_to_rejected,
-    ("ready", "expired"): ready_to_expired, ("running", "settled"): running_to_settled,
-    ("running", "unknown"): running_to_unknown, ("running", "ready"): running_to_ready,
-    ("unknown", "settled"): unknown_to_settled, ("unknown", "review"): unknown_to_review,
-    ("unknown", "unknown"): unknown_to_unknown, ("unknown", "ready"): unknown_to_ready,
+    ("ready", "running"): ready_to_running,
+    ("ready", "rejected"): ready_to_rejected,
+    ("ready", "expired"): ready_to_expired,
+    ("running", "settled"): running_to_settled,
+    ("running", "unknown"): running_to_unknown,
+    ("running", "ready"): running_to_ready,
+    ("unknown", "settled"): unknown_to_settled,
+    ("unknown", "review"): unknown_to_review,
+    ("unknown", "unknown"): unknown_to_unknown,
+    ("unknown", "ready"): unknown_to_ready,
     ("review", "settled"): review_to_settled,
 }
 
@@ -193,8 +198,9 @@ def test_every_edge_of_the_state_machine_has_a_scenario() -> None:
 
 
 @pytest.mark.parametrize(("before", "after"), sorted(EDGES))
-async def test_each_transition_of_the_table_leaves_the_state_it_names(store: RedisStore, before: str,
-                                                                      after: str) -> None:
+async def test_each_transition_of_the_table_leaves_the_state_it_names(
+    store: RedisStore, before: str, after: str
+) -> None:
     assert await EDGES[(before, after)](store) == after
 
 
@@ -223,11 +229,13 @@ async def cont_running(store: RedisStore) -> str:
 SHAPES: dict[tuple[str, str], Callable[[RedisStore], Awaitable[bool]]] = {}
 
 
-def shape(script: str, kind: str) -> Callable[[Callable[[RedisStore], Awaitable[bool]]],
-                                               Callable[[RedisStore], Awaitable[bool]]]:
+def shape(
+    script: str, kind: str
+) -> Callable[[Callable[[RedisStore], Awaitable[bool]]], Callable[[RedisStore], Awaitable[bool]]]:
     def register(scenario: Callable[[RedisStore], Awaitable[bool]]) -> Callable[[RedisStore], Awaitable[bool]]:
         SHAPES[(script, kind)] = scenario
         return scenario
+
     return register
 
 
@@ -239,9 +247,13 @@ async def _(s: RedisStore) -> bool:
 @shape("issue", "card")
 async def _(s: RedisStore) -> bool:
     action = await issued(s)
-    found = await s.issue(action, card(), 60_000)      # the card that is there, not a second one
-    return isinstance(found, CardRecord) and (found.kid, found.tool, found.mac, found.binding) == \
-        ("k1", "create_todo", "card-mac", B)
+    found = await s.issue(action, card(), 60_000)  # the card that is there, not a second one
+    return isinstance(found, CardRecord) and (found.kid, found.tool, found.mac, found.binding) == (
+        "k1",
+        "create_todo",
+        "card-mac",
+        B,
+    )
 
 
 @shape("issue", "run")
@@ -255,8 +267,12 @@ async def _(s: RedisStore) -> bool:
 async def _(s: RedisStore) -> bool:
     action = await issued(s)
     won = await s.claim(action, B, ",", "c", LEASE)
-    return isinstance(won, Won) and (won.card.kid, won.card.tool, won.card.mac, won.card.binding) == \
-        ("k1", "create_todo", "card-mac", B)
+    return isinstance(won, Won) and (won.card.kid, won.card.tool, won.card.mac, won.card.binding) == (
+        "k1",
+        "create_todo",
+        "card-mac",
+        B,
+    )
 
 
 @shape("claim", "run")
@@ -274,15 +290,17 @@ async def _(s: RedisStore) -> bool:
 @shape("claim", "forbidden")
 async def _(s: RedisStore) -> bool:
     action = await issued(s)
-    return await s.claim(action, "someone-else", ",", "c", LEASE) == Refused("forbidden") \
-        and isinstance(await s.peek(action), CardRecord)
+    return await s.claim(action, "someone-else", ",", "c", LEASE) == Refused("forbidden") and isinstance(
+        await s.peek(action), CardRecord
+    )
 
 
 @shape("claim", "role")
 async def _(s: RedisStore) -> bool:
     action = await issued(s)
-    return await s.claim(action, B, ",create_todo,", "c", LEASE) == Refused("role", "create_todo") \
-        and isinstance(await s.peek(action), CardRecord)
+    return await s.claim(action, B, ",create_todo,", "c", LEASE) == Refused("role", "create_todo") and isinstance(
+        await s.peek(action), CardRecord
+    )
 
 
 @shape("release", "ready")
@@ -313,8 +331,10 @@ async def _(s: RedisStore) -> bool:
 @shape("settle", "lost")
 async def _(s: RedisStore) -> bool:
     action, _ = await running(s)
-    return await s.settle(action, "not-the-holder", "settled", b"o", "m", "", "", 60_000) == "lost" \
+    return (
+        await s.settle(action, "not-the-holder", "settled", b"o", "m", "", "", 60_000) == "lost"
         and await state_of(s, action) == "running"
+    )
 
 
 @shape("settle", "gone")
@@ -414,16 +434,18 @@ async def _(s: RedisStore) -> bool:
 
 @shape("cont_settle", "ok")
 async def _(s: RedisStore) -> bool:
-    return await s.cont_settle(await cont_running(s), B, b"reply", "rmac", b"{}", "g-1") == \
-        ContSettled(b"reply", "rmac", b"{}", replayed=False)
+    return await s.cont_settle(await cont_running(s), B, b"reply", "rmac", b"{}", "g-1") == ContSettled(
+        b"reply", "rmac", b"{}", replayed=False
+    )
 
 
 @shape("cont_settle", "settled")
 async def _(s: RedisStore) -> bool:
     action = await cont_running(s)
     await s.cont_settle(action, B, b"reply", "rmac", b"{}", "g-1")
-    return await s.cont_settle(action, B, b"another", "x", b"{}", "g-1") == \
-        ContSettled(b"reply", "rmac", b"{}", replayed=True)
+    return await s.cont_settle(action, B, b"another", "x", b"{}", "g-1") == ContSettled(
+        b"reply", "rmac", b"{}", replayed=True
+    )
 
 
 @shape("cont_settle", "lost")

@@ -32,8 +32,9 @@ KEY = "b" * 32
 class Backend(backend_pb2_grpc.ToolBackendServiceServicer):
     """Answers as the test says; records the metadata of every call."""
 
-    execute: Callable[[], Any] = lambda: backend_pb2.ExecuteResponse(resource_id="r_1", resource_version="1",
-                                                                     result_json="{}")
+    execute: Callable[[], Any] = lambda: backend_pb2.ExecuteResponse(
+        resource_id="r_1", resource_version="1", result_json="{}"
+    )
     lookup: Callable[[], Any] = lambda: backend_pb2.LookupResponse(result=backend_pb2.LOOKUP_RESULT_ABSENT_UNFENCED)
     prepare: Callable[[], Any] = lambda: backend_pb2.PrepareResponse(arguments_json="{}")
     pause: float = 0.0
@@ -77,8 +78,13 @@ async def adapter() -> AsyncIterator[GrpcAdapter]:
 
 def tool(target: str, *, is_write: bool = True, timeout_ms: int = 0) -> Tool:
     adapter = {"kind": "grpc", "target": target, "prepare": True, "lookup": True, "timeout_ms": timeout_ms}
-    spec: dict[str, Any] = {"name": "make", "is_write": is_write, "roles": ["user"], "adapter": adapter,
-                            "schema": {"type": "object", "additionalProperties": False, "properties": {}}}
+    spec: dict[str, Any] = {
+        "name": "make",
+        "is_write": is_write,
+        "roles": ["user"],
+        "adapter": adapter,
+        "schema": {"type": "object", "additionalProperties": False, "properties": {}},
+    }
     if is_write:
         spec |= {"capability": "make", "receipt": {"resource_id": "id", "resource_version": "version"}}
     caps = [{"id": "make", "status": "enabled", "tool": "make", "risk": "low"}] if is_write else []
@@ -97,16 +103,19 @@ def status(code: grpc.StatusCode, reason: str = "") -> status_pb2.Status:
 UNUSABLE: dict[str, Callable[[], Any]] = {
     "no resource_id": lambda: backend_pb2.ExecuteResponse(resource_version="1", result_json="{}"),
     "no resource_version": lambda: backend_pb2.ExecuteResponse(resource_id="r_1", result_json="{}"),
-    "result_json not JSON": lambda: backend_pb2.ExecuteResponse(resource_id="r_1", resource_version="1",
-                                                                result_json="<ok/>"),
-    "oversize": lambda: backend_pb2.ExecuteResponse(resource_id="r_1", resource_version="1",
-                                                    result_json='"' + "x" * (2 * MAX_ANSWER_BYTES) + '"'),
+    "result_json not JSON": lambda: backend_pb2.ExecuteResponse(
+        resource_id="r_1", resource_version="1", result_json="<ok/>"
+    ),
+    "oversize": lambda: backend_pb2.ExecuteResponse(
+        resource_id="r_1", resource_version="1", result_json='"' + "x" * (2 * MAX_ANSWER_BYTES) + '"'
+    ),
 }
 
 
 @pytest.mark.parametrize("how", list(UNUSABLE))
-async def test_an_unusable_ok_to_a_write_is_unknown_receipt_invalid(backend: tuple[Backend, str],
-                                                                    adapter: GrpcAdapter, how: str) -> None:
+async def test_an_unusable_ok_to_a_write_is_unknown_receipt_invalid(
+    backend: tuple[Backend, str], adapter: GrpcAdapter, how: str
+) -> None:
     servicer, target = backend
     servicer.execute = UNUSABLE[how]
     outcome = await adapter.execute(tool(target), {}, CallMeta(idempotency_key=KEY), 2.0)
@@ -123,27 +132,33 @@ async def test_a_read_needs_no_receipt_but_readable_json(backend: tuple[Backend,
     assert (outcome.kind, outcome.reason) == (Kind.FAILED, "DOWNSTREAM_ANSWER_INVALID")
 
 
-async def test_an_applied_lookup_without_the_receipt_fields_is_no_verdict(backend: tuple[Backend, str],
-                                                                         adapter: GrpcAdapter) -> None:
+async def test_an_applied_lookup_without_the_receipt_fields_is_no_verdict(
+    backend: tuple[Backend, str], adapter: GrpcAdapter
+) -> None:
     servicer, target = backend
     servicer.lookup = lambda: backend_pb2.LookupResponse(result=backend_pb2.LOOKUP_RESULT_APPLIED, result_json="{}")
     found = await adapter.lookup(tool(target), CallMeta(idempotency_key=KEY), False, 2.0)
     assert found.kind is LookupKind.UNREADABLE, found
-    servicer.lookup = lambda: backend_pb2.LookupResponse(result=backend_pb2.LOOKUP_RESULT_APPLIED, resource_id="r_2",
-                                                         resource_version="3", result_json="{}")
+    servicer.lookup = lambda: backend_pb2.LookupResponse(
+        result=backend_pb2.LOOKUP_RESULT_APPLIED, resource_id="r_2", resource_version="3", result_json="{}"
+    )
     found = await adapter.lookup(tool(target), CallMeta(idempotency_key=KEY), False, 2.0)
     assert found.kind is LookupKind.APPLIED and found.outcome is not None
     assert (found.outcome.resource_id, found.outcome.resource_version) == ("r_2", "3")
 
 
-@pytest.mark.parametrize(("answer", "reason"), [
-    (status(grpc.StatusCode.ABORTED), "RESOURCE_VERSION_CONFLICT"),
-    (status(grpc.StatusCode.ABORTED, "RESOURCE_VERSION_CONFLICT"), "RESOURCE_VERSION_CONFLICT"),
-    (status(grpc.StatusCode.FAILED_PRECONDITION, "RESOURCE_VERSION_CONFLICT"), "RESOURCE_VERSION_CONFLICT"),
-    (status(grpc.StatusCode.FAILED_PRECONDITION), "FAILED_PRECONDITION"),
-])
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (status(grpc.StatusCode.ABORTED), "RESOURCE_VERSION_CONFLICT"),
+        (status(grpc.StatusCode.ABORTED, "RESOURCE_VERSION_CONFLICT"), "RESOURCE_VERSION_CONFLICT"),
+        (status(grpc.StatusCode.FAILED_PRECONDITION, "RESOURCE_VERSION_CONFLICT"), "RESOURCE_VERSION_CONFLICT"),
+        (status(grpc.StatusCode.FAILED_PRECONDITION), "FAILED_PRECONDITION"),
+    ],
+)
 async def test_the_version_travels_as_if_match_and_aborted_is_a_conflict(
-        backend: tuple[Backend, str], adapter: GrpcAdapter, answer: status_pb2.Status, reason: str) -> None:
+    backend: tuple[Backend, str], adapter: GrpcAdapter, answer: status_pb2.Status, reason: str
+) -> None:
     servicer, target = backend
     servicer.execute = lambda: answer
     outcome = await adapter.execute(tool(target), {}, CallMeta(idempotency_key=KEY, if_match="7"), 2.0)
@@ -165,8 +180,9 @@ async def test_the_tools_own_timeout_bounds_the_call(backend: tuple[Backend, str
     assert (outcome.kind, outcome.reason) == (Kind.UNKNOWN, "DOWNSTREAM_DEADLINE_EXCEEDED"), outcome
 
 
-async def test_prepared_arguments_that_are_not_an_object_issue_no_card(backend: tuple[Backend, str],
-                                                                      adapter: GrpcAdapter) -> None:
+async def test_prepared_arguments_that_are_not_an_object_issue_no_card(
+    backend: tuple[Backend, str], adapter: GrpcAdapter
+) -> None:
     servicer, target = backend
     for text in ("[1, 2]", '"x"', "[" * 100_000):
         servicer.prepare = lambda text=text: backend_pb2.PrepareResponse(arguments_json=text)

@@ -24,8 +24,6 @@ KEY = "a" * 32
 META = CallMeta(idempotency_key=KEY, policy_version="adapters.1")
 
 
-
-
 @pytest.fixture
 async def adapter() -> AsyncIterator[http.HttpAdapter]:
     a = http.HttpAdapter()
@@ -74,10 +72,12 @@ BROKEN: dict[str, Any] = {
     "not JSON": lambda s: answer(201, b"<html>created</html>"),
     "cut short": lambda s: answer(201, json.dumps({"id": "t_1", "version": 1}), length=400),
     "oversize by Content-Length": lambda s: answer(201, b"{}", length=http.MAX_ANSWER_BYTES + 1),
-    "oversize, chunked": lambda s: answer(201, json.dumps({"id": "t_1", "pad": "x" * http.MAX_ANSWER_BYTES}),
-                                         split=(10, 500_000), chunked=True),
-    "gzip bomb": lambda s: answer(201, json.dumps({"id": "t_1", "pad": "0" * (8 * http.MAX_ANSWER_BYTES)}),
-                                  gzipped=True),
+    "oversize, chunked": lambda s: answer(
+        201, json.dumps({"id": "t_1", "pad": "x" * http.MAX_ANSWER_BYTES}), split=(10, 500_000), chunked=True
+    ),
+    "gzip bomb": lambda s: answer(
+        201, json.dumps({"id": "t_1", "pad": "0" * (8 * http.MAX_ANSWER_BYTES)}), gzipped=True
+    ),
     "a list": lambda s: answer(201, [{"id": "t_1", "version": 1}]),
     "id missing": lambda s: answer(201, {"version": 1}),
     "id empty": lambda s: answer(201, {"id": "", "version": 1}),
@@ -89,8 +89,9 @@ BROKEN: dict[str, Any] = {
 
 
 @pytest.mark.parametrize("how", list(BROKEN))
-async def test_an_unusable_2xx_to_a_write_is_unknown_receipt_invalid(raw: Raw, adapter: http.HttpAdapter,
-                                                                     how: str) -> None:
+async def test_an_unusable_2xx_to_a_write_is_unknown_receipt_invalid(
+    raw: Raw, adapter: http.HttpAdapter, how: str
+) -> None:
     raw.script = BROKEN[how]
     outcome = await create(adapter, raw)
     assert (outcome.kind, outcome.reason) == (Kind.UNKNOWN, "RECEIPT_INVALID"), outcome
@@ -107,8 +108,7 @@ async def test_a_tool_that_declares_no_receipt_accepts_an_empty_2xx(raw: Raw, ad
 
 
 @pytest.mark.parametrize("how", ["not JSON", "oversize by Content-Length", "oversize, chunked", "cut short"])
-async def test_an_unusable_answer_to_a_read_is_a_clear_failure(raw: Raw, adapter: http.HttpAdapter,
-                                                               how: str) -> None:
+async def test_an_unusable_answer_to_a_read_is_a_clear_failure(raw: Raw, adapter: http.HttpAdapter, how: str) -> None:
     raw.script = BROKEN[how]
     outcome = await adapter.execute(tools(raw.url).tools["read_things"], {"q": "x"}, CallMeta(), 2.0)
     assert (outcome.kind, outcome.reason) == (Kind.FAILED, "DOWNSTREAM_ANSWER_INVALID"), outcome
@@ -116,8 +116,9 @@ async def test_an_unusable_answer_to_a_read_is_a_clear_failure(raw: Raw, adapter
 
 
 @pytest.mark.parametrize("how", ["id missing", "not JSON", "cut short", "oversize by Content-Length"])
-async def test_an_applied_lookup_without_the_receipt_fields_is_no_verdict(raw: Raw, adapter: http.HttpAdapter,
-                                                                         how: str) -> None:
+async def test_an_applied_lookup_without_the_receipt_fields_is_no_verdict(
+    raw: Raw, adapter: http.HttpAdapter, how: str
+) -> None:
     raw.script = BROKEN[how]
     tool = tools(raw.url).tools["create_thing"]
     for fence in (False, True):
@@ -142,11 +143,10 @@ async def test_an_unusable_2xx_to_prepare_issues_no_card(raw: Raw, adapter: http
 # -- item 2: no redirect is followed -----------------------------------------------------------------
 
 
-
-
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
-async def test_a_redirect_is_never_followed(raw: Raw, adapter: http.HttpAdapter,
-                                            elsewhere: tuple[str, list[str]], status: int) -> None:
+async def test_a_redirect_is_never_followed(
+    raw: Raw, adapter: http.HttpAdapter, elsewhere: tuple[str, list[str]], status: int
+) -> None:
     there, seen = elsewhere
     raw.script = lambda s: answer(status, {"moved": True}, headers={"Location": f"{there}/stolen"})
     reg = tools(raw.url)
@@ -168,10 +168,27 @@ async def test_a_redirect_is_never_followed(raw: Raw, adapter: http.HttpAdapter,
 # -- item 3: no argument changes the path's shape (the adapter's own defence) ------------------------
 
 
-@pytest.mark.parametrize("value", ["", ".", "..", "a/b", "../x", "%2e%2e", "%2E", "a%2Fb", "..\\", "a\\b",
-                                   "%252e%252e", "x\r\nHost: evil", "x" * 5000])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        ".",
+        "..",
+        "a/b",
+        "../x",
+        "%2e%2e",
+        "%2E",
+        "a%2Fb",
+        "..\\",
+        "a\\b",
+        "%252e%252e",
+        "x\r\nHost: evil",
+        "x" * 5000,
+    ],
+)
 async def test_the_adapter_sends_no_request_whose_path_an_argument_would_change(
-        raw: Raw, adapter: http.HttpAdapter, value: str) -> None:
+    raw: Raw, adapter: http.HttpAdapter, value: str
+) -> None:
     reg = tools(raw.url)
     outcome = await adapter.execute(reg.tools["delete_thing"], {"id": value}, META, 2.0)
     assert (outcome.kind, outcome.reason) == (Kind.FAILED, "URL_UNSAFE"), outcome
@@ -180,13 +197,21 @@ async def test_the_adapter_sends_no_request_whose_path_an_argument_would_change(
     assert raw.seen == []
 
 
-@pytest.mark.parametrize(("value", "target"), [
-    ("t 1", "/things/t%201/status"), ("a?b#c", "/things/a%3Fb%23c/status"), ("买", "/things/%E4%B9%B0/status"),
-    ("a.b", "/things/a.b/status"), ("...", "/things/.../status"), ("%41", "/things/%2541/status"),
-    ("a;b=c&d", "/things/a%3Bb%3Dc%26d/status"),
-])
-async def test_every_other_value_is_percent_encoded_into_one_segment(raw: Raw, adapter: http.HttpAdapter,
-                                                                     value: str, target: str) -> None:
+@pytest.mark.parametrize(
+    ("value", "target"),
+    [
+        ("t 1", "/things/t%201/status"),
+        ("a?b#c", "/things/a%3Fb%23c/status"),
+        ("买", "/things/%E4%B9%B0/status"),
+        ("a.b", "/things/a.b/status"),
+        ("...", "/things/.../status"),
+        ("%41", "/things/%2541/status"),
+        ("a;b=c&d", "/things/a%3Bb%3Dc%26d/status"),
+    ],
+)
+async def test_every_other_value_is_percent_encoded_into_one_segment(
+    raw: Raw, adapter: http.HttpAdapter, value: str, target: str
+) -> None:
     raw.script = lambda s: answer(200, {"id": "t_1"})
     outcome = await adapter.execute(tools(raw.url).tools["set_thing"], {"id": value, "status": "done"}, META, 2.0)
     assert outcome.kind is Kind.SUCCEEDED, outcome
@@ -210,7 +235,8 @@ def _if_match(seen: Seen) -> str | None:
 
 
 async def test_the_prepared_version_travels_as_if_match_and_a_412_is_a_version_conflict(
-        raw: Raw, adapter: http.HttpAdapter) -> None:
+    raw: Raw, adapter: http.HttpAdapter
+) -> None:
     reg = tools(raw.url)
     raw.script = lambda s: answer(412, {"reason": "SOMETHING_ELSE", "message": "stale"})
     meta = CallMeta(idempotency_key=KEY, if_match="7")
@@ -222,8 +248,9 @@ async def test_the_prepared_version_travels_as_if_match_and_a_412_is_a_version_c
 
 
 @pytest.mark.parametrize("version", ['a"b', "a b", "a\r\nX-Evil: 1", "版本", 'W/"1"', "x" * 300])
-async def test_a_version_that_cannot_be_an_entity_tag_is_never_sent(raw: Raw, adapter: http.HttpAdapter,
-                                                                    version: str) -> None:
+async def test_a_version_that_cannot_be_an_entity_tag_is_never_sent(
+    raw: Raw, adapter: http.HttpAdapter, version: str
+) -> None:
     meta = CallMeta(idempotency_key=KEY, if_match=version)
     outcome = await adapter.execute(tools(raw.url).tools["set_thing"], {"id": "t_1", "status": "d"}, meta, 2.0)
     assert (outcome.kind, outcome.reason) == (Kind.FAILED, "RESOURCE_VERSION_INVALID"), outcome
@@ -233,7 +260,7 @@ async def test_a_version_that_cannot_be_an_entity_tag_is_never_sent(raw: Raw, ad
 async def test_a_request_the_client_cannot_build_is_failed_not_not_sent(raw: Raw, adapter: http.HttpAdapter) -> None:
     # NOT_SENT gives the card back (READY, the same token retries); a request that can never be built would fail
     # the same way on every retry until the card expired, so it settles FAILED with a reason of its own
-    meta = CallMeta(idempotency_key=KEY, tenant_id="t\r\nX-Evil: 1")      # past policy.check_context only by hand
+    meta = CallMeta(idempotency_key=KEY, tenant_id="t\r\nX-Evil: 1")  # past policy.check_context only by hand
     outcome = await adapter.execute(tools(raw.url).tools["create_thing"], {"title": "t"}, meta, 2.0)
     assert (outcome.kind, outcome.reason, outcome.retryable) == (Kind.FAILED, "REQUEST_NOT_BUILDABLE", False)
     assert raw.seen == []
@@ -242,16 +269,4 @@ async def test_a_request_the_client_cannot_build_is_failed_not_not_sent(raw: Raw
 # -- the same, through the sidecar: what the agent and the user see ------------------------------------
 
 
-
-
-
-
-
-
-
-
 # -- siblings of reading whole: what the sidecar keeps and sends must still fit ----------------------------
-
-
-
-

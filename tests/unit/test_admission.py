@@ -23,8 +23,15 @@ from countersign.testing.calls import error_info
 METHOD = "/test.Busy/Work"
 
 
-def _serve_busy(gate_of: list[Gate], use_channelz: bool, ready: threading.Event, stop: threading.Event,
-                port: list[int], hold_s: float, limit: int) -> None:
+def _serve_busy(
+    gate_of: list[Gate],
+    use_channelz: bool,
+    ready: threading.Event,
+    stop: threading.Event,
+    port: list[int],
+    hold_s: float,
+    limit: int,
+) -> None:
     """A real gRPC server whose one method holds the event loop for hold_s (CPU-bound work does that)."""
 
     async def main() -> None:
@@ -56,8 +63,9 @@ def _serve_busy(gate_of: list[Gate], use_channelz: bool, ready: threading.Event,
     asyncio.run(main())
 
 
-def _flood(use_channelz: bool, calls: int = 12, limit: int = 2, hold_s: float = 0.15,
-           callers: list[str] | None = None) -> list[str]:
+def _flood(
+    use_channelz: bool, calls: int = 12, limit: int = 2, hold_s: float = 0.15, callers: list[str] | None = None
+) -> list[str]:
     gates: list[Gate] = []
     ready, stop, port = threading.Event(), threading.Event(), []
     thread = threading.Thread(target=_serve_busy, args=(gates, use_channelz, ready, stop, port, hold_s, limit))
@@ -67,8 +75,7 @@ def _flood(use_channelz: bool, calls: int = 12, limit: int = 2, hold_s: float = 
         with grpc.insecure_channel(f"127.0.0.1:{port[0]}") as channel:
             grpc.channel_ready_future(channel).result(timeout=10)
             work = channel.unary_unary(METHOD)
-            futures = [work.future(b"", timeout=30, metadata=(("caller", c),))
-                       for c in (callers or ["a"] * calls)]
+            futures = [work.future(b"", timeout=30, metadata=(("caller", c),)) for c in (callers or ["a"] * calls)]
             outcomes = []
             for f in futures:
                 try:
@@ -99,7 +106,7 @@ def test_the_gate_sheds_exactly_the_calls_beyond_the_limit_and_says_how_long_the
     clock, held = Clock(), [6]
     gate = Gate(2, lambda: held[0], refresh=0.02, clock=clock)
     outcomes = []
-    for _ in range(6):          # six calls held at the read; each leaves (shed, or served at once)
+    for _ in range(6):  # six calls held at the read; each leaves (shed, or served at once)
         try:
             gate.admit()
             gate.release()
@@ -107,7 +114,7 @@ def test_the_gate_sheds_exactly_the_calls_beyond_the_limit_and_says_how_long_the
         except ResourceExhausted:
             outcomes.append("shed")
     assert outcomes.count("shed") == 4 and outcomes[-2:] == ["served", "served"]
-    clock.now += 0.3            # a rate window passes: 2 finished in 0.3 s
+    clock.now += 0.3  # a rate window passes: 2 finished in 0.3 s
     held[0] = 12
     with pytest.raises(ResourceExhausted) as shed:
         gate.admit()
@@ -122,15 +129,15 @@ def test_a_full_gate_sheds_the_lane_over_its_share_and_admits_the_others() -> No
     clock, held = Clock(), [0]
     gate = Gate(4, lambda: held[0], refresh=0.02, clock=clock)
     a, b = ("t", "a"), ("t", "b")
-    lanes = [gate.admit(a) for _ in range(4)]              # A fills the gate
-    held[0], clock.now = 12, clock.now + 0.03              # and 8 more of A's calls wait inside gRPC
+    lanes = [gate.admit(a) for _ in range(4)]  # A fills the gate
+    held[0], clock.now = 12, clock.now + 0.03  # and 8 more of A's calls wait inside gRPC
     with pytest.raises(ResourceExhausted) as shed:
         gate.admit(a)
     assert "more than its share" in shed.value.message
-    mine = gate.admit(b)                                    # B: nothing held, so under its share of 4 / 2
-    status = gate.admit(a, quick=True)                      # A's status call has a lane of its own
+    mine = gate.admit(b)  # B: nothing held, so under its share of 4 / 2
+    status = gate.admit(a, quick=True)  # A's status call has a lane of its own
     assert gate.in_flight == 6
-    with pytest.raises(ResourceExhausted):                  # B's second: 2 calls > 4 / 3 lanes
+    with pytest.raises(ResourceExhausted):  # B's second: 2 calls > 4 / 3 lanes
         gate.admit(b)
     for lane in (*lanes, status):
         gate.release(lane)
@@ -159,8 +166,6 @@ def test_a_count_of_running_handlers_alone_never_sees_that_backlog() -> None:
     assert outcomes == ["served"] * 12
 
 
-
-
 def test_a_retry_delay_over_a_second_is_a_valid_duration() -> None:
     shed = ResourceExhausted("OVERLOADED", "busy", retry_after=1.5)
     details = rich_status(shed).trailing_metadata[0][1]
@@ -171,9 +176,3 @@ def test_a_retry_delay_over_a_second_is_a_valid_duration() -> None:
 
 
 # -- fairness (issue 11, item 16): one caller's slow calls never starve another caller ------------------------
-
-
-
-
-
-

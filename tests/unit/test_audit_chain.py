@@ -13,13 +13,27 @@ def _event(kind: str, **fields: Any) -> dict[str, Any]:
 
 
 def test_a_settled_outcome_is_final_in_the_chain_and_a_released_claim_is_ready_again() -> None:
-    lost_settle = [_event("issued"), _event("claimed"), _event("settled", state="SUCCEEDED"),
-                   _event("settled", state="UNKNOWN"), _event("guard")]   # the fenced executor's late event
+    lost_settle = [
+        _event("issued"),
+        _event("claimed"),
+        _event("settled", state="SUCCEEDED"),
+        _event("settled", state="UNKNOWN"),
+        _event("guard"),
+    ]  # the fenced executor's late event
     assert chain_state(lost_settle) == "SUCCEEDED"
     assert chain_state([_event("issued"), _event("claimed"), _event("released")]) == "READY"
-    assert chain_state([_event("issued"), _event("claimed"), _event("settled", state="UNKNOWN"),
-                        _event("settled", state="NEEDS_MANUAL_REVIEW"), _event("needs_manual_review")]) \
+    assert (
+        chain_state(
+            [
+                _event("issued"),
+                _event("claimed"),
+                _event("settled", state="UNKNOWN"),
+                _event("settled", state="NEEDS_MANUAL_REVIEW"),
+                _event("needs_manual_review"),
+            ]
+        )
         == "NEEDS_MANUAL_REVIEW"
+    )
     assert chain_state([_event("issued"), _event("rejected")]) == "REJECTED"
     assert chain_state([_event("continuation_opened")]) is None
 

@@ -14,18 +14,24 @@ def _connect(url: str, mode: str = "auto") -> object:
     return connect(url, socket_timeout=1, connect_timeout=1, retries=0, mode=mode)
 
 
-@pytest.mark.parametrize(("url", "mode"), [
-    ("redis://r:6379/0", "standalone"), ("rediss://r:6380/0", "standalone"), ("unix:///run/r.sock", "standalone"),
-    ("redis+sentinel://s:26379/m", "sentinel"), ("rediss+sentinel://s:26379/m/2", "sentinel"),
-    ("redis+cluster://n1:7000,n2:7001", "cluster"),
-])
+@pytest.mark.parametrize(
+    ("url", "mode"),
+    [
+        ("redis://r:6379/0", "standalone"),
+        ("rediss://r:6380/0", "standalone"),
+        ("unix:///run/r.sock", "standalone"),
+        ("redis+sentinel://s:26379/m", "sentinel"),
+        ("rediss+sentinel://s:26379/m/2", "sentinel"),
+        ("redis+cluster://n1:7000,n2:7001", "cluster"),
+    ],
+)
 def test_auto_mode_reads_the_scheme(url: str, mode: str) -> None:
     assert mode_of(url) == mode
 
 
 def test_a_rediss_sentinel_url_makes_tls_connections_to_the_sentinels_and_the_master() -> None:
     client = _connect("rediss+sentinel://s1:26379,s2:26379/mymaster/2?ssl_ca_certs=/etc/ca.pem")
-    pool = client.connection_pool                                                 # type: ignore[attr-defined]
+    pool = client.connection_pool  # type: ignore[attr-defined]
     assert issubclass(pool.connection_class, SentinelManagedSSLConnection)
     assert pool.connection_kwargs["ssl_ca_certs"] == "/etc/ca.pem" and pool.connection_kwargs["db"] == 2
     for sentinel in pool.sentinel_manager.sentinels:
@@ -34,10 +40,11 @@ def test_a_rediss_sentinel_url_makes_tls_connections_to_the_sentinels_and_the_ma
 
 
 def test_a_redis_sentinel_url_stays_plaintext() -> None:
-    pool = _connect("redis+sentinel://s1:26379/mymaster").connection_pool       # type: ignore[attr-defined]
+    pool = _connect("redis+sentinel://s1:26379/mymaster").connection_pool  # type: ignore[attr-defined]
     assert not issubclass(pool.connection_class, SSLConnection)
-    assert not any(issubclass(s.connection_pool.connection_class, SSLConnection)
-                   for s in pool.sentinel_manager.sentinels)
+    assert not any(
+        issubclass(s.connection_pool.connection_class, SSLConnection) for s in pool.sentinel_manager.sentinels
+    )
 
 
 def test_a_sentinel_url_takes_only_tls_options_and_only_with_tls() -> None:

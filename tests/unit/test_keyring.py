@@ -32,10 +32,13 @@ def test_rfc8785_sorting_by_utf16_code_units() -> None:
     value = json.loads(
         r'{"\u20ac": "Euro Sign", "\r": "Carriage Return", "\ufb33": "Hebrew Letter Dalet With Dagesh", '
         r'"1": "One", "\ud83d\ude00": "Emoji: Grinning Face", "\u0080": "Control", '
-        r'"\u00f6": "Latin Small Letter O With Diaeresis"}')
-    expected = ('{"\\r":"Carriage Return","1":"One","\u0080":"Control",'
-                '"\u00f6":"Latin Small Letter O With Diaeresis","\u20ac":"Euro Sign",'
-                '"\U0001f600":"Emoji: Grinning Face","\ufb33":"Hebrew Letter Dalet With Dagesh"}')
+        r'"\u00f6": "Latin Small Letter O With Diaeresis"}'
+    )
+    expected = (
+        '{"\\r":"Carriage Return","1":"One","\u0080":"Control",'
+        '"\u00f6":"Latin Small Letter O With Diaeresis","\u20ac":"Euro Sign",'
+        '"\U0001f600":"Emoji: Grinning Face","\ufb33":"Hebrew Letter Dalet With Dagesh"}'
+    )
     assert canonical(value) == expected.encode("utf-8")
 
 
@@ -48,25 +51,40 @@ def test_rfc8785_main_example() -> None:
     # RFC 8785 §3.2.2
     value = json.loads(
         r'{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001], '
-        r'"string": "\u20ac$\u000F\u000aA' + "'" + r'\u0042\u0022\u005c\\\"\/", "literals": [null, true, false]}')
-    expected = ('{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],'
-                '"string":"\u20ac$\\u000f\\nA\'B\\"\\\\\\\\\\"/"}')
+        r'"string": "\u20ac$\u000F\u000aA' + "'" + r'\u0042\u0022\u005c\\\"\/", "literals": [null, true, false]}'
+    )
+    expected = (
+        '{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],'
+        '"string":"\u20ac$\\u000f\\nA\'B\\"\\\\\\\\\\"/"}'
+    )
     assert canonical(value) == expected.encode("utf-8")
 
 
 # RFC 8785 Appendix B: IEEE 754 bits -> JSON text
 APPENDIX_B = [
-    ("0000000000000000", "0"), ("8000000000000000", "0"), ("0000000000000001", "5e-324"),
-    ("8000000000000001", "-5e-324"), ("7fefffffffffffff", "1.7976931348623157e+308"),
-    ("ffefffffffffffff", "-1.7976931348623157e+308"), ("4340000000000000", "9007199254740992"),
-    ("c340000000000000", "-9007199254740992"), ("4430000000000000", "295147905179352830000"),
-    ("44b52d02c7e14af5", "9.999999999999997e+22"), ("44b52d02c7e14af6", "1e+23"),
-    ("44b52d02c7e14af7", "1.0000000000000001e+23"), ("444b1ae4d6e2ef4e", "999999999999999700000"),
-    ("444b1ae4d6e2ef4f", "999999999999999900000"), ("444b1ae4d6e2ef50", "1e+21"),
-    ("3eb0c6f7a0b5ed8c", "9.999999999999997e-7"), ("3eb0c6f7a0b5ed8d", "0.000001"),
-    ("41b3de4355555553", "333333333.3333332"), ("41b3de4355555554", "333333333.33333325"),
-    ("41b3de4355555555", "333333333.3333333"), ("41b3de4355555556", "333333333.3333334"),
-    ("41b3de4355555557", "333333333.33333343"), ("becbf647612f3696", "-0.0000033333333333333333"),
+    ("0000000000000000", "0"),
+    ("8000000000000000", "0"),
+    ("0000000000000001", "5e-324"),
+    ("8000000000000001", "-5e-324"),
+    ("7fefffffffffffff", "1.7976931348623157e+308"),
+    ("ffefffffffffffff", "-1.7976931348623157e+308"),
+    ("4340000000000000", "9007199254740992"),
+    ("c340000000000000", "-9007199254740992"),
+    ("4430000000000000", "295147905179352830000"),
+    ("44b52d02c7e14af5", "9.999999999999997e+22"),
+    ("44b52d02c7e14af6", "1e+23"),
+    ("44b52d02c7e14af7", "1.0000000000000001e+23"),
+    ("444b1ae4d6e2ef4e", "999999999999999700000"),
+    ("444b1ae4d6e2ef4f", "999999999999999900000"),
+    ("444b1ae4d6e2ef50", "1e+21"),
+    ("3eb0c6f7a0b5ed8c", "9.999999999999997e-7"),
+    ("3eb0c6f7a0b5ed8d", "0.000001"),
+    ("41b3de4355555553", "333333333.3333332"),
+    ("41b3de4355555554", "333333333.33333325"),
+    ("41b3de4355555555", "333333333.3333333"),
+    ("41b3de4355555556", "333333333.3333334"),
+    ("41b3de4355555557", "333333333.33333343"),
+    ("becbf647612f3696", "-0.0000033333333333333333"),
     ("43143ff3c1cb0959", "1424953923781206.2"),
 ]
 
@@ -77,19 +95,45 @@ def test_rfc8785_number_formatting(bits: str, text: str) -> None:
     assert canonical(number) == text.encode()
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (1e21, "1e+21"), (1e20, "100000000000000000000"), (0.000001, "0.000001"), (1e-7, "1e-7"),
-    (-0.0, "0"), (100.0, "100"), (4.50, "4.5"), (2**53 - 1, "9007199254740991"), (-(2**53) + 1, "-9007199254740991"),
-    (True, "true"), (None, "null"), ("a\u2028b", '"a\u2028b"'), ("\x1f", '"\\u001f"'), ("/", '"/"'),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (1e21, "1e+21"),
+        (1e20, "100000000000000000000"),
+        (0.000001, "0.000001"),
+        (1e-7, "1e-7"),
+        (-0.0, "0"),
+        (100.0, "100"),
+        (4.50, "4.5"),
+        (2**53 - 1, "9007199254740991"),
+        (-(2**53) + 1, "-9007199254740991"),
+        (True, "true"),
+        (None, "null"),
+        ("a\u2028b", '"a\u2028b"'),
+        ("\x1f", '"\\u001f"'),
+        ("/", '"/"'),
+    ],
+)
 def test_canonical_scalars(value: Any, text: str) -> None:
     assert canonical(value) == text.encode("utf-8")
 
 
-@pytest.mark.parametrize("value", [
-    float("nan"), float("inf"), float("-inf"), 2**53 + 1, -(2**53) - 1, 2**70, {1: "int key"}, {"a": object()},
-    b"bytes", "\ud800", {"\udc00": 1},
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        2**53 + 1,
+        -(2**53) - 1,
+        2**70,
+        {1: "int key"},
+        {"a": object()},
+        b"bytes",
+        "\ud800",
+        {"\udc00": 1},
+    ],
+)
 def test_canonical_refuses_what_is_not_i_json(value: Any) -> None:
     with pytest.raises(ValueError):
         canonical(value)
@@ -136,7 +180,7 @@ def test_removing_the_active_key_later_keeps_the_ids() -> None:
     """Without an explicit id key, ids come from the key with the smallest key id, whichever is active."""
     k0 = bytes(range(200, 232))
     first = Keyring("k1", {"k0": k0, "k1": K1})
-    later = Keyring("k2", {"k0": k0, "k2": K2})           # k1 rotated out, k2 active
+    later = Keyring("k2", {"k0": k0, "k2": K2})  # k1 rotated out, k2 active
     assert first.action_id(PARTS) == later.action_id(PARTS)
     assert first.derived_id("compensate", A) == later.derived_id("compensate", A)
 
@@ -150,10 +194,8 @@ def test_a_one_key_file_of_todays_format_derives_the_ids_it_always_did() -> None
 
 def test_an_explicit_id_key_is_used_and_outlives_every_listed_key(tmp_path: Path) -> None:
     id_key = bytes(range(50, 82))
-    old = Keyring.from_file(_keys_file(tmp_path, {"active": "k1", "id_key": id_key.hex(),
-                                                  "keys": {"k1": K1.hex()}}))
-    new = Keyring.from_file(_keys_file(tmp_path, {"active": "k2", "id_key": id_key.hex(),
-                                                  "keys": {"k2": K2.hex()}}))
+    old = Keyring.from_file(_keys_file(tmp_path, {"active": "k1", "id_key": id_key.hex(), "keys": {"k1": K1.hex()}}))
+    new = Keyring.from_file(_keys_file(tmp_path, {"active": "k2", "id_key": id_key.hex(), "keys": {"k2": K2.hex()}}))
     assert old.action_id(PARTS) == new.action_id(PARTS) != ring().action_id(PARTS)
     assert old.id_key == id_key
 
@@ -349,12 +391,12 @@ def test_record_mac_verifies_and_fails_when_a_byte_changes() -> None:
     mac = r.mac("k1", "action", payload)
     assert r.verify("k1", "action", payload, mac)
     for i in range(len(payload)):
-        changed = payload[:i] + bytes([payload[i] ^ 0x01]) + payload[i + 1:]
+        changed = payload[:i] + bytes([payload[i] ^ 0x01]) + payload[i + 1 :]
         assert not r.verify("k1", "action", changed, mac)
     assert not r.verify("k1", "action", payload + b" ", mac)
-    assert not r.verify("k1", "receipt", payload, mac)          # another kind of record
-    assert not r.verify("k2", "action", payload, mac)           # another key
-    assert not r.verify("k9", "action", payload, mac)           # an unknown key
+    assert not r.verify("k1", "receipt", payload, mac)  # another kind of record
+    assert not r.verify("k2", "action", payload, mac)  # another key
+    assert not r.verify("k9", "action", payload, mac)  # an unknown key
     assert not r.verify("k1", "action", payload, mac[:-1])
     assert not r.verify("k1", "action", payload, mac[:-1] + "é")
     assert not r.verify("k1", "action", payload, "")

@@ -13,8 +13,18 @@ import re
 from countersign.observability import metrics
 from countersign.testing.processes import ROOT
 
-ERRORS = {"InvalidArgument", "NotFound", "PermissionDenied", "FailedPrecondition", "DataLoss", "Unavailable",
-          "ResourceExhausted", "CountersignError", "PrepareRefused", "NotSendable"}
+ERRORS = {
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "FailedPrecondition",
+    "DataLoss",
+    "Unavailable",
+    "ResourceExhausted",
+    "CountersignError",
+    "PrepareRefused",
+    "NotSendable",
+}
 
 
 def _raised_reasons() -> set[str]:
@@ -29,12 +39,22 @@ def _raised_reasons() -> set[str]:
                 continue
             name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
             args = node.args[1:] if name == "Outcome" else node.args
-            if (name in ERRORS or name == "Outcome") and args and isinstance(args[0], ast.Constant) \
-                    and isinstance(args[0].value, str) and re.fullmatch(r"[A-Z][A-Z0-9_]+", args[0].value):
+            if (
+                (name in ERRORS or name == "Outcome")
+                and args
+                and isinstance(args[0], ast.Constant)
+                and isinstance(args[0].value, str)
+                and re.fullmatch(r"[A-Z][A-Z0-9_]+", args[0].value)
+            ):
                 found.add(args[0].value)
-            elif (name in ERRORS or name == "Outcome") and args and isinstance(args[0], ast.Attribute) \
-                    and isinstance(args[0].value, ast.Name) and args[0].value.id == "Reason":
-                found.add(args[0].attr)     # the enum's members are named as their values
+            elif (
+                (name in ERRORS or name == "Outcome")
+                and args
+                and isinstance(args[0], ast.Attribute)
+                and isinstance(args[0].value, ast.Name)
+                and args[0].value.id == "Reason"
+            ):
+                found.add(args[0].attr)  # the enum's members are named as their values
     return found
 
 
@@ -45,4 +65,4 @@ def test_every_reason_the_sidecar_raises_is_a_known_label() -> None:
     assert not missing, f"add these to metrics.REASONS (or they are counted as OTHER): {sorted(missing)}"
     assert metrics.Metrics().reason("SOMETHING_A_DOWNSTREAM_SAID") == "OTHER"
     assert metrics.Metrics().reason("ARGS_INVALID") == "ARGS_INVALID"
-    assert "STORE_UNAVAILABLE" in metrics.REASONS   # raised through super().__init__, which the scan skips
+    assert "STORE_UNAVAILABLE" in metrics.REASONS  # raised through super().__init__, which the scan skips

@@ -24,15 +24,29 @@ FIXTURE_REGISTRY = registry.load(str(ROOT / "tests" / "fixtures" / "registry" / 
 
 
 def ctx(**overrides: Any) -> common_pb2.CallContext:
-    fields: dict[str, Any] = {"tenant_id": "t1", "actor_id": "u1", "subject_id": "u1", "session_id": "s1",
-                              "request_id": "r1", "role": "user", "locale": "zh-CN",
-                              "session_mode": common_pb2.SESSION_MODE_AUTO}
+    fields: dict[str, Any] = {
+        "tenant_id": "t1",
+        "actor_id": "u1",
+        "subject_id": "u1",
+        "session_id": "s1",
+        "request_id": "r1",
+        "role": "user",
+        "locale": "zh-CN",
+        "session_mode": common_pb2.SESSION_MODE_AUTO,
+    }
     fields.update(overrides)
     return common_pb2.CallContext(**fields)
 
 
-def authorize(tool: str, args: Mapping[str, Any] | str | None = None, *, context: common_pb2.CallContext | None = None,
-              phase: Phase = Phase.INVOKE, claimed: bool = False, reg: Registry = REGISTRY) -> Allowed | Capability:
+def authorize(
+    tool: str,
+    args: Mapping[str, Any] | str | None = None,
+    *,
+    context: common_pb2.CallContext | None = None,
+    phase: Phase = Phase.INVOKE,
+    claimed: bool = False,
+    reg: Registry = REGISTRY,
+) -> Allowed | Capability:
     return policy.authorize(reg, context or ctx(), tool, args, phase, claimed=claimed)
 
 
@@ -42,26 +56,54 @@ def allowed(tool: str, args: Mapping[str, Any] | str | None = None, **kw: Any) -
     return out
 
 
-NESTED = registry.build({
-    "policy_version": "t.1",
-    "capabilities": [{"id": "n.write", "status": "enabled", "tool": "write_note", "risk": "low",
-                      "confirmation": "default"}],
-    "tools": [{
-        "name": "write_note", "capability": "n.write", "is_write": True, "roles": ["user"],
-        "aliases": {"text": "body"},
-        "schema": {"type": "object", "additionalProperties": False, "properties": {
-            "body": {"type": "string"}, "count": {"type": "integer"}, "note": {"type": "string"},
-            "meta": {"type": "object", "additionalProperties": False, "properties": {
-                "tag": {"type": "string"},
-                "items": {"type": "array", "items": {"type": "object", "additionalProperties": False,
-                                                     "properties": {"k": {"type": "integer"}}}}}}}},
-        "adapter": {"kind": "http", "execute": {"url": "http://127.0.0.1:9/notes"}},
-    }],
-}, "nested")
+NESTED = registry.build(
+    {
+        "policy_version": "t.1",
+        "capabilities": [
+            {"id": "n.write", "status": "enabled", "tool": "write_note", "risk": "low", "confirmation": "default"}
+        ],
+        "tools": [
+            {
+                "name": "write_note",
+                "capability": "n.write",
+                "is_write": True,
+                "roles": ["user"],
+                "aliases": {"text": "body"},
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "body": {"type": "string"},
+                        "count": {"type": "integer"},
+                        "note": {"type": "string"},
+                        "meta": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "tag": {"type": "string"},
+                                "items": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "additionalProperties": False,
+                                        "properties": {"k": {"type": "integer"}},
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+                "adapter": {"kind": "http", "execute": {"url": "http://127.0.0.1:9/notes"}},
+            }
+        ],
+    },
+    "nested",
+)
 
 
-def raises(exc_type: type[CountersignError], reason: str, code: grpc.StatusCode, fn: Any, *a: Any,
-           **kw: Any) -> CountersignError:
+def raises(
+    exc_type: type[CountersignError], reason: str, code: grpc.StatusCode, fn: Any, *a: Any, **kw: Any
+) -> CountersignError:
     with pytest.raises(exc_type) as info:
         fn(*a, **kw)
     assert info.value.reason == reason, info.value
@@ -78,12 +120,15 @@ def test_unknown_tool_is_not_found() -> None:
     raises(NotFound, "TOOL_NOT_FOUND", grpc.StatusCode.NOT_FOUND, policy.resolve, REGISTRY, "x" * 500)
 
 
-@pytest.mark.parametrize(("name", "cap_id", "status"), [
-    ("delete_note", "note.delete", "planned"),
-    ("note.delete", "note.delete", "planned"),
-    ("delete_account", "account.delete", "forbidden"),
-    ("account.delete", "account.delete", "forbidden"),
-])
+@pytest.mark.parametrize(
+    ("name", "cap_id", "status"),
+    [
+        ("delete_note", "note.delete", "planned"),
+        ("note.delete", "note.delete", "planned"),
+        ("delete_account", "account.delete", "forbidden"),
+        ("account.delete", "account.delete", "forbidden"),
+    ],
+)
 def test_planned_and_forbidden_return_the_capability(name: str, cap_id: str, status: str) -> None:
     out = authorize(name, '{"anything": 1}')
     assert isinstance(out, Capability)
@@ -102,15 +147,35 @@ def test_a_refusal_is_returned_whatever_the_role_or_mode() -> None:
 
 
 def test_actor_for_another_subject_needs_an_admin_context() -> None:
-    raises(PermissionDenied, "SUBJECT_NOT_ALLOWED", grpc.StatusCode.PERMISSION_DENIED,
-           authorize, "list_todos", "{}", context=ctx(subject_id="u2"))
+    raises(
+        PermissionDenied,
+        "SUBJECT_NOT_ALLOWED",
+        grpc.StatusCode.PERMISSION_DENIED,
+        authorize,
+        "list_todos",
+        "{}",
+        context=ctx(subject_id="u2"),
+    )
     # an admin context id without an admin mode is not enough
-    raises(PermissionDenied, "SUBJECT_NOT_ALLOWED", grpc.StatusCode.PERMISSION_DENIED,
-           authorize, "list_todos", "{}",
-           context=ctx(subject_id="u2", admin_context_id="adm1", admin_mode=common_pb2.ADMIN_MODE_NONE))
+    raises(
+        PermissionDenied,
+        "SUBJECT_NOT_ALLOWED",
+        grpc.StatusCode.PERMISSION_DENIED,
+        authorize,
+        "list_todos",
+        "{}",
+        context=ctx(subject_id="u2", admin_context_id="adm1", admin_mode=common_pb2.ADMIN_MODE_NONE),
+    )
     # a mode without an admin context id is not enough either
-    raises(PermissionDenied, "SUBJECT_NOT_ALLOWED", grpc.StatusCode.PERMISSION_DENIED,
-           authorize, "list_todos", "{}", context=ctx(subject_id="u2", admin_mode=common_pb2.ADMIN_MODE_MAINTAIN))
+    raises(
+        PermissionDenied,
+        "SUBJECT_NOT_ALLOWED",
+        grpc.StatusCode.PERMISSION_DENIED,
+        authorize,
+        "list_todos",
+        "{}",
+        context=ctx(subject_id="u2", admin_mode=common_pb2.ADMIN_MODE_MAINTAIN),
+    )
 
 
 def test_admin_maintain_may_act_for_another_subject() -> None:
@@ -123,8 +188,17 @@ def test_admin_readonly_may_read_but_not_prepare_a_write() -> None:
     context = ctx(subject_id="u2", role="admin", admin_context_id="adm1", admin_mode=common_pb2.ADMIN_MODE_READONLY)
     assert allowed("list_todos", '{"status": "open"}', context=context).arguments == {"status": "open"}
     for phase in Phase:
-        raises(PermissionDenied, "ADMIN_READONLY", grpc.StatusCode.PERMISSION_DENIED,
-               authorize, "create_todo", '{"title": "x"}', context=context, phase=phase, claimed=True)
+        raises(
+            PermissionDenied,
+            "ADMIN_READONLY",
+            grpc.StatusCode.PERMISSION_DENIED,
+            authorize,
+            "create_todo",
+            '{"title": "x"}',
+            context=context,
+            phase=phase,
+            claimed=True,
+        )
     raises(PermissionDenied, "ADMIN_READONLY", grpc.StatusCode.PERMISSION_DENIED, policy.may_write_now, context)
 
 
@@ -133,46 +207,98 @@ def test_admin_readonly_may_read_but_not_prepare_a_write() -> None:
 
 def test_role_not_allowed() -> None:
     for tool in ("list_todos", "create_todo"):
-        err = raises(PermissionDenied, "ROLE_NOT_ALLOWED", grpc.StatusCode.PERMISSION_DENIED,
-                     authorize, tool, "{}", context=ctx(role="guest"))
+        err = raises(
+            PermissionDenied,
+            "ROLE_NOT_ALLOWED",
+            grpc.StatusCode.PERMISSION_DENIED,
+            authorize,
+            tool,
+            "{}",
+            context=ctx(role="guest"),
+        )
         assert "guest" in err.message
-    raises(PermissionDenied, "ROLE_NOT_ALLOWED", grpc.StatusCode.PERMISSION_DENIED,
-           authorize, "list_todos", "{}", context=ctx(role=""))
+    raises(
+        PermissionDenied,
+        "ROLE_NOT_ALLOWED",
+        grpc.StatusCode.PERMISSION_DENIED,
+        authorize,
+        "list_todos",
+        "{}",
+        context=ctx(role=""),
+    )
 
 
 # -- 4. aliases and the closed schema ---------------------------------------------------------
 
 
 def test_extra_property_at_the_top_level() -> None:
-    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
-                 authorize, "create_todo", '{"title": "x", "owner": "someone-else"}')
+    err = raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "create_todo",
+        '{"title": "x", "owner": "someone-else"}',
+    )
     # the violation names the unexpected key itself, so a client can point at it
     assert [(v.field, "'owner'" in v.description) for v in err.violations] == [("owner", True)]
-    two = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
-                 authorize, "create_todo", '{"title": "x", "owner": "a", "group": "b"}')
+    two = raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "create_todo",
+        '{"title": "x", "owner": "a", "group": "b"}',
+    )
     assert sorted(v.field for v in two.violations) == ["group", "owner"], "one violation per unexpected key"
 
 
 def test_a_missing_required_property_is_named_as_the_field() -> None:
-    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
-                 authorize, "create_todo", '{"deadline": "2026-12-01T09:00"}')
+    err = raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "create_todo",
+        '{"deadline": "2026-12-01T09:00"}',
+    )
     assert [(v.field, "title" in v.description) for v in err.violations] == [("title", True)]
 
 
 def test_extra_property_nested() -> None:
-    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize,
-                 "write_note", '{"body": "b", "meta": {"tag": "t", "smuggled": 1}}', reg=NESTED)
+    err = raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "write_note",
+        '{"body": "b", "meta": {"tag": "t", "smuggled": 1}}',
+        reg=NESTED,
+    )
     assert [v.field for v in err.violations] == ["meta.smuggled"]
     assert "'smuggled'" in err.violations[0].description
-    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize,
-                 "write_note", '{"meta": {"items": [{"k": 1}, {"k": 2, "z": 3}]}}', reg=NESTED)
+    err = raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "write_note",
+        '{"meta": {"items": [{"k": 1}, {"k": 2, "z": 3}]}}',
+        reg=NESTED,
+    )
     assert [v.field for v in err.violations] == ["meta.items.1.z"]
     assert "'z'" in err.violations[0].description
 
 
 def test_one_violation_per_problem() -> None:
-    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
-                 authorize, "create_todo", '{"title": "", "priority": 7}')
+    err = raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "create_todo",
+        '{"title": "", "priority": 7}',
+    )
     fields = sorted({v.field for v in err.violations})
     assert fields == ["priority", "title"]
 
@@ -186,11 +312,24 @@ def test_aliases_are_normalised() -> None:
 def test_what_normalisation_produces_is_validated_under_the_normalised_name() -> None:
     # an alias is renamed first, then the closed schema judges the result (docs/design.md §5): a value the alias
     # carries is refused as the property it became
-    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize,
-                 "write_note", '{"text": {"evil": {"rm": "-rf"}}}', reg=NESTED)
+    err = raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "write_note",
+        '{"text": {"evil": {"rm": "-rf"}}}',
+        reg=NESTED,
+    )
     assert [v.field for v in err.violations] == ["body"]
-    err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
-                 authorize, "create_todo", '{"taskTitle": "", "importance": 9}')
+    err = raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "create_todo",
+        '{"taskTitle": "", "importance": 9}',
+    )
     assert sorted(v.field for v in err.violations) == ["priority", "title"]
 
 
@@ -198,11 +337,14 @@ def test_a_missing_optional_argument_stays_missing() -> None:
     assert allowed("create_todo", '{"taskTitle": "Buy milk"}').arguments == {"title": "Buy milk"}
 
 
-@pytest.mark.parametrize("text", [
-    '{"taskTitle": "a", "title": "b"}',
-    '{"title": "b", "taskTitle": "a"}',
-    '{"title": "b", "deadline": "x", "dueAt": "y"}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"taskTitle": "a", "title": "b"}',
+        '{"title": "b", "taskTitle": "a"}',
+        '{"title": "b", "deadline": "x", "dueAt": "y"}',
+    ],
+)
 def test_an_alias_and_its_target_both_given(text: str) -> None:
     err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize, "create_todo", text)
     assert len(err.violations) == 1
@@ -215,8 +357,15 @@ def test_an_alias_and_its_target_both_given(text: str) -> None:
 
 @pytest.mark.parametrize("phase", [Phase.EXECUTE, Phase.COMPENSATE])
 def test_write_without_claim_needs_confirmation(phase: Phase) -> None:
-    raises(FailedPrecondition, "TOOL_CONFIRMATION_REQUIRED", grpc.StatusCode.FAILED_PRECONDITION,
-           authorize, "create_todo", '{"title": "x"}', phase=phase)
+    raises(
+        FailedPrecondition,
+        "TOOL_CONFIRMATION_REQUIRED",
+        grpc.StatusCode.FAILED_PRECONDITION,
+        authorize,
+        "create_todo",
+        '{"title": "x"}',
+        phase=phase,
+    )
     assert allowed("create_todo", '{"title": "x"}', phase=phase, claimed=True).arguments == {"title": "x"}
 
 
@@ -232,8 +381,15 @@ def test_reads_and_prepares_need_no_claim() -> None:
 def test_read_only_session_admits_reads_only() -> None:
     context = ctx(session_mode=common_pb2.SESSION_MODE_READ_ONLY)
     allowed("list_todos", "{}", context=context)
-    err = raises(PermissionDenied, "SESSION_MODE_FORBIDS", grpc.StatusCode.PERMISSION_DENIED,
-                 authorize, "create_todo", '{"title": "x"}', context=context)
+    err = raises(
+        PermissionDenied,
+        "SESSION_MODE_FORBIDS",
+        grpc.StatusCode.PERMISSION_DENIED,
+        authorize,
+        "create_todo",
+        '{"title": "x"}',
+        context=context,
+    )
     assert "SESSION_MODE_READ_ONLY" in err.message
     raises(PermissionDenied, "SESSION_MODE_FORBIDS", grpc.StatusCode.PERMISSION_DENIED, policy.may_write_now, context)
 
@@ -241,8 +397,15 @@ def test_read_only_session_admits_reads_only() -> None:
 def test_chat_only_session_admits_nothing() -> None:
     context = ctx(session_mode=common_pb2.SESSION_MODE_CHAT_ONLY)
     for tool, args in (("list_todos", "{}"), ("create_todo", '{"title": "x"}')):
-        raises(PermissionDenied, "SESSION_MODE_FORBIDS", grpc.StatusCode.PERMISSION_DENIED,
-               authorize, tool, args, context=context)
+        raises(
+            PermissionDenied,
+            "SESSION_MODE_FORBIDS",
+            grpc.StatusCode.PERMISSION_DENIED,
+            authorize,
+            tool,
+            args,
+            context=context,
+        )
 
 
 def test_auto_and_unspecified_sessions_admit_writes() -> None:
@@ -256,43 +419,64 @@ def test_auto_and_unspecified_sessions_admit_writes() -> None:
 
 @pytest.mark.parametrize("missing", ["tenant_id", "actor_id", "subject_id", "session_id"])
 def test_missing_context_ids(missing: str) -> None:
-    err = raises(InvalidArgument, "REQUEST_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
-                 authorize, "list_todos", "{}", context=ctx(**{missing: ""}))
+    err = raises(
+        InvalidArgument,
+        "REQUEST_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "list_todos",
+        "{}",
+        context=ctx(**{missing: ""}),
+    )
     assert [v.field for v in err.violations] == [f"context.{missing}"]
 
 
 def test_missing_context_ids_are_checked_before_the_tool() -> None:
-    err = raises(InvalidArgument, "REQUEST_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
-                 authorize, "no_such_tool", "{}", context=common_pb2.CallContext())
+    err = raises(
+        InvalidArgument,
+        "REQUEST_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "no_such_tool",
+        "{}",
+        context=common_pb2.CallContext(),
+    )
     assert [v.field for v in err.violations] == [
-        "context.tenant_id", "context.actor_id", "context.subject_id", "context.session_id"]
+        "context.tenant_id",
+        "context.actor_id",
+        "context.subject_id",
+        "context.session_id",
+    ]
 
 
 # -- strict JSON decoding ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", [
-    pytest.param('{"title": "a", "title": "b"}', id="duplicate-key"),
-    pytest.param('{"title": "a", "meta": {"k": 1, "k": 2}}', id="duplicate-nested-key"),
-    pytest.param('{"title": "a", "priority": NaN}', id="nan"),
-    pytest.param('{"title": "a", "priority": Infinity}', id="infinity"),
-    pytest.param('{"title": "a", "priority": -Infinity}', id="minus-infinity"),
-    pytest.param("[]", id="list"),
-    pytest.param('"title"', id="string"),
-    pytest.param("null", id="null"),
-    pytest.param("42", id="number"),
-    pytest.param("true", id="bool"),
-    pytest.param('{"title": "a", "x": ' + "[" * 100 + "]" * 100 + "}", id="100-nested-lists"),
-    pytest.param('{"x": ' + '{"x": ' * 40 + "1" + "}" * 40 + "}", id="40-nested-objects"),
-    pytest.param("{" + '"a":' * 1 + "[" * 30000 + "]" * 30000 + "}", id="30000-nested-lists"),
-    pytest.param('{"title": "' + "a" * policy.MAX_ARGUMENTS_BYTES + '"}', id="too-large"),
-    pytest.param("{", id="truncated"),
-    pytest.param('{"title": }', id="no-value"),
-    pytest.param('{"title": "a",}', id="trailing-comma"),
-    pytest.param("{'title': 'a'}", id="single-quotes"),
-    pytest.param('{"title": "a"} x', id="trailing-garbage"),
-    pytest.param("\x00", id="nul"),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param('{"title": "a", "title": "b"}', id="duplicate-key"),
+        pytest.param('{"title": "a", "meta": {"k": 1, "k": 2}}', id="duplicate-nested-key"),
+        pytest.param('{"title": "a", "priority": NaN}', id="nan"),
+        pytest.param('{"title": "a", "priority": Infinity}', id="infinity"),
+        pytest.param('{"title": "a", "priority": -Infinity}', id="minus-infinity"),
+        pytest.param("[]", id="list"),
+        pytest.param('"title"', id="string"),
+        pytest.param("null", id="null"),
+        pytest.param("42", id="number"),
+        pytest.param("true", id="bool"),
+        pytest.param('{"title": "a", "x": ' + "[" * 100 + "]" * 100 + "}", id="100-nested-lists"),
+        pytest.param('{"x": ' + '{"x": ' * 40 + "1" + "}" * 40 + "}", id="40-nested-objects"),
+        pytest.param("{" + '"a":' * 1 + "[" * 30000 + "]" * 30000 + "}", id="30000-nested-lists"),
+        pytest.param('{"title": "' + "a" * policy.MAX_ARGUMENTS_BYTES + '"}', id="too-large"),
+        pytest.param("{", id="truncated"),
+        pytest.param('{"title": }', id="no-value"),
+        pytest.param('{"title": "a",}', id="trailing-comma"),
+        pytest.param("{'title': 'a'}", id="single-quotes"),
+        pytest.param('{"title": "a"} x', id="trailing-garbage"),
+        pytest.param("\x00", id="nul"),
+    ],
+)
 def test_strict_json_is_args_invalid(text: str) -> None:
     err = raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize, "create_todo", text)
     assert [v.field for v in err.violations] == ["arguments_json"]
@@ -301,10 +485,23 @@ def test_strict_json_is_args_invalid(text: str) -> None:
 
 def test_an_overflowing_float_is_args_invalid() -> None:
     # 1e400 decodes to inf (parse_constant is not called for it); the schema or JCS refuses it
-    raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
-           authorize, "create_todo", '{"title": "a", "priority": 1e400}')
-    raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
-           authorize, "write_note", '{"count": 1e400}', reg=NESTED)
+    raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "create_todo",
+        '{"title": "a", "priority": 1e400}',
+    )
+    raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "write_note",
+        '{"count": 1e400}',
+        reg=NESTED,
+    )
 
 
 def test_exactly_at_the_depth_limit_is_accepted() -> None:
@@ -327,8 +524,15 @@ def test_empty_or_absent_arguments_are_an_empty_object() -> None:
 def test_integers_beyond_2_pow_53_are_args_invalid(value: int) -> None:
     text = json.dumps({"id": "t1", "status": "done", "version": value})
     raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize, "set_todo_status", text)
-    raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
-           authorize, "write_note", json.dumps({"count": value}), reg=NESTED)
+    raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "write_note",
+        json.dumps({"count": value}),
+        reg=NESTED,
+    )
 
 
 def test_safe_integers_are_accepted() -> None:
@@ -339,13 +543,18 @@ def test_safe_integers_are_accepted() -> None:
 def test_the_size_limit_counts_bytes() -> None:
     text = json.dumps({"note": "€" * 30000}, ensure_ascii=False)
     assert len(text.encode("utf-8")) > policy.MAX_ARGUMENTS_BYTES
-    raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
-           authorize, "write_note", text, reg=NESTED)
+    raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize, "write_note", text, reg=NESTED)
 
 
 def test_a_lone_surrogate_in_a_key_is_args_invalid() -> None:
-    raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT,
-           authorize, "create_todo", '{"title": "x", "\\ud800": 1}')
+    raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "create_todo",
+        '{"title": "x", "\\ud800": 1}',
+    )
 
 
 @pytest.mark.parametrize("text", ['{"title": "\\ud800"}', '{"title": "x\\udfff"}'])
@@ -376,9 +585,11 @@ def _sample(schema: Mapping[str, Any]) -> Any:
     return None
 
 
-ALL_TOOLS = [pytest.param(reg, name, id=f"{label}:{name}")
-             for label, reg in (("example", REGISTRY), ("fixture", FIXTURE_REGISTRY), ("nested", NESTED))
-             for name in reg.tools]
+ALL_TOOLS = [
+    pytest.param(reg, name, id=f"{label}:{name}")
+    for label, reg in (("example", REGISTRY), ("fixture", FIXTURE_REGISTRY), ("nested", NESTED))
+    for name in reg.tools
+]
 
 
 def _check_normalised(tool: Tool, given: dict[str, Any]) -> dict[str, Any] | None:

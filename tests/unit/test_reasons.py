@@ -48,7 +48,6 @@ def test_no_reason_is_spelled_as_a_bare_string_in_the_sidecar() -> None:
         if any(part in path.parts for part in ("v1", "guard", "approvals", "testing")) or path.name == "reasons.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and a.value in names
-                                                  for a in node.args):
+            if isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and a.value in names for a in node.args):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not found, found

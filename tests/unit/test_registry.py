@@ -24,76 +24,122 @@ EXAMPLE = ROOT / "examples" / "registry.yaml"
 COUNTERSIGN = ROOT / ".venv" / "bin" / "countersign"
 
 ANY = "admits any value (an object with any keys): give it a type"
-UNSUPPORTED = (", which a tool schema may not use: closure is checked only through type, properties, items, enum, "
-               "const, anyOf, oneOf and allOf")
+UNSUPPORTED = (
+    ", which a tool schema may not use: closure is checked only through type, properties, items, enum, "
+    "const, anyOf, oneOf and allOf"
+)
 
 # fixture file -> (tool, rule, detail)
 BAD: dict[str, tuple[str, str, str]] = {
     "write-needs-enabled-capability": (
-        "create_item", "write-needs-enabled-capability",
-        "a write tool must name an enabled capability; 'item.archive' is planned"),
+        "create_item",
+        "write-needs-enabled-capability",
+        "a write tool must name an enabled capability; 'item.archive' is planned",
+    ),
     "write-without-capability": (
-        "create_item", "write-needs-enabled-capability",
-        "a write tool must name an enabled capability; no capability is named"),
+        "create_item",
+        "write-needs-enabled-capability",
+        "a write tool must name an enabled capability; no capability is named",
+    ),
     "risk-matches-capability": (
-        "delete_item", "risk-matches-capability",
-        "risk 'high' differs from capability 'item.delete' risk 'medium'"),
+        "delete_item",
+        "risk-matches-capability",
+        "risk 'high' differs from capability 'item.delete' risk 'medium'",
+    ),
     "confirmation-matches-capability": (
-        "delete_item", "confirmation-matches-capability",
-        "confirmation 'default' differs from capability 'item.delete' confirmation 'always'"),
+        "delete_item",
+        "confirmation-matches-capability",
+        "confirmation 'default' differs from capability 'item.delete' confirmation 'always'",
+    ),
     "write-needs-confirmation": (
-        "create_item", "write-needs-confirmation", "a write tool may not set confirmation: none"),
-    "schema-closed": (
-        "create_item", "schema-closed", "schema.properties.meta must set additionalProperties: false"),
+        "create_item",
+        "write-needs-confirmation",
+        "a write tool may not set confirmation: none",
+    ),
+    "schema-closed": ("create_item", "schema-closed", "schema.properties.meta must set additionalProperties: false"),
     "schema-closed-top": ("list_items", "schema-closed", "schema must set additionalProperties: false"),
     "alias-no-collision": ("create_item", "alias-no-collision", "alias 'title' is also a declared property"),
     "alias-no-collision-target": (
-        "create_item", "alias-no-collision", "alias 'name' maps to 'titel', which is not a property"),
+        "create_item",
+        "alias-no-collision",
+        "alias 'name' maps to 'titel', which is not a property",
+    ),
     "compensation-is-write-tool": (
-        "create_item", "compensation-is-write-tool",
-        "compensation names 'list_items', which is not a registered write tool"),
+        "create_item",
+        "compensation-is-write-tool",
+        "compensation names 'list_items', which is not a registered write tool",
+    ),
     "no-tool-for-disabled-capability": (
-        "archive_item", "no-tool-for-disabled-capability",
-        "capability 'item.archive' is planned; no tool of that name may be registered"),
+        "archive_item",
+        "no-tool-for-disabled-capability",
+        "capability 'item.archive' is planned; no tool of that name may be registered",
+    ),
     "known-keys": ("list_items", "known-keys", "unknown key(s) rolse in tool"),
     "template-fields": (
-        "create_item", "template-fields",
-        "template '{titel}' names {titel}, which is not an argument, the action or the receipt"),
+        "create_item",
+        "template-fields",
+        "template '{titel}' names {titel}, which is not an argument, the action or the receipt",
+    ),
     "adapter-valid": ("delete_item", "adapter-valid", "adapter kind must be http or grpc, not 'ftp'"),
     "unique-names": ("list_items", "unique-names", "the tool is declared twice"),
     "unique-names-capability": ("list_items", "unique-names", "capability 'item.list' is declared twice"),
     "schema-valid": (
-        "list_items", "schema-valid", "\"strng\" is not valid under any of the schemas listed in the 'anyOf' keyword"),
+        "list_items",
+        "schema-valid",
+        "\"strng\" is not valid under any of the schemas listed in the 'anyOf' keyword",
+    ),
     "capability-exists": ("list_items", "capability-exists", "capability 'item.lists' is not declared"),
     "capability-names-tool": (
-        "create_item", "capability-names-tool", "capability 'item.create' names tool 'make_item', not 'create_item'"),
+        "create_item",
+        "capability-names-tool",
+        "capability 'item.create' names tool 'make_item', not 'create_item'",
+    ),
     "schema-closed-type-list": (
-        "create_item", "schema-closed", "schema.properties.meta must set additionalProperties: false"),
+        "create_item",
+        "schema-closed",
+        "schema.properties.meta must set additionalProperties: false",
+    ),
     # every way a schema could still admit an undeclared key (issue 11, item 13)
     "schema-closed-empty": ("create_item", "schema-closed", f"schema.properties.meta {ANY}, enum or const"),
     "schema-closed-true": ("create_item", "schema-closed", f"schema.properties.meta is true, which {ANY}"),
-    "schema-closed-items-empty": (
-        "create_item", "schema-closed", f"schema.properties.tags.items {ANY}, enum or const"),
+    "schema-closed-items-empty": ("create_item", "schema-closed", f"schema.properties.tags.items {ANY}, enum or const"),
     "schema-closed-array-without-items": (
-        "create_item", "schema-closed",
-        "schema.properties.tags is an array without items: declare a closed schema for its items"),
+        "create_item",
+        "schema-closed",
+        "schema.properties.tags is an array without items: declare a closed schema for its items",
+    ),
     "schema-closed-anyof": ("create_item", "schema-closed", f"schema.properties.meta.anyOf[1] is true, which {ANY}"),
     "schema-closed-oneof": ("create_item", "schema-closed", f"schema.properties.meta.oneOf[1] {ANY}, enum or const"),
     "schema-closed-allof": ("create_item", "schema-closed", f"schema.properties.meta.allOf[0] {ANY}, enum or const"),
     "schema-closed-not": ("create_item", "schema-closed", f"schema.properties.meta uses 'not'{UNSUPPORTED}"),
     "schema-closed-dependent-schemas": (
-        "create_item", "schema-closed", f"schema.properties.meta uses 'dependentSchemas'{UNSUPPORTED}"),
+        "create_item",
+        "schema-closed",
+        f"schema.properties.meta uses 'dependentSchemas'{UNSUPPORTED}",
+    ),
     "schema-closed-pattern-properties": (
-        "create_item", "schema-closed", f"schema.properties.meta uses 'patternProperties'{UNSUPPORTED}"),
+        "create_item",
+        "schema-closed",
+        f"schema.properties.meta uses 'patternProperties'{UNSUPPORTED}",
+    ),
     "schema-closed-ref": ("create_item", "schema-closed", f"schema.properties.meta uses '$ref'{UNSUPPORTED}"),
     "schema-closed-if": ("create_item", "schema-closed", f"schema.properties.meta uses 'if', 'then'{UNSUPPORTED}"),
     "schema-closed-unevaluated": (
-        "create_item", "schema-closed", f"schema.properties.meta uses 'unevaluatedProperties'{UNSUPPORTED}"),
+        "create_item",
+        "schema-closed",
+        f"schema.properties.meta uses 'unevaluatedProperties'{UNSUPPORTED}",
+    ),
     "schema-closed-prefix-items": (
-        "create_item", "schema-closed", f"schema.properties.tags uses 'prefixItems'{UNSUPPORTED}"),
+        "create_item",
+        "schema-closed",
+        f"schema.properties.tags uses 'prefixItems'{UNSUPPORTED}",
+    ),
     "schema-closed-contains": ("create_item", "schema-closed", f"schema.properties.tags uses 'contains'{UNSUPPORTED}"),
     "schema-closed-additional-items": (
-        "create_item", "schema-closed", f"schema.properties.tags uses 'additionalItems'{UNSUPPORTED}"),
+        "create_item",
+        "schema-closed",
+        f"schema.properties.tags uses 'additionalItems'{UNSUPPORTED}",
+    ),
     "schema-closed-defs": ("create_item", "schema-closed", f"schema uses '$defs'{UNSUPPORTED}"),
 }
 
@@ -123,15 +169,17 @@ EVIL: dict[str, dict[str, Any]] = {
 
 
 # a defect the rule should catch but does not (see the reason)
-KNOWN_BUGS: dict[str, tuple[tuple[str, str, str], str]] = {
-}
+KNOWN_BUGS: dict[str, tuple[tuple[str, str, str], str]] = {}
 
 
 def _cases() -> list[Any]:
     out = [pytest.param(name, *case, id=name) for name, case in BAD.items()]
     for name, (case, reason) in KNOWN_BUGS.items():
-        out.append(pytest.param(name, *case, id=name, marks=pytest.mark.xfail(
-            strict=True, raises=pytest.fail.Exception, reason=reason)))
+        out.append(
+            pytest.param(
+                name, *case, id=name, marks=pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=reason)
+            )
+        )
     return out
 
 
@@ -178,26 +226,60 @@ def test_every_schema_closed_fixture_is_a_real_hole_that_no_longer_loads(name: s
 
 def test_a_closed_schema_with_every_supported_keyword_loads_and_refuses_an_undeclared_key() -> None:
     doc = _doc()
-    doc["tools"][1]["schema"]["properties"].update({
-        "meta": {"type": ["object", "null"], "additionalProperties": False, "minProperties": 0,
-                 "maxProperties": 3, "dependentRequired": {"a": ["b"]},
-                 "properties": {"a": {"type": "string", "format": "email", "pattern": "^.+$"},
-                                "b": {"type": "number", "minimum": 0, "exclusiveMaximum": 10, "multipleOf": 0.5}}},
-        "tags": {"type": "array", "maxItems": 3, "uniqueItems": True, "minItems": 0,
-                 "items": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "object", "additionalProperties":
-                                                                         False, "properties": {"k": {"const": 1}}}]}},
-        "mode": {"oneOf": [{"enum": ["a", "b"]}, {"const": {"fixed": True}}], "title": "Mode",
-                 "description": "d", "default": "a", "examples": ["a"], "deprecated": False, "$comment": "c"},
-        "both": {"allOf": [{"type": "integer"}, {"type": "integer", "minimum": 1}], "readOnly": False,
-                 "writeOnly": False},
-        "never": False,
-    })
+    doc["tools"][1]["schema"]["properties"].update(
+        {
+            "meta": {
+                "type": ["object", "null"],
+                "additionalProperties": False,
+                "minProperties": 0,
+                "maxProperties": 3,
+                "dependentRequired": {"a": ["b"]},
+                "properties": {
+                    "a": {"type": "string", "format": "email", "pattern": "^.+$"},
+                    "b": {"type": "number", "minimum": 0, "exclusiveMaximum": 10, "multipleOf": 0.5},
+                },
+            },
+            "tags": {
+                "type": "array",
+                "maxItems": 3,
+                "uniqueItems": True,
+                "minItems": 0,
+                "items": {
+                    "anyOf": [
+                        {"type": "string", "maxLength": 8},
+                        {"type": "object", "additionalProperties": False, "properties": {"k": {"const": 1}}},
+                    ]
+                },
+            },
+            "mode": {
+                "oneOf": [{"enum": ["a", "b"]}, {"const": {"fixed": True}}],
+                "title": "Mode",
+                "description": "d",
+                "default": "a",
+                "examples": ["a"],
+                "deprecated": False,
+                "$comment": "c",
+            },
+            "both": {
+                "allOf": [{"type": "integer"}, {"type": "integer", "minimum": 1}],
+                "readOnly": False,
+                "writeOnly": False,
+            },
+            "never": False,
+        }
+    )
     reg = registry.build(doc, "closed.yaml")
     validator = reg.tools["create_item"].validator
-    assert validator.is_valid({"title": "t", "meta": {"a": "x@y.z", "b": 1.5}, "tags": ["x", {"k": 1}],
-                               "mode": {"fixed": True}, "both": 2})
-    for evil in ({"meta": {"evil": 1}}, {"tags": [{"k": 1, "evil": 1}]}, {"mode": {"fixed": True, "evil": 1}},
-                 {"evil": 1}, {"never": 1}):
+    assert validator.is_valid(
+        {"title": "t", "meta": {"a": "x@y.z", "b": 1.5}, "tags": ["x", {"k": 1}], "mode": {"fixed": True}, "both": 2}
+    )
+    for evil in (
+        {"meta": {"evil": 1}},
+        {"tags": [{"k": 1, "evil": 1}]},
+        {"mode": {"fixed": True, "evil": 1}},
+        {"evil": 1},
+        {"never": 1},
+    ):
         assert not validator.is_valid({"title": "t", **evil}), evil
 
 
@@ -228,8 +310,14 @@ def example() -> registry.Registry:
 def test_example_registry_loads(example: registry.Registry) -> None:
     assert example.policy_version == "2026-11-29.1"
     assert set(example.tools) == {"list_todos", "create_todo", "set_todo_status", "delete_todo"}
-    assert set(example.capabilities) == {"todo.list", "todo.create", "todo.set_status", "todo.delete",
-                                         "note.delete", "account.delete"}
+    assert set(example.capabilities) == {
+        "todo.list",
+        "todo.create",
+        "todo.set_status",
+        "todo.delete",
+        "note.delete",
+        "account.delete",
+    }
     create = example.tools["create_todo"]
     assert create.is_write and create.risk == "low" and create.confirmation == "default"
     assert dict(create.aliases) == {"taskTitle": "title", "deadline": "dueAt", "importance": "priority"}
@@ -249,18 +337,17 @@ def test_role_sets_list_exactly_the_write_tools(example: registry.Registry) -> N
     assert example.all_writes == ",create_todo,delete_todo,set_todo_status,"
     assert dict(example.denied_by_role) == {"user": ",,", "admin": ",,"}
     assert example.denied_tools("user") == ",,"
-    assert example.denied_tools("guest") == example.all_writes        # an unknown role may run no write
+    assert example.denied_tools("guest") == example.all_writes  # an unknown role may run no write
 
 
 def test_role_sets_per_role() -> None:
     doc = _doc()
-    doc["tools"][0]["roles"] = ["user", "auditor"]          # list_items, a read tool: never in a write set
-    doc["tools"][1]["roles"] = ["user", "admin"]            # create_item
-    doc["tools"][2]["roles"] = ["admin"]                    # delete_item
+    doc["tools"][0]["roles"] = ["user", "auditor"]  # list_items, a read tool: never in a write set
+    doc["tools"][1]["roles"] = ["user", "admin"]  # create_item
+    doc["tools"][2]["roles"] = ["admin"]  # delete_item
     reg = registry.build(doc)
     assert reg.all_writes == ",create_item,delete_item,"
-    assert dict(reg.denied_by_role) == {"user": ",delete_item,", "admin": ",,",
-                                        "auditor": ",create_item,delete_item,"}
+    assert dict(reg.denied_by_role) == {"user": ",delete_item,", "admin": ",,", "auditor": ",create_item,delete_item,"}
     for role in ("user", "admin", "auditor", "nobody"):
         writable = {t.name for t in reg.tools.values() if t.is_write and role in t.roles}
         assert _names(reg.denied_tools(role)) == _names(reg.all_writes) - writable
@@ -314,15 +401,21 @@ def test_guidance_falls_back_to_en_then_to_anything() -> None:
 # -- an invalid registry stops the start -----------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["schema-closed", "schema-closed-pattern-properties", "schema-closed-true",
-                                  "write-needs-confirmation"])
+@pytest.mark.parametrize(
+    "name", ["schema-closed", "schema-closed-pattern-properties", "schema-closed-true", "write-needs-confirmation"]
+)
 def test_serve_with_a_bad_registry_exits_2_before_listening(name: str) -> None:
     path = str(FIXTURES / f"{name}.yaml")
     tool, rule, detail = BAD[name]
     env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERSIGN_")}
     proc = subprocess.run(
         [str(COUNTERSIGN), "serve", "--registry", path, "--listen", "127.0.0.1:0", "--metrics-listen", ""],
-        capture_output=True, text=True, timeout=60, env=env, cwd=ROOT, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
+        check=False,
     )
     assert proc.returncode == 2, proc.stderr
     assert f"countersign: {path}: tool '{tool}': {rule}: {detail}" in proc.stderr.splitlines()

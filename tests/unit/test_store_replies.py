@@ -23,13 +23,16 @@ def header_shapes(script: str) -> dict[str, tuple[str, ...]]:
             break
         header.append(line)
     block = "\n".join(header)
-    block = block[block.index("-- returns"):]
+    block = block[block.index("-- returns") :]
     return {m.group(1): tuple(n.strip() for n in m.group(2).split(",") if n.strip()) for m in SHAPE.finditer(block)}
 
 
 def test_every_script_has_a_name_table_and_every_table_a_script() -> None:
-    lua = {p.name.removesuffix(".lua") for p in resources.files("countersign.store").joinpath("lua").iterdir()
-           if p.name.endswith(".lua")}
+    lua = {
+        p.name.removesuffix(".lua")
+        for p in resources.files("countersign.store").joinpath("lua").iterdir()
+        if p.name.endswith(".lua")
+    }
     assert set(REPLIES) == lua
 
 

@@ -39,23 +39,30 @@ def main() -> int:
         with Client(address) as cs:
             shown: list[str] = []
 
-            def approve(card: gateway_pb2.ConfirmationCard) -> bool:   # the UI shows the card; the user says yes
+            def approve(card: gateway_pb2.ConfirmationCard) -> bool:  # the UI shows the card; the user says yes
                 shown.append(f"{card.preview.title}「{card.preview.target}」 {card.preview.impact}")
                 return True
 
-            def compose(continuation: continuation_pb2.Continuation) -> str:   # the model writes from the receipt
+            def compose(continuation: continuation_pb2.Continuation) -> str:  # the model writes from the receipt
                 return f"好的，{continuation.receipt.summary}"
 
-            done = cs.write(ctx, "create_todo", {"taskTitle": title}, approve=approve, compose=compose,
-                            snapshot=continuation_pb2.ContinuationSnapshot(question=f"帮我建一个待办：{title}",
-                                                                           locale="zh-CN"),
-                            traceparent=traceparent)
+            done = cs.write(
+                ctx,
+                "create_todo",
+                {"taskTitle": title},
+                approve=approve,
+                compose=compose,
+                snapshot=continuation_pb2.ContinuationSnapshot(question=f"帮我建一个待办：{title}", locale="zh-CN"),
+                traceparent=traceparent,
+            )
             action, card, continuation = done.action, done.card, done.continuation
             if done.outcome != "executed" or not done.succeeded or action is None or card is None:
                 return fail(f"expected an executed, succeeded write, got {done.outcome}: {action}")
             print(f"[1] write create_todo → card {card.action_id}: {shown[0]}")
-            print(f"    Confirm → {common_pb2.ActionState.Name(action.state)}, "
-                  f"receipt «{action.receipt.summary}» resource {action.receipt.resource_id}")
+            print(
+                f"    Confirm → {common_pb2.ActionState.Name(action.state)}, "
+                f"receipt «{action.receipt.summary}» resource {action.receipt.resource_id}"
+            )
             if continuation is None or continuation.state != continuation_pb2.CONTINUATION_STATE_SETTLED:
                 return fail(f"expected a settled continuation, got {continuation}")
             state = continuation_pb2.ContinuationState.Name(continuation.state)
@@ -64,8 +71,10 @@ def main() -> int:
             again = cs.write(ctx, "create_todo", {"taskTitle": title}, approve=approve, traceparent=traceparent)
             if again.action is None or again.action.action_id != action.action_id or not again.action.replayed:
                 return fail(f"expected the same action, replayed: {again.action}")
-            print(f"[2] the same turn again → {again.outcome}, action {again.action.action_id}, replayed "
-                  f"{again.action.replayed}")
+            print(
+                f"[2] the same turn again → {again.outcome}, action {again.action.action_id}, replayed "
+                f"{again.action.replayed}"
+            )
 
             try:
                 cs.invoke(ctx, "create_todo", {"title": "x", "owner": "mallory"})
@@ -73,8 +82,10 @@ def main() -> int:
             except InvalidArgument as err:
                 if err.reason != "ARGS_INVALID" or not err.violations:
                     return fail(f"expected ARGS_INVALID with a field violation, got {err!r}")
-                print(f"[3] unknown argument → {err.code.name} {err.reason}, field {err.violations[0].field!r}: "
-                      f"{err.violations[0].description}")
+                print(
+                    f"[3] unknown argument → {err.code.name} {err.reason}, field {err.violations[0].field!r}: "
+                    f"{err.violations[0].description}"
+                )
             forged = card.token[:-1] + ("A" if card.token[-1] != "A" else "B")
             try:
                 cs.confirm(ctx, forged)

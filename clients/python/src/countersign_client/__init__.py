@@ -22,6 +22,19 @@ from countersign_client.errors import (
     from_rpc_error,
 )
 
-__all__ = ["Backoff", "Client", "CountersignError", "DataLoss", "FailedPrecondition", "FieldViolation",
-           "InvalidArgument", "NotFound", "PermissionDenied", "ResourceExhausted", "Unavailable", "Written",
-           "call_context", "from_rpc_error"]
+__all__ = [
+    "Backoff",
+    "Client",
+    "CountersignError",
+    "DataLoss",
+    "FailedPrecondition",
+    "FieldViolation",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "Unavailable",
+    "Written",
+    "call_context",
+    "from_rpc_error",
+]

@@ -37,14 +37,22 @@ class FieldViolation:
 class CountersignError(Exception):
     """A failed sidecar call, with what its status details said."""
 
-    def __init__(self, code: grpc.StatusCode, message: str, *, reason: str = "", domain: str = "",
-                 metadata: dict[str, str] | None = None, violations: tuple[FieldViolation, ...] = (),
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        *,
+        reason: str = "",
+        domain: str = "",
+        metadata: dict[str, str] | None = None,
+        violations: tuple[FieldViolation, ...] = (),
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(f"{code.name} {reason or '-'}: {message}")
         self.code, self.message, self.reason, self.domain = code, message, reason, domain
         self.metadata = metadata or {}
         self.violations = violations
-        self.retry_after = retry_after      # seconds, from google.rpc.RetryInfo
+        self.retry_after = retry_after  # seconds, from google.rpc.RetryInfo
 
     @property
     def retryable(self) -> bool:
@@ -83,9 +91,12 @@ class ResourceExhausted(CountersignError):
 
 
 _BY_CODE: dict[grpc.StatusCode, type[CountersignError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument, grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied, grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
-    grpc.StatusCode.DATA_LOSS: DataLoss, grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.DATA_LOSS: DataLoss,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
 }
 
@@ -104,17 +115,27 @@ def from_rpc_error(error: grpc.RpcError) -> CountersignError:
         status = status_pb2.Status()
         try:
             status.ParseFromString(raw)
-        except Exception:   # a malformed trailer must not hide the error itself
+        except Exception:  # a malformed trailer must not hide the error itself
             status = status_pb2.Status()
         message = status.message or message
         for detail in status.details:
-            info, retry, bad = (error_details_pb2.ErrorInfo(), error_details_pb2.RetryInfo(),
-                                error_details_pb2.BadRequest())
+            info, retry, bad = (
+                error_details_pb2.ErrorInfo(),
+                error_details_pb2.RetryInfo(),
+                error_details_pb2.BadRequest(),
+            )
             if detail.Unpack(info):
                 reason, domain, metadata = info.reason, info.domain, dict(info.metadata)
             elif detail.Unpack(retry):
                 retry_after = retry.retry_delay.seconds + retry.retry_delay.nanos / 1e9
             elif detail.Unpack(bad):
                 violations += [FieldViolation(v.field, v.description) for v in bad.field_violations]
-    return _BY_CODE.get(code, CountersignError)(code, message, reason=reason, domain=domain, metadata=metadata,
-                                                violations=tuple(violations), retry_after=retry_after)
+    return _BY_CODE.get(code, CountersignError)(
+        code,
+        message,
+        reason=reason,
+        domain=domain,
+        metadata=metadata,
+        violations=tuple(violations),
+        retry_after=retry_after,
+    )
