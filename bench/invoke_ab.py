@@ -1,6 +1,9 @@
-"""A/B of the Invoke path: the sidecar of this tree against the sidecar of another tree (e.g. main), side by side.
+"""A/B of the write path: the sidecar of this tree against the sidecar of another tree (e.g. main), side by side.
 
-    .venv/bin/python bench/invoke_ab.py --base /tmp/base [--rounds 6] [--seconds 3]
+    .venv/bin/python bench/invoke_ab.py --base /tmp/base [--rounds 6] [--seconds 3] [--rpc invoke|pair|replay]
+
+--rpc invoke (default): Invoke(create_todo); pair: Invoke, then Confirm of its card (claim, the downstream call,
+settle); replay: Confirm of a card that settled already (the duplicate's path).
 
 Get the other tree without touching any checkout: `mkdir /tmp/base && git archive main | tar -x -C /tmp/base`.
 One redis-server and one example todo service serve both sidecars (each started from its own tree, stopped by PID);
@@ -67,29 +70,45 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-async def load(address: str, concurrency: int, seconds: float) -> list[int]:
+def _context() -> common_pb2.CallContext:
+    return common_pb2.CallContext(
+        tenant_id="bench",
+        actor_id="a",
+        subject_id="a",
+        session_id="s",
+        request_id=uuid.uuid4().hex,
+        role="user",
+        locale="en",
+    )
+
+
+async def _invoke(stub: gateway_pb2_grpc.ToolGatewayServiceStub) -> gateway_pb2.InvokeResponse:
+    return await stub.Invoke(
+        gateway_pb2.InvokeRequest(
+            context=_context(), tool_name="create_todo", arguments_json=json.dumps({"title": uuid.uuid4().hex})
+        )
+    )
+
+
+async def load(address: str, concurrency: int, seconds: float, rpc: str = "invoke") -> list[int]:
     latencies: list[int] = []
     async with grpc.aio.insecure_channel(address) as channel:
         stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
-        end = time.monotonic() + seconds
 
         async def worker() -> None:
+            settled = ""
+            if rpc == "replay":  # one settled card per worker, confirmed again and again
+                settled = (await _invoke(stub)).confirmation.token
+                await stub.Confirm(gateway_pb2.ConfirmRequest(context=_context(), token=settled))
+            end = time.monotonic() + seconds
             while time.monotonic() < end:
-                context = common_pb2.CallContext(
-                    tenant_id="bench",
-                    actor_id="a",
-                    subject_id="a",
-                    session_id="s",
-                    request_id=uuid.uuid4().hex,
-                    role="user",
-                    locale="en",
-                )
                 start_ns = time.perf_counter_ns()
-                await stub.Invoke(
-                    gateway_pb2.InvokeRequest(
-                        context=context, tool_name="create_todo", arguments_json=json.dumps({"title": uuid.uuid4().hex})
-                    )
-                )
+                if rpc == "replay":
+                    await stub.Confirm(gateway_pb2.ConfirmRequest(context=_context(), token=settled))
+                else:
+                    card = (await _invoke(stub)).confirmation
+                    if rpc == "pair":
+                        await stub.Confirm(gateway_pb2.ConfirmRequest(context=_context(), token=card.token))
                 latencies.append(time.perf_counter_ns() - start_ns)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -106,6 +125,7 @@ def main() -> int:
     parser.add_argument("--base", required=True, type=Path, help="the other source tree")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per cell and round")
+    parser.add_argument("--rpc", choices=("invoke", "pair", "replay"), default="invoke")
     args = parser.parse_args()
     work = processes.workdir("countersign-ab-")
     redis, todo, registry, keys = processes.start_backends(work)
@@ -120,12 +140,14 @@ def main() -> int:
             for c in (1, 16):
                 for name in ("base", "this") if n % 2 == 0 else ("this", "base"):
                     proc, address = sidecars[name]
-                    asyncio.run(load(address, c, 0.3))  # warm-up
+                    asyncio.run(load(address, c, 0.3, args.rpc))  # warm-up
                     before = cpu_s(proc.pid)
-                    latencies = asyncio.run(load(address, c, args.seconds))
+                    latencies = asyncio.run(load(address, c, args.seconds, args.rpc))
                     cells[(name, c)][0].extend(latencies)
                     cells[(name, c)][1].append(cpu_s(proc.pid) - before)
-        print(f"Invoke(create_todo), {args.rounds} rounds x {args.seconds:g} s per cell; loadavg {os.getloadavg()}")
+        print(
+            f"{args.rpc} (create_todo), {args.rounds} rounds x {args.seconds:g} s per cell; loadavg {os.getloadavg()}"
+        )
         for c in (1, 16):
             for name in ("base", "this"):
                 latencies, cpu = cells[(name, c)]
