@@ -34,58 +34,12 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-import jsonschema_rs
 import yaml
 
 from countersign.guard.needles import NeedleIndex, needs
+from countersign.guard.schema import EXCLUSION_RULES, LANGUAGES_VALIDATOR, SCOPES, LexiconError, check
 
-EXCLUSION_RULES = ("quotation", "negation", "question", "offer_plan", "condition", "waiting_confirmation",
-                   "failure", "instruction", "capability", "other_agent", "time_anchor", "success_noun",
-                   "generic_statement")
-SCOPES = ("before", "part", "after", "sentence")
-REPLACEMENTS = ("NO_SUCCEEDED_RECEIPT", "CLAIM_CONTRADICTS_RECEIPT")
-GRAMMARS = ("en", "zh")
-
-_LIST = {"type": "array", "items": {"type": "string", "minLength": 1}}
-_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["language", "grammar", "replacement"],
-    "properties": {
-        "language": {"type": "string", "pattern": "^[a-z]{2,3}$"},
-        "grammar": {"enum": list(GRAMMARS)},
-        "stop_words": _LIST,
-        "part_breaks": _LIST,
-        "words": {"type": "object", "additionalProperties": _LIST},
-        "verbs": {"type": "object", "additionalProperties": False, "properties": {
-            "table": {"type": "string"},
-            "not_writes": _LIST,
-            "extra": _LIST,
-            "particle_writes": {"type": "object", "additionalProperties": _LIST},
-            "classes": {"type": "object", "additionalProperties": _LIST},
-        }},
-        "claims": {"type": "object", "additionalProperties": _LIST},
-        "exclusions": {"type": "object", "additionalProperties": False, "properties": {
-            rule: {"type": "object", "additionalProperties": False, "properties": {s: _LIST for s in SCOPES}}
-            for rule in EXCLUSION_RULES}},
-        "replacement": {"type": "object", "additionalProperties": {"type": "string", "minLength": 1},
-                        "required": list(REPLACEMENTS)},
-    },
-}
-_LANGUAGES_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "stop_words": {"type": "object", "additionalProperties": _LIST},
-        "scripts": {"type": "object", "additionalProperties": {"type": "string"}},
-    },
-}
-_VALIDATOR = jsonschema_rs.validator_for(_SCHEMA)
-_LANGUAGES_VALIDATOR = jsonschema_rs.validator_for(_LANGUAGES_SCHEMA)
-
-
-class LexiconError(ValueError):
-    """A lexicon file that cannot be used; the message starts with the file's name."""
+__all__ = ["EXCLUSION_RULES", "Cue", "Languages", "Lexicon", "LexiconError", "load_folder"]
 
 
 @dataclass(frozen=True)
@@ -174,14 +128,6 @@ def _read(item: Traversable) -> Any:
         raise LexiconError(f"{item.name}: not valid YAML: {exc}") from exc
 
 
-def _schema_errors(name: str, raw: Any, validator: Any) -> None:
-    errors = sorted(validator.iter_errors(raw), key=lambda e: [str(p) for p in e.instance_path])
-    if errors:
-        first = errors[0]
-        where = ".".join(str(p) for p in first.instance_path) or "(top)"
-        raise LexiconError(f"{name}: {where}: {first.message}")
-
-
 _UPPER = re.compile(r"(?<!\\)(?<!\\[pPN]\{)[A-Z]")
 
 
@@ -209,7 +155,7 @@ def _regex(name: str, where: str, patterns: Iterable[str], lower: bool = False) 
 
 
 def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
-    _schema_errors(name, raw, _VALIDATOR)
+    check(name, raw)
     if raw["language"] + ".yaml" != name:
         raise LexiconError(f"{name}: language: {raw['language']!r} does not match the file name")
     lower = raw["grammar"] == "en"
@@ -284,7 +230,7 @@ def _verb_table(name: str, table: str | None, grammar: str, root: Traversable) -
 
 
 def _languages(name: str, raw: Any) -> Languages:
-    _schema_errors(name, raw or {}, _LANGUAGES_VALIDATOR)
+    check(name, raw or {}, LANGUAGES_VALIDATOR)
     raw = raw or {}
     scripts = {}
     for lang, pattern in (raw.get("scripts") or {}).items():
