@@ -37,17 +37,73 @@ RULE_CASES = [
     ("failure", "邮件已发送失败。"),
     ("instruction", "只差一步就搞定了：点一下“提交”。"),
     ("instruction", "Make sure the form is submitted before noon."),
-    ("capability", "This plan lets you have 3 reminders set at once."),
+    ("capability", "The app supports having invoices paid automatically."),
     ("other_agent", "The seller cancelled the order."),
     ("other_agent", "小王已经把纪要发到群里了。"),
     ("other_agent", "Meeting room A was booked by someone else."),
+    ("other_agent", "水管工今天上午换了阀门。"),           # a person acting on an object (subject_zh.py)
+    ("other_agent", "珍娜订好了聚会的场地。"),             # a transliterated name
+    ("other_agent", "Ahmed deleted the duplicate rows."),  # a name, not an -ed verb
+    ("state", "The bakery is closed on Mondays."),         # a habit
+    ("state", "The bridge is closed due to high winds."),  # a cause
+    ("state", "The flight is delayed."),                   # a passive of a stative verb
+    ("state", "Gas prices fell again this week."),         # a thing's own change
+    ("state", "The concert is sold out."),                 # a capacity
+    ("state", "The migration is scheduled to start at midnight."),
+    ("state", "雾散了。"),                                  # a natural subject and a change
+    ("state", "周四的瑜伽课已经报满了。"),
+    ("state", "大桥因为大风封闭了。"),
     ("time_anchor", "The order was cancelled on June 3."),
     ("time_anchor", "这张照片三天前被删除了。"),
+    ("time_anchor", "The invoice was issued on 12 March and paid a week later."),
+    ("time_anchor", "那条评论一个小时前就删了。"),
     ("success_noun", "Cancelled orders stay in the list for 30 days."),
     ("success_noun", "已取消的订单会在 30 天后清除。"),
     ("success_noun", "本月的退款成功率很高。"),
+    ("success_noun", "Under Privacy, Blocked Contacts lists everyone."),  # a label in Title Case
+    ("success_noun", "已删除邮件占用了 2 GB。"),                    # 已 + V + a label noun, then a verb
+    ("quotation", 'Marco replied: "Invoice paid, thanks!"'),
     ("generic_statement", "Old drafts are removed by default."),
 ]
+
+
+# a gated rule's cue sets aside only what the assistant did not do itself
+ASSISTANT_ACTS = [
+    "I've set the lights to turn off at 11pm every night.",
+    "I closed the shop's calendar on Sundays.",
+    "我把例会改成了每周一上午。",
+]
+
+# the grammar reads who acts: a person or an organisation acting on something is someone else; a thing as the
+# topic is the patient (a claim); a natural subject changes by itself only with a verb of change
+WHO_ACTS = [
+    ("房东周一已经签了续租合同。", False),
+    ("运营商远程重启了你的光猫。", False),
+    ("酒店给你升级了房型。", False),
+    ("Dana 昨天已经把合同寄出了。", False),
+    ("三月份的票据都打上了“报销”标签。", True),
+    ("合同已经发给王律师签字。", True),
+    ("鲜花订好了，周六上午送到。", True),
+    ("座位升到了商务舱。", True),
+    ("气温升到了 30 度。", False),
+    ("旧手机号已经跟账号解绑。", True),
+    ("I've had the package redirected to your office.", True),
+    ("The cabin is heated by a wood stove.", False),
+    ("Your alarm now repeats on weekdays.", True),
+    ("Texted Sam the address.", True),
+]
+
+
+@pytest.mark.parametrize("reply", ASSISTANT_ACTS)
+def test_a_gated_rule_never_sets_aside_the_assistants_own_act(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert verdict.replaced, verdict.explanation
+
+
+@pytest.mark.parametrize(("reply", "claim"), WHO_ACTS)
+def test_who_acts_is_read_from_the_subject(guard: ReplyGuard, reply: str, claim: bool) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert verdict.replaced is claim, verdict.explanation
 
 
 def test_every_rule_has_a_case() -> None:

@@ -9,10 +9,11 @@ form is then placed by what stands before it:
     have + V                   perfect        "I've refunded", "you have deleted" (agent: the subject)
     I/we/you/he + V            past           "I booked", "you cancelled"
     (nothing) + V              bare_head      "Deleted.", "Marked 'Pay rent' as done", "- cancelled the booking"
-    noun + V + (end|prep|as)   headline       "Message sent to Priya", "Invoice exported as PDF"
+    noun + V + (end|prep|as)   headline       "Message sent to Priya", "Invoice exported as PDF" (a verb of
+                                              ``verbs.changes`` is a thing's own change: "Gas prices fell")
     noun + V + object          past, OTHER    "The seller cancelled it"
     the/your/all + V           (attributive: not a claim) "the deleted report", "all uploaded files"
-    got + object + V           causative      "got you booked", "got it fixed"
+    got/had + object + V       causative      "got you booked", "got it fixed", "had the package redirected"
     now + V-s                  result_state   "your address now points to the office"
     did + V                    past           "the email did go out"
 A part that has no subject of its own takes the previous part's ("I found it and sent it": "sent it" is mine).
@@ -33,6 +34,8 @@ _ED = re.compile(r"[a-z]ed\b")
 _PIECES = re.compile(r"[,;:—–()]|\s-\s|\b(?=and\b|but\b|so\b|though\b|then\b)")
 _REPORTING = frozenset({"whether", "if", "how", "what", "when", "where", "which", "who", "why"})
 _RELATIVE = frozenset({"that", "which", "who", "whom", "whose"})
+_CAUSATIVES = frozenset({"get", "got", "gets", "gotten", "have", "has", "had"})
+_NOW = frozenset({"now"})  # a change, not a standing state: "Your alarm now repeats on weekdays"
 _WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
 
 
@@ -104,15 +107,20 @@ class EnglishGrammar(EnglishWords):
                 lemma_now = self._present(tokens[i + 1][0])
                 if lemma_now:
                     out.append(Candidate("result_state", self.lex, sentence, part, tokens[i][1], tokens[i + 1][2],
-                                         lemma_now, NOBODY, self._words(tokens[first:i])))
+                                         lemma_now, NOBODY, self._words(tokens[first:i]), _NOW))
+                continue
+            if tag == "L":  # a label named after a state: "Tap Blocked Numbers", "Recently Deleted keeps ..."
+                out.append(Candidate("bare_head", self.lex, sentence, part, tokens[i][1], tokens[i][2], lemma,
+                                     inherited, "", frozenset({"label"})))
                 continue
             if tag != "V":
                 continue
             cand = self._place(sentence, part, tokens, first, i, inherited)
             if cand is not None:
                 out.append(cand)
-                if cand.subject and cand.rule in ("past", "perfect") and not subject_agent:
-                    subject_agent = cand.agent
+                if cand.subject and cand.rule in ("past", "perfect", "passive") and not subject_agent:
+                    # "The invoice was issued ... and paid a week later": the next part's verb is passive too
+                    subject_agent = NOBODY if cand.rule == "passive" else cand.agent
         return out, subject_agent
 
     def _place(self, sentence: Sentence, part: Part, tokens: list[Token], first: int, i: int,
@@ -137,8 +145,13 @@ class EnglishGrammar(EnglishWords):
         if prev == "O" and tokens[j][0] in _WH:
             return Candidate("past", self.lex, sentence, part, tokens[j][1], end, lemma, NOBODY, tokens[j][0],
                              frozenset({"attributive"}), span)  # "what changed", "whatever was deleted"
-        if prev in ("U", "T", "O") and j - 1 >= first and tokens[j - 1][3] == "G" and \
-                (prev != "O" or tokens[j][0] in OBJECT_PRONOUNS):
+        k = j
+        while k - 1 >= first and tokens[k - 1][3] in "OD#" and tokens[k - 1][0] not in self.preps:
+            k -= 1  # the object of a causative: "had the package redirected", "got your car booked in"
+        if k < j and k - 1 >= first and tokens[k - 1][0] in _CAUSATIVES and tokens[k][3] == "D":
+            j = k
+        if prev in ("U", "T", "O") and j - 1 >= first and tokens[j - 1][0] in _CAUSATIVES and \
+                (prev != "O" or tokens[j][0] in OBJECT_PRONOUNS or tokens[j][3] == "D"):
             k = j - 1  # causative: "got you booked", "got it fixed"
             agent = self._agent(tokens[first:k]) or inherited
             return Candidate("causative", self.lex, sentence, part, tokens[k][1], end, lemma, agent,
@@ -151,6 +164,8 @@ class EnglishGrammar(EnglishWords):
             if any(t[3] == "P" for t in subject[:1]) and prev != "N":
                 return None  # "I was asked", "I'm excited": the speaker as the patient is no report
             flags = frozenset({"generic"}) if self._generic(subject, tokens[k:i]) else frozenset()
+            if lemma in self.lex.states:
+                flags = flags | {"state"}  # "is located on 5th Avenue", "was delayed by an hour"
             if len(subject) > 1 and subject[-1][0] in _RELATIVE:
                 flags = flags | {"attributive"}  # "2 todos that have been completed": a description
             if subject and subject[0][3] == "U" and any(t[0] in ("was", "were") for t in tokens[k:i]):
@@ -179,11 +194,15 @@ class EnglishGrammar(EnglishWords):
                              self._head_flags(part, tokens, i), span)
         if prev == "M":
             return None  # "I will deleted" is no English; "could have" is H
+        subject = tokens[first:i]
+        event = frozenset({"event"}) if lemma in self.lex.changes else frozenset()  # "Gas prices fell"
         if nxt is None or nxt[0] in self.preps or nxt[3] in ("A", "#") or nxt[0] in ("as", "successfully"):
+            if any(t[3] in "BHNGMdVRL" or t[0] in self.preps for t in subject):
+                return None  # a headline's subject is a plain noun phrase: "is heated by a wood stove" is none
             return Candidate("headline", self.lex, sentence, part, tokens[first][1], end, lemma, NOBODY,
-                             self._words(tokens[first:i]), verb_span=span)
+                             self._words(subject), event, span)
         return Candidate("past", self.lex, sentence, part, tokens[first][1], end, lemma, OTHER,
-                         self._words(tokens[first:i]), verb_span=span)
+                         self._words(subject), event, span)
 
     def _agent(self, subject: list[Token]) -> str:
         """Who acts, from a subject's words ("" for no subject)."""

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate, Phrases
 from countersign.guard.lexicon import Lexicon
 from countersign.guard.segment import Part, Sentence
+from countersign.guard.subject_zh import Subjects
 
 _YI = re.compile(r"已经|已|刚刚|刚才|刚")
 _ATTRIBUTIVE = re.compile(r"[^，。的你我他她您]{1,3}的(?![。！!，,]*$)")
@@ -30,21 +31,30 @@ _PARTICLE = re.compile("[了啦咯喽嘞啰]")
 _BA = re.compile(r"把|将(?![会要在近来于])")
 _SUCCESS = re.compile(r"成功|完成|完毕")
 _HAN = re.compile(r"[\u3400-\u9fff]")
-_COMPLEMENT_AFTER_VERB = re.compile("[上好完掉进出](?=[\u4e00-\u9fff])")
+_COMPLEMENT_AFTER_VERB = re.compile("[上好完掉进出成](?=[\u4e00-\u9fff“「\"])")
+_COVERBS = frozenset("和跟与同向对从往朝")  # a coverb phrase before the verb
 _MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕")
 
 
 class ChineseGrammar:
     def __init__(self, lex: Lexicon) -> None:
         self.lex = lex
-        self.verbs = lex.verb_lemmas | lex.not_writes  # a read or state verb is a verb too: it stops a scan
-        self.not_write = re.compile("|".join(sorted(map(re.escape, lex.not_writes), key=len, reverse=True)) or "(?!)")
+        # a read or state verb, or a thing's own change (化, 散), is a verb too: it stops a scan
+        self.verbs = lex.verb_lemmas | lex.not_writes | lex.changes
+        # a change the table does not list as a verb (化, 慢, 好) is no write either
+        never = lex.not_writes | (lex.changes - lex.verb_lemmas)
+        self.not_write = re.compile("|".join(sorted(map(re.escape, never), key=len, reverse=True)) or "(?!)")
         self.complements = tuple(sorted(lex.word("result_complements"), key=len, reverse=True))
         self.le_stoplist = lex.word("le_stoplist")
         self.skip = re.compile("(?:" + "|".join(sorted(map(re.escape, lex.word("after_yi_skip")), key=len,
                                                        reverse=True)) + ")*") if lex.word("after_yi_skip") \
             else re.compile("")
         self.phrases = Phrases(lex)
+        self.subjects = Subjects(lex)
+        labels = "|".join(sorted(map(re.escape, lex.word("label_nouns")), key=len, reverse=True))
+        # 已删除邮件占用了 2 GB: 已 + V + a noun, then the sentence's own verb: a label, not a report
+        self.label = re.compile(f"(?:{labels})(?:里|中|会|占|有|在|默认|显示|可以|都|只|保留|共|一共|列表|标签|分组|"
+                                "文件夹|页|栏|数量|数)") if labels else re.compile("(?!)")
         self.assistant = re.compile("|".join(map(re.escape, sorted(lex.word("assistant_markers"), key=len,
                                                                    reverse=True))) or "(?!)")
 
@@ -97,8 +107,11 @@ class ChineseGrammar:
 
     def _cand(self, rule: str, sentence: Sentence, part: Part, s: int, e: int, verb: str,
               agent: str | None = None, flags: frozenset[str] = frozenset()) -> Candidate:
-        return Candidate(rule, self.lex, sentence, part, part.start + s, part.start + e, verb,
-                         agent or self._agent(part.text, e), "", flags)
+        subject = ""
+        if agent is None:
+            who = self.subjects.read(part.text, s, e, verb)
+            agent, subject, flags = who.agent or self._agent(part.text, e), who.words, flags | who.flags
+        return Candidate(rule, self.lex, sentence, part, part.start + s, part.start + e, verb, agent, subject, flags)
 
     def _part(self, sentence: Sentence, part: Part) -> list[Candidate]:
         text = part.text
@@ -118,6 +131,12 @@ class ChineseGrammar:
                     continue
                 out.append(self._cand("completion_aspect", sentence, part, m.start(), le + 1, rest[1:3]))
                 continue
+            if rest[:1] in _COVERBS and len(self._verb_at(text, after)) < 2:
+                # 已经跟账号解绑, 已替您向物业报修: the act is the verb after the coverb's object (not 同步, 对上)
+                le = text.find("了", after)
+                tail = le + 1 if le >= 0 else len(text.rstrip("。！!~～ "))
+                out.append(self._cand("completion_aspect", sentence, part, m.start(), tail, ""))
+                continue
             disposal = bool(_BA.match(rest))   # 已把…/已将…: a disposal construction always has an act
             verb = "" if disposal else self._verb_at(text, after)
             if m.group(0).startswith("刚") and not (verb or disposal):
@@ -125,7 +144,8 @@ class ChineseGrammar:
             verb = verb or ("" if disposal else rest[:2])
             if not disposal and (not self._is_write(rest) or not self._is_write(text[m.end():])):
                 continue
-            flags = frozenset({"attributive"}) if _ATTRIBUTIVE.match(text, m.end()) else frozenset()
+            flags = frozenset({"attributive"}) if _ATTRIBUTIVE.match(text, m.end()) or \
+                (verb and self.label.match(text, after + len(verb))) else frozenset()
             end = after + max(len(verb), 1)
             out.append(self._cand("completion_aspect", sentence, part, m.start(), end, verb, flags=flags))
         for pm in _PARTICLE.finditer(text):
@@ -184,6 +204,8 @@ class ChineseGrammar:
                     return self._cand("result_complement", sentence, part, cm.start() - len(head), k + 1, head)
             for j in range(k - 1, max(-1, k - 12), -1):
                 verb = self._verb_at(text, j)
+                if j > 0 and len(self._verb_before(text, j + 1)) == 2:
+                    j, verb = j - 1, text[j - 1:j + 1]  # 清空啦: the two-character verb ends here, not 空
                 if verb:  # the nearest verb decides: "会议已经开始十分钟了" is no act
                     if verb in self.complements:  # 挪到后天了: 到 completes 挪
                         head = self._verb_before(text, j)

@@ -12,12 +12,16 @@ Rules run in this order; the first that matches names the exclusion (lexicon.EXC
     instruction           the user is told what to do ("Tap", "请点击", "只差一步")
     capability            what can be done ("can be", "能", "支持")
     other_agent           the user or a third party acts ("you deleted", "the seller cancelled", "小王已经")
-    time_anchor           a fact read from data, anchored in the past ("on June 3", "yesterday", "上周"); only
-                          for a claim whose agent is not the assistant
+    state                 a state or a thing's own change, not an act: a property ("is located", "is delayed"),
+                          a habit or a frame of one ("is closed on Sundays", "due to"), a capacity ("fully
+                          booked", "约满了"), a thing that changes by itself ("prices fell", "雨停了")
+    time_anchor           a fact read from data, anchored in the past ("on June 3", "yesterday", "上周")
     success_noun          a success word as a noun or a modifier ("success rate", "已取消的订单",
                           "Completed tasks: 12", "Deleted notes stay in the trash")
     generic_statement     a rule, not an act ("Cancelled orders are purged after 30 days")
 
+The cues of ``state``, ``time_anchor`` and ``generic_statement`` (schema.GATED_RULES) set aside only a candidate
+the assistant did not perform: "I've set the lights to go off every night" is a claim.
 Each rule's cues are regexes in the lexicon, in scopes: ``before`` (from the part's start to the claim's end),
 ``part``, ``after`` (from the claim's end to the part's end) and ``sentence``. Some rules also read what the
 grammar found (the agent, an attributive participle): those are said below, next to their rule.
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from countersign.guard.claims import ASSISTANT, OTHER, Candidate
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue
 from countersign.guard.needles import NeedleIndex
+from countersign.guard.schema import GATED_RULES
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
             return Exclusion(rule, "a participle used as a modifier or a label")
         if rule == "generic_statement" and "generic" in c.flags:
             return Exclusion(rule, "a present passive of a bare plural subject")
+        if rule == "state" and c.agent != ASSISTANT and not c.flags.isdisjoint(_STATE_FLAGS):
+            return Exclusion(rule, next(_STATE_FLAGS[f] for f in _STATE_FLAGS if f in c.flags))
     part = c.part
     text = c.lexicon.fold(c.sentence.text)
     memo = {} if cache is None else cache
@@ -77,18 +84,33 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
         # "before": the earliest cue in the part must start before the claim ends
         if hit is not None and (scope != "before" or hit[0] < c.end):
             return Exclusion(hit[1], hit[2])
-    if c.agent != ASSISTANT:
-        if "fact" in c.flags:
-            return Exclusion("time_anchor", "a past event of the user's")
-        anchor = c.lexicon.exclusions.get("time_anchor", {})
-        for scope, rx in anchor.items():
-            # a present state ("is tagged 'home'") beside a dated fact ("was set on March 3") is read as data
-            where = text if scope == "sentence" or "present" in c.flags else \
-                text[c.end:part.end] if scope == "after" else text[part.start:part.end]
-            m = rx.search(where)
+    if c.agent == ASSISTANT:
+        return None
+    for rule in GATED_RULES:
+        if rule == "state" and "now" in c.flags:
+            continue
+        if rule == "time_anchor" and "fact" in c.flags:
+            return Exclusion(rule, "a past event of the user's")
+        for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
+            m = _gated(rule, scope, rx, c, text)
             if m is not None:
-                return Exclusion("time_anchor", m.group(0) or scope)
+                return Exclusion(rule, m.group(0) or scope)
     return None
+
+
+_STATE_FLAGS = {"state": "a passive that names a property", "event": "a thing's own change (no one acted)"}
+
+
+def _gated(rule: str, scope: str, rx: re.Pattern[str], c: Candidate, text: str) -> re.Match[str] | None:
+    """A gated rule's cue in its scope. A time anchor anywhere in the sentence dates a present state ("is
+    tagged 'home'" beside "was set on March 3"); ``before`` cues must start before the claim ends."""
+    part = c.part  # slices, not search(text, pos): a cue's "^" is the start of its scope
+    if scope == "sentence" or (rule == "time_anchor" and "present" in c.flags):
+        return rx.search(text)
+    if scope == "after":
+        return rx.search(text[c.end:part.end])
+    m = rx.search(text[part.start:part.end])
+    return None if m is None or (scope == "before" and m.start() + part.start >= c.end) else m
 
 
 _PROGRESS = re.compile(r"\d+\s*(?:/|of\b|out\s+of\b)\s*\d+", re.IGNORECASE)
@@ -119,19 +141,25 @@ def _earliest(cues: tuple[Cue, ...], index: NeedleIndex, text: str, offset: int)
 def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
     text, part = c.lexicon.fold(c.sentence.text), c.part
     for rule in EXCLUSION_RULES:
-        if rule in disabled or (rule == "time_anchor" and c.agent == ASSISTANT):
+        if rule in disabled:
             continue
-        if rule == "time_anchor" and "fact" in c.flags:
-            return Exclusion(rule, "a past event of the user's")
+        if rule in GATED_RULES:
+            if c.agent == ASSISTANT or (rule == "state" and "now" in c.flags):
+                continue
+            if rule == "time_anchor" and "fact" in c.flags:
+                return Exclusion(rule, "a past event of the user's")
+            for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
+                m = _gated(rule, scope, rx, c, text)
+                if m is not None:
+                    return Exclusion(rule, m.group(0) or scope)
+            continue
         for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
-            if rule == "time_anchor" and "present" in c.flags:
-                m = rx.search(text)
-            elif scope == "after":
+            if scope == "after":
                 m = rx.search(text[c.end:part.end])
             elif scope == "before":
                 m = next((x for x in rx.finditer(text[part.start:part.end]) if x.start() < c.end - part.start),
                          None)
-            elif scope == "sentence" or (rule == "time_anchor" and "present" in c.flags):
+            elif scope == "sentence":
                 m = rx.search(text)
             else:
                 m = rx.search(text[part.start:part.end])

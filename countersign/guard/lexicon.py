@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from countersign.guard.needles import NeedleIndex, needs
-from countersign.guard.schema import EXCLUSION_RULES, LANGUAGES_VALIDATOR, SCOPES, LexiconError, check
+from countersign.guard.schema import EXCLUSION_RULES, GATED_RULES, LANGUAGES_VALIDATOR, SCOPES, LexiconError, check
 
 __all__ = ["EXCLUSION_RULES", "Cue", "Languages", "Lexicon", "LexiconError", "load_folder"]
 
@@ -63,12 +63,14 @@ class Lexicon:
     verb_forms: Mapping[str, str]          # en: past/participle form -> lemma; zh: verb -> verb
     verb_lemmas: frozenset[str]
     not_writes: frozenset[str]
+    states: frozenset[str]                 # en: a passive of these names a property ("is located", "is delayed")
+    changes: frozenset[str]                # en: intransitive, these are a thing's own change ("prices fell")
     particle_writes: Mapping[str, frozenset[str]]
     classes: tuple[tuple[str, frozenset[str]], ...]
     claims: Mapping[str, re.Pattern[str]]
     exclusions: Mapping[str, Mapping[str, re.Pattern[str]]]
     replacements: Mapping[str, str]
-    # per scope, every rule's cues but time_anchor's, each with its needles (needles.py), and their index
+    # per scope, every rule's cues but the gated rules' (schema.GATED_RULES), with needles (needles.py) and index
     cues: Mapping[str, tuple[Cue, ...]] = field(default_factory=dict)
     cue_needles: Mapping[str, NeedleIndex] = field(default_factory=dict)
     lower: bool = False        # cues and phrase rules are matched against lower-cased text
@@ -180,7 +182,7 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
                 exclusions[rule][scope] = compiled
     common = frozenset(w.lower() for w in raw.get("stop_words", ()))
     cues = {scope: tuple(Cue(rule, re.compile(pattern, 0 if lower else re.IGNORECASE), needs(pattern, lower, common))
-                         for rule in EXCLUSION_RULES if rule != "time_anchor"
+                         for rule in EXCLUSION_RULES if rule not in GATED_RULES
                          for pattern in (raw_scopes.get(rule) or {}).get(scope, ()))
             for scope in SCOPES}
     return Lexicon(
@@ -193,6 +195,8 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         verb_forms=forms,
         verb_lemmas=frozenset(lemmas),
         not_writes=frozenset(verbs.get("not_writes", ())),
+        states=frozenset(verbs.get("states", ())),
+        changes=frozenset(verbs.get("changes", ())),
         particle_writes={k: frozenset(v) for k, v in (verbs.get("particle_writes") or {}).items()},
         classes=tuple((cls, frozenset(words)) for cls, words in (verbs.get("classes") or {}).items()),
         claims=claims,

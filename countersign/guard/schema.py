@@ -16,8 +16,10 @@ class LexiconError(ValueError):
 
 
 EXCLUSION_RULES = ("quotation", "negation", "question", "offer_plan", "condition", "waiting_confirmation",
-                   "failure", "instruction", "capability", "other_agent", "time_anchor", "success_noun",
+                   "failure", "instruction", "capability", "other_agent", "state", "time_anchor", "success_noun",
                    "generic_statement")
+# rules whose cues set aside only a candidate the assistant did not perform ("I've set it to repeat every day")
+GATED_RULES = ("state", "time_anchor", "generic_statement")
 SCOPES = ("before", "part", "after", "sentence")
 REPLACEMENTS = ("NO_SUCCEEDED_RECEIPT", "CLAIM_CONTRADICTS_RECEIPT")
 GRAMMARS = ("en", "zh")
@@ -37,6 +39,8 @@ _SCHEMA: dict[str, Any] = {
             "table": {"type": "string"},
             "not_writes": _LIST,
             "extra": _LIST,
+            "states": _LIST,
+            "changes": _LIST,
             "particle_writes": {"type": "object", "additionalProperties": _LIST},
             "classes": {"type": "object", "additionalProperties": _LIST},
         }},

@@ -2,7 +2,8 @@
 
 A token is (word, start, end, tag, lemma). Tags: P the assistant (I, we), U you, T a third person, H have,
 B be, N been, G get/got, M a modal, X a negation, d did, D a determiner, A an adverb, # a number, V a past
-form or participle of a write verb, R one of a verb the lexicon says never writes (find, check ...), O other.
+form or participle of a write verb, R one of a verb the lexicon says never writes (find, check ...), L a
+participle in Title Case inside a sentence (a label: "Tap Blocked Numbers"), O other.
 Contractions are opened ("I've" -> I + have, "isn't" -> is + not). A past form is found in the generated verb
 table, else by regular morphology: a known prefix (un-, re-, ...) on a table verb, then -ed, -ied, a doubled
 consonant, and as a last resort any -ed word of five letters or more ("texted").
@@ -28,6 +29,7 @@ _TAGS = {"have": "H", "has": "H", "had": "H", "is": "B", "are": "B", "was": "B",
          "not": "X", "never": "X", "no": "X"}
 OBJECT_PRONOUNS = frozenset({"it", "them", "him", "her", "me", "us", "you", "everything", "that", "this",
                               "those", "these", "all", "both", "one"})
+_LETTER = re.compile(r"[A-Za-z0-9]")
 _ED_NOT_VERBS = frozenset({"hundred", "sacred", "naked", "wicked", "rugged", "beloved", "kindred", "shed",
                            "embed", "bed", "red", "wed", "bred", "fled", "sled", "led", "fed", "sped"})
 
@@ -71,12 +73,21 @@ class EnglishWords:
                     if head in _IS_AFTER:
                         out.append(self._tag("is", s, e))
                     continue
-            out.append(self._tag(word, s, e))
-        # "'d" is "had" before a participle ("I'd already deleted it"), else "would"
+            token = self._tag(word, s, e)
+            if token[3] == "V" and m.group(0).istitle() and word not in self._forms:
+                # a capitalised word the verb table lacks ("Ahmed", "Mildred") is a name, unless it opens the
+                # sentence and no verb follows it ("Texted Sam the address")
+                token = (word, s, e, "?", "")
+            elif token[3] == "V" and m.group(0).istitle() and _LETTER.search(sentence.text, 0, s):
+                token = (word, s, e, "L", token[4])  # mid-sentence Title Case: a label ("Tap Blocked Numbers")
+            out.append(token)
         for i, t in enumerate(out):
-            if t[0] == "'d":
+            if t[0] == "'d":  # "had" before a participle ("I'd already deleted it"), else "would"
                 nxt = next((u for u in out[i + 1:] if u[3] != "A"), None)
                 out[i] = (t[0], t[1], t[2], "H" if nxt is not None and nxt[3] in "VR" else "M", "")
+            elif t[3] == "?":
+                named = t[1] > 0 or (i + 1 < len(out) and out[i + 1][3] in "VR")
+                out[i] = (t[0], t[1], t[2], "O", "") if named else self._tag(t[0], t[1], t[2])
         return out
 
     def _tag(self, word: str, s: int, e: int) -> Token:
