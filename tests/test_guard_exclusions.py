@@ -53,6 +53,20 @@ RULE_CASES = [
     ("state", "雾散了。"),                                  # a natural subject and a change
     ("state", "周四的瑜伽课已经报满了。"),
     ("state", "大桥因为大风封闭了。"),
+    ("state", "This card has been frozen since Monday."),
+    ("state", "The shuttle is suspended during the holidays."),
+    ("state", "Your next payment is scheduled for the 15th."),
+    ("state", "Checkout is locked while a payment is processing."),
+    ("state", "这张卡从周一起就被冻结了。"),
+    ("condition", "Had I cancelled it, you would have lost the deposit."),
+    ("quotation", "The seller's message: refund processed, allow 5 days."),
+    ("quotation", "卖家留言：退款已处理，5 天内到账。"),
+    ("instruction", "把飞行模式关了再打开就行。"),
+    ("failure", "转账被银行风控拦截了。"),
+    ("failure", "Half the photos uploaded before the connection dropped."),
+    ("time_anchor", "你在这家店的上一单 5 月 4 日签收了。"),
+    ("other_agent", "你明天已经设了三个提醒。"),
+    ("other_agent", "交警把车从榆树街拖走了。"),
     ("time_anchor", "The order was cancelled on June 3."),
     ("time_anchor", "这张照片三天前被删除了。"),
     ("time_anchor", "The invoice was issued on 12 March and paid a week later."),
@@ -91,6 +105,13 @@ WHO_ACTS = [
     ("The cabin is heated by a wood stove.", False),
     ("Your alarm now repeats on weekdays.", True),
     ("Texted Sam the address.", True),
+    ("You're all booked for Thursday at 10.", True),        # "all" after an auxiliary determines nothing
+    ("I've RSVP'd yes to Priya's birthday dinner.", True),  # a noun made a verb with 'd
+    ("你女儿已经加进家庭套餐了。", True),                    # after 加进 comes a place, not an object
+    ("每月给食物银行的捐款已经停了。", True),                # 每月 modifies the noun, no habit
+    ("路灯坏了的事已经向 12345 反映了。", True),             # 坏了的事 names a matter, no failure
+    ("卖家说已经发货了，不过我还是帮你提交了丢件申诉。", True),  # 还是 "still", no question
+    ("健身卡从今天起退掉了。", True),                       # from today on: a change, not a lasting state
 ]
 
 

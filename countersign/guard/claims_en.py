@@ -34,6 +34,7 @@ _ED = re.compile(r"[a-z]ed\b")
 _PIECES = re.compile(r"[,;:—–()]|\s-\s|\b(?=and\b|but\b|so\b|though\b|then\b)")
 _REPORTING = frozenset({"whether", "if", "how", "what", "when", "where", "which", "who", "why"})
 _RELATIVE = frozenset({"that", "which", "who", "whom", "whose"})
+_FLOATING = frozenset({"all", "both", "each"})
 _CAUSATIVES = frozenset({"get", "got", "gets", "gotten", "have", "has", "had"})
 _NOW = frozenset({"now"})  # a change, not a standing state: "Your alarm now repeats on weekdays"
 _WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
@@ -51,7 +52,7 @@ class EnglishGrammar(EnglishWords):
         if not words:
             words = _WORDS.findall(low)
         if not self._forms.isdisjoint(words) or ("now" in words or "did" in words) or \
-                ("ed" in low and _ED.search(low)):
+                ("ed" in low and _ED.search(low)) or "'d " in low:
             return True
         rules = self.phrases.runnable(low)
         if not rules:
@@ -132,8 +133,9 @@ class EnglishGrammar(EnglishWords):
                                 after[3] in "PUTDN#")):
             return None  # reporting, not acting: "I confirmed that the payment arrived", "checked whether"
         j = i - 1
-        while j >= first and tokens[j][3] in "AX":
-            j -= 1
+        while j >= first and (tokens[j][3] in "AX" or (tokens[j][0] in _FLOATING and j > first and
+                                                      tokens[j - 1][3] in "BNHG")):
+            j -= 1  # "are all booked": a quantifier after an auxiliary floats, it determines nothing
         prev = tokens[j][3] if j >= first else ""
         if prev == "D" or (prev == "#" and nxt is not None and nxt[3] == "O" and nxt[0] not in self.preps):
             return None  # attributive: "the deleted report", "14 archived emails"

@@ -35,9 +35,10 @@ _LEAD = re.compile(r"^(?:好的|好嘞|好|嗯|哦|OK|ok|另外|此外|还有|�
 _TRAIL = re.compile(r"(?:" + _TIME + r"|那边|这边|方面|已经|已|早就|早已|也|都|又|就|还|才|自己|亲自|一直|终于|"
                     r"远程|手动|顺手|直接|刚好|再次|突然|[\s，,])+$")
 _LATIN_NAME = re.compile(r"[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?")
-_NOT_OBJECT = re.compile(r"[0-9０-９一二两三四五六七八九十几半好多]+\s*"
-                         r"(?:个|次|遍|趟|下|回|天|周|年|月|小时|分钟|秒|会儿)|"
+_NOT_OBJECT = re.compile(r"[0-9０-９一二两三四五六七八九十几半好多]+\s*(?:个)?\s*"
+                         r"(?:次|遍|趟|下|回|天|周|星期|礼拜|年|月|小时|钟头|分钟|秒|会儿)|"
                          r"[到给在成为进回出上下去来]|[。！!？?，,、；;~…吗呢吧啊啦哦呀]")
+_DIRECTIONAL = frozenset("进到给入至回在成为往")
 _DONE = re.compile(r"^\s*[好完掉光齐妥]?[了过]?\s*")  # the result complement and aspect before an object
 _HAN_OR_LATIN = re.compile(r"[\u3400-\u9fffA-Za-z“「《\"]")
 
@@ -54,7 +55,7 @@ _NONE = Subject()
 
 class Subjects:
     def __init__(self, lex: Lexicon) -> None:
-        self.agents = _ending(lex.word("agents"))
+        self.agents = _ending(lex.word("agents"))  # lexicon words are lower-cased: heads are matched lower-cased
         self.natural = _ending(lex.word("natural_subjects"))
         self.name_chars = frozenset("".join(lex.word("name_chars")))
         self.changes = lex.changes
@@ -71,17 +72,20 @@ class Subjects:
             return _NONE
         if (verb in self.changes or verb.rstrip("了啦") in self.changes) and self.natural.search(head):
             return Subject("", head, frozenset({"event"}))
-        if not (self.agents.search(head) or _LATIN_NAME.fullmatch(head) or
+        if not (self.agents.search(head.lower()) or _LATIN_NAME.fullmatch(head) or
                 (2 <= len(head) <= 5 and self.name_chars.issuperset(head))):
             return _NONE
         acts_on = coverb is not None and coverb.group(0) in _ACTS_ON
-        if acts_on or self._object_after(text, end):
+        if acts_on or self._object_after(text, end, verb):
             return Subject(OTHER, head)
         return _NONE
 
     @staticmethod
-    def _object_after(text: str, end: int) -> bool:
-        """Whether an object follows the verb ("换了阀门"), not a quantity, a place or the end ("暂停了两个月")."""
+    def _object_after(text: str, end: int, verb: str) -> bool:
+        """Whether an object follows the verb ("换了阀门"), not a duration, a place or the end ("暂停了两个月");
+        after a directional verb (加进, 移到, 发给) what follows is a place or a recipient, not an object."""
+        if verb[-1:] in _DIRECTIONAL:
+            return False
         rest = _DONE.sub("", text[end:])
         return bool(rest) and _NOT_OBJECT.match(rest) is None and _HAN_OR_LATIN.match(rest) is not None
 

@@ -22,6 +22,8 @@ _NOT = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "has
         "wouldn't": "would", "shouldn't": "should", "won't": "will", "can't": "can", "mustn't": "must",
         "needn't": "need", "ain't": "is"}
 _SUFFIX = {"'ve": "have", "'re": "are", "'m": "am", "'ll": "will", "'d": "'d"}
+_D_AFTER = frozenset({"i", "you", "he", "she", "we", "they", "it", "that", "who", "there", "what", "where", "how",
+                      "this", "here", "which", "someone", "everyone", "nobody"})  # "'d" = had/would after these
 _IS_AFTER = frozenset({"it", "that", "what", "there", "here", "he", "she", "who", "everything", "all", "this",
                        "nothing", "something", "one", "which", "where", "today"})
 _TAGS = {"have": "H", "has": "H", "had": "H", "is": "B", "are": "B", "was": "B", "were": "B", "am": "B",
@@ -64,6 +66,9 @@ class EnglishWords:
                     continue
                 head, _, tail = word.partition("'")
                 tail = "'" + tail
+                if tail == "'d" and head not in _D_AFTER:
+                    out.append((word, s, e, "V", head))  # a noun made a verb: "RSVP'd", "Venmo'd", "cc'd"
+                    continue
                 if tail in _SUFFIX:
                     out.append(self._tag(head, s, e))
                     out.append(self._tag(_SUFFIX[tail], s, e))
