@@ -19,7 +19,7 @@ NOBODY = "none"           # passive or a result state: "has been deleted", "订�
 OTHER = "other"           # the user or a third party: "you deleted", "the seller cancelled", "小王已经发了"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: built for every candidate, and a frozen dataclass is slow to build
 class Candidate:
     rule: str                 # the grammar rule that proposed it: perfect, passive, bare_head, 已, ...
     lexicon: Lexicon = field(repr=False)
