@@ -6,6 +6,8 @@ Pure tests: no Redis, no gRPC.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -227,4 +229,17 @@ def test_needles_never_hide_a_match(guard: ReplyGuard, text: str) -> None:
         rules += [(rx, need) for _rule, rx, need in guard.grammars[lex.name].phrases.rules]
         for rx, need in rules:
             if need is not None and rx.search(folded):
-                assert any(n in folded for n in need), (rx.pattern, text)
+                assert all(any(n in folded for n in group) for group in need), (rx.pattern, text)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.lists(st.one_of(st.sampled_from(_WORDS), st.text(alphabet="abcdenorstw' ,.", max_size=6)),
+                     max_size=30).map(" ".join))
+def test_needles_found_word_by_word_are_the_needles_of_the_text(guard: ReplyGuard, text: str) -> None:
+    """NeedleIndex.present with the words of an ASCII text finds what a test of every needle finds."""
+    low = text.lower()
+    if not low.isascii():
+        return
+    words = re.findall(r"[a-z]+", low)
+    index = guard.grammars["en"].phrases.needles
+    assert index.present(low, words) == index.present(low)

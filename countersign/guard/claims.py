@@ -8,10 +8,11 @@ candidate stands is for ``exclusions`` to say; ``verdict`` then asks the receipt
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from countersign.guard.lexicon import Lexicon
-from countersign.guard.needles import NeedleIndex, needs
+from countersign.guard.needles import NeedleIndex, Needs, needs
 from countersign.guard.segment import Part, Sentence
 
 ASSISTANT = "assistant"   # "I've deleted", "已经帮你删除", "Deleted." (a report with the speaker left out)
@@ -59,15 +60,18 @@ class Phrases:
         flags = 0 if lex.lower else re.IGNORECASE
         self.rules = [(rule, re.compile(pattern, flags), needs(pattern, lex.lower, lex.stop_words))
                       for rule, patterns in lex.claim_patterns.items() for pattern in patterns]
-        self.needles = NeedleIndex(n for _r, _rx, need in self.rules if need for n in need)
+        self.needles = NeedleIndex(n for _r, _rx, need in self.rules if need for group in need for n in group)
 
-    def runnable(self, text: str) -> list[tuple[str, re.Pattern[str], frozenset[str] | None]]:
-        """The rules that can match somewhere in ``text`` (a whole sentence)."""
-        present = self.needles.present(self.lex.fold(text))
-        return [r for r in self.rules if r[2] is None or not r[2].isdisjoint(present)]
+    def runnable(self, text: str, words: Sequence[str] = ()) -> list[tuple[str, re.Pattern[str], Needs | None]]:
+        """The rules that can match somewhere in ``text`` (a whole sentence); ``words``: its runs of letters,
+        lower-cased, when the caller has them (an ASCII sentence: see NeedleIndex.present)."""
+        present = self.needles.present(self.lex.fold(text), words or None)
+        # needles.satisfied(need, present), inline: this runs for every rule of every sentence
+        return [r for r in self.rules if r[2] is None or (not r[2][0].isdisjoint(present) and
+                                                          (len(r[2]) < 2 or not r[2][1].isdisjoint(present)))]
 
     def candidates(self, sentence: Sentence, part: Part, agent: str = NOBODY,
-                   rules: list[tuple[str, re.Pattern[str], frozenset[str] | None]] | None = None) -> list[Candidate]:
+                   rules: list[tuple[str, re.Pattern[str], Needs | None]] | None = None) -> list[Candidate]:
         out: list[Candidate] = []
         text = self.lex.fold(part.text)
         for rule, rx, _need in self.rules if rules is None else rules:

@@ -54,7 +54,7 @@ class EnglishGrammar(EnglishWords):
         if not self._forms.isdisjoint(words) or ("now" in words or "did" in words) or \
                 ("ed" in low and _ED.search(low)) or "'d " in low:
             return True
-        rules = self.phrases.runnable(low)
+        rules = self.phrases.runnable(low, words)
         if not rules:
             return False
         if any(rx.search(low) for _r, rx, _n in rules if "^" not in rx.pattern and "$" not in rx.pattern):
@@ -63,10 +63,10 @@ class EnglishGrammar(EnglishWords):
         anchored = [rx for _r, rx, _n in rules if "^" in rx.pattern or "$" in rx.pattern]
         return any(rx.search(piece) for piece in _PIECES.split(low) for rx in anchored)
 
-    def candidates(self, sentence: Sentence) -> list[Candidate]:
+    def candidates(self, sentence: Sentence, words: Sequence[str] = ()) -> list[Candidate]:
         out: list[Candidate] = []
         inherited = ASSISTANT
-        rules = self.phrases.runnable(sentence.text)
+        rules = self.phrases.runnable(sentence.text, words)
         for part in sentence.parts:
             tokens = self.tokens(sentence, part)
             found, subject_agent = self._part(sentence, part, tokens, inherited)

@@ -58,7 +58,7 @@ class ChineseGrammar:
         self.assistant = re.compile("|".join(map(re.escape, sorted(lex.word("assistant_markers"), key=len,
                                                                    reverse=True))) or "(?!)")
 
-    def candidates(self, sentence: Sentence) -> list[Candidate]:
+    def candidates(self, sentence: Sentence, words: Sequence[str] = ()) -> list[Candidate]:
         out: list[Candidate] = []
         rules = self.phrases.runnable(sentence.text)
         for part in sentence.parts:

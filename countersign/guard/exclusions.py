@@ -130,7 +130,8 @@ def _earliest(cues: tuple[Cue, ...], index: NeedleIndex, text: str, offset: int)
     present = index.present(text)
     best: tuple[int, str, str] | None = None
     for cue in cues:
-        if cue.needs is not None and cue.needs.isdisjoint(present):
+        need = cue.needs  # needles.satisfied(need, present), inline (at most two sets)
+        if need is not None and (need[0].isdisjoint(present) or (len(need) > 1 and need[1].isdisjoint(present))):
             continue
         m = cue.rx.search(text)
         if m is not None and (best is None or m.start() + offset < best[0]):

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from countersign.guard.needles import NeedleIndex, needs
+from countersign.guard.needles import NeedleIndex, Needs, needs
 from countersign.guard.schema import EXCLUSION_RULES, GATED_RULES, LANGUAGES_VALIDATOR, SCOPES, LexiconError, check
 
 __all__ = ["EXCLUSION_RULES", "Cue", "Languages", "Lexicon", "LexiconError", "load_folder"]
@@ -48,7 +48,7 @@ class Cue:
 
     rule: str
     rx: re.Pattern[str]
-    needs: frozenset[str] | None
+    needs: Needs | None
 
 
 @dataclass(frozen=True, repr=False)
@@ -203,7 +203,7 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         exclusions=exclusions,
         replacements=dict(raw["replacement"]),
         cues={scope: found for scope, found in cues.items() if found},
-        cue_needles={scope: NeedleIndex(n for cue in found if cue.needs for n in cue.needs)
+        cue_needles={scope: NeedleIndex(n for cue in found if cue.needs for group in cue.needs for n in group)
                      for scope, found in cues.items() if found},
         claim_patterns={rule: tuple(patterns) for rule, patterns in (raw.get("claims") or {}).items()},
     )

@@ -127,7 +127,7 @@ class ReplyGuard:
                 if not grammar.may_claim(sentence.text, reading.words):
                     continue
                 cut = segment.cut(sentence, lex.part_breaks)
-                for cand in grammar.candidates(cut):
+                for cand in grammar.candidates(cut, reading.words):
                     why = exclusions.exclude(cand, disabled_rules, memo)
                     if why is None:
                         claims.append(cand)
