@@ -61,14 +61,25 @@ class Phrases:
         self.rules = [(rule, re.compile(pattern, flags), needs(pattern, lex.lower, lex.stop_words))
                       for rule, patterns in lex.claim_patterns.items() for pattern in patterns]
         self.needles = NeedleIndex(n for _r, _rx, need in self.rules if need for group in need for n in group)
+        self._always = {i for i, (_r, _rx, need) in enumerate(self.rules) if need is None}
+        self._second = [need[1] if need and len(need) > 1 else None for _r, _rx, need in self.rules]
+        self._by_first: dict[str, list[int]] = {}
+        for i, (_r, _rx, need) in enumerate(self.rules):
+            for needle in need[0] if need else ():
+                self._by_first.setdefault(needle, []).append(i)
 
     def runnable(self, text: str, words: Sequence[str] = ()) -> list[tuple[str, re.Pattern[str], Needs | None]]:
         """The rules that can match somewhere in ``text`` (a whole sentence); ``words``: its runs of letters,
         lower-cased, when the caller has them (an ASCII sentence: see NeedleIndex.present)."""
         present = self.needles.present(self.lex.fold(text), words or None)
-        # needles.satisfied(need, present), inline: this runs for every rule of every sentence
-        return [r for r in self.rules if r[2] is None or (not r[2][0].isdisjoint(present) and
-                                                          (len(r[2]) < 2 or not r[2][1].isdisjoint(present)))]
+        # needles.satisfied(need, present): the rules one of whose first needles is present (an index), then
+        # their second needle set; rules with no needle always run
+        hit: set[int] = set()
+        for needle in present:
+            hit.update(self._by_first.get(needle, ()))
+        second = self._second
+        return [self.rules[i] for i in sorted(hit | self._always)
+                if (need := second[i]) is None or not need.isdisjoint(present)]
 
     def candidates(self, sentence: Sentence, part: Part, agent: str = NOBODY,
                    rules: list[tuple[str, re.Pattern[str], Needs | None]] | None = None) -> list[Candidate]:

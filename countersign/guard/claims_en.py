@@ -61,7 +61,7 @@ class EnglishGrammar(EnglishWords):
             return True
         # a rule anchored at a part's start or end ("is in place."): try each rough piece
         anchored = [rx for _r, rx, _n in rules if "^" in rx.pattern or "$" in rx.pattern]
-        return any(rx.search(piece) for piece in _PIECES.split(low) for rx in anchored)
+        return bool(anchored) and any(rx.search(piece) for piece in _PIECES.split(low) for rx in anchored)
 
     def candidates(self, sentence: Sentence, words: Sequence[str] = ()) -> list[Candidate]:
         out: list[Candidate] = []

@@ -82,6 +82,7 @@ STEPS = ("entities", "comments", "nfkc", "format", "marks", "struck", "tags", "m
 _ENTITY = re.compile(r"&(?:#\d{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 # letters spaced out to dodge a word list: "d e l e t e d", "已 经 删 除"
 _SPACED_LATIN = re.compile(r"(?<![A-Za-z])[A-Za-z](?: [A-Za-z]){3,}(?![A-Za-z])")
+_SPACED_HINT = re.compile(r" [A-Za-z] [A-Za-z] ")
 _SPACED_CJK = re.compile(r"(?<=[\u3400-\u9fff]) (?=[\u3400-\u9fff])")
 
 
@@ -91,7 +92,8 @@ _SPACED_APOSTROPHE = re.compile(r"(?<=[A-Za-z])\s+'(?=(?:ve|s|re|m|ll|d|t)\b)")
 def _spaced(text: str) -> str:
     if "'" in text:
         text = _SPACED_APOSTROPHE.sub("'", text)  # "I 've" (a thin space NFKC made a space)
-    text = _SPACED_LATIN.sub(lambda m: m.group(0).replace(" ", ""), text)
+    if _SPACED_HINT.search(text):  # every spaced-out word holds " x y ": a literal-first search skips fast
+        text = _SPACED_LATIN.sub(lambda m: m.group(0).replace(" ", ""), text)
     return _SPACED_CJK.sub("", text) if not text.isascii() else text
 
 
