@@ -5,11 +5,14 @@ Pure tests: no Redis, no gRPC.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from countersign.guard import ReplyGuard
+from countersign.guard import ReplyGuard, segment
 from countersign.guard.normalise import STEPS
 
 DATA = Path(__file__).resolve().parent.parent / "countersign" / "guard" / "data"
@@ -101,3 +104,17 @@ def test_the_generated_tables_have_their_shape() -> None:
     assert t2s["經"] == "经" and t2s["幫"] == "帮" and len(t2s) > 3000
     conf = dict(line.split("\t") for line in (DATA / "confusables.tsv").read_text(encoding="utf-8").splitlines())
     assert conf["\u0435"] == "e" and conf["\u03bf"] == "o"
+
+
+# the readable forms of segment.py's two hot regexes (rewritten there to open with one character class)
+_SENTENCE_END_SPEC = re.compile(r"[。！？!?；;…]+[\"”’」』)]*|\n+|(?<![.\s][a-zA-Z])\.+(?=[\s\"”’)]|$)")
+_PART_BREAK_SPEC = re.compile(r"(?:(?<!\d)[,:]|[,:](?!\d)|[，、：;；|])+|\s[-–—]{1,2}\s|[—–→]+|\s->\s|\(|\)|（|）")
+
+
+@settings(max_examples=2000, deadline=None)
+@given(text=st.text(alphabet=",:，、：;；|  \t\n—–→()（）->1a2Z.。！？!?；;…\"”’」』中e", max_size=16))
+def test_the_fast_segment_regexes_cut_where_their_readable_forms_do(text: str) -> None:
+    assert [m.span() for m in segment._SENTENCE_END.finditer(text)] == \
+        [m.span() for m in _SENTENCE_END_SPEC.finditer(text)]
+    assert [m.span() for m in segment._PART_BREAK.finditer(text)] == \
+        [m.span() for m in _PART_BREAK_SPEC.finditer(text)]

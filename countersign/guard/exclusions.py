@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from countersign.guard.claims import ASSISTANT, OTHER, Candidate
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue
@@ -51,24 +52,17 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
 
     The rules the grammar's findings decide are asked first, in order; then the cues: in each scope the
     earliest cue of any rule names the rule."""
-    for rule in EXCLUSION_RULES:
-        if rule in disabled:
-            continue
-        if rule == "quotation" and c.sentence.quoted(c.vstart, c.vend):
-            return Exclusion(rule, "inside quotes")
-        if rule == "other_agent" and c.agent == OTHER:
-            return Exclusion(rule, c.subject or "another agent")
-        if rule == "success_noun" and (c.flags & {"attributive", "label"} or _counted_label(c)):
-            return Exclusion(rule, "a participle used as a modifier or a label")
-        if rule == "generic_statement" and "generic" in c.flags:
-            return Exclusion(rule, "a present passive of a bare plural subject")
-        if rule == "state" and c.agent != ASSISTANT and not c.flags.isdisjoint(_STATE_FLAGS):
-            return Exclusion(rule, next(_STATE_FLAGS[f] for f in _STATE_FLAGS if f in c.flags))
-    part = c.part
-    text = c.lexicon.fold(c.sentence.text)
-    memo = {} if cache is None else cache
     if disabled:  # rule by rule: slower, only for the tests that switch rules off
-        return _one_by_one(c, disabled)
+        return _decided(c, disabled) or _one_by_one(c, disabled)
+    why = _decided(c, disabled)
+    if why is not None:
+        return why
+    part = c.part
+    memo: dict[Any, Any] = {} if cache is None else cache
+    sid = id(c.sentence)
+    text = memo.get(sid)
+    if text is None:
+        text = memo[sid] = c.lexicon.fold(c.sentence.text)
     for scope, cues in c.lexicon.cues.items():
         index = c.lexicon.cue_needles[scope]
         if scope == "after":
@@ -76,7 +70,7 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
             if hit is not None:
                 return Exclusion(hit[1], hit[2])
             continue
-        key = (id(c.sentence), -1 if scope == "sentence" else part.start, scope)
+        key = (sid, -1 if scope == "sentence" else part.start, scope)
         if key not in memo:
             memo[key] = _earliest(cues, index, text, 0) if scope == "sentence" else \
                 _earliest(cues, index, text[part.start:part.end], part.start)
@@ -92,12 +86,39 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
         if rule == "time_anchor" and "fact" in c.flags:
             return Exclusion(rule, "a past event of the user's")
         for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
-            m = _gated(rule, scope, rx, c, text)
+            if scope == "after" or (rule == "time_anchor" and "present" in c.flags):
+                m = _gated(rule, scope, rx, c, text)
+            else:  # the part's (or sentence's) earliest match, once per reply; "before" compares its start
+                gated = (sid, -1 if scope == "sentence" else part.start, rule, scope)
+                if gated not in memo:
+                    memo[gated] = _gated(rule, "part" if scope == "before" else scope, rx, c, text)
+                m = memo[gated]
+                if m is not None and scope == "before" and m.start() + part.start >= c.end:
+                    m = None
             if m is not None:
                 return Exclusion(rule, m.group(0) or scope)
     return None
 
 
+def _decided(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
+    """The rules the grammar's findings decide, in order (quotes, the agent, flags)."""
+    for rule in EXCLUSION_RULES:
+        if rule in disabled:
+            continue
+        if rule == "quotation" and c.sentence.quotes and c.sentence.quoted(c.vstart, c.vend):
+            return Exclusion(rule, "inside quotes")
+        if rule == "other_agent" and c.agent == OTHER:
+            return Exclusion(rule, c.subject or "another agent")
+        if rule == "success_noun" and (not c.flags.isdisjoint(_NOUN_FLAGS) or _counted_label(c)):
+            return Exclusion(rule, "a participle used as a modifier or a label")
+        if rule == "generic_statement" and "generic" in c.flags:
+            return Exclusion(rule, "a present passive of a bare plural subject")
+        if rule == "state" and c.agent != ASSISTANT and not c.flags.isdisjoint(_STATE_FLAGS):
+            return Exclusion(rule, next(_STATE_FLAGS[f] for f in _STATE_FLAGS if f in c.flags))
+    return None
+
+
+_NOUN_FLAGS = frozenset({"attributive", "label"})
 _STATE_FLAGS = {"state": "a passive that names a property", "event": "a thing's own change (no one acted)"}
 
 

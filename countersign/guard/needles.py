@@ -93,26 +93,28 @@ def _item(op: Any, av: Any, common: frozenset[str]) -> list[frozenset[str]]:
 
 
 class NeedleIndex:
-    """Which of many needles a text holds (cheaper than testing each regex's needles apart, and than a regex
-    search per regex).
+    """Which of many needles a text holds, cheaper than a substring test per needle (this runs for every
+    sentence, part and candidate):
 
-    ``present(text, words)``: with ``words``, every maximal run of letters of an ASCII ``text`` (lower-cased), a
-    needle of letters only can occur nowhere but inside one of them, so the needles each word holds are
-    looked up once per word (words repeat: a small memo, like the tokeniser's) and only the needles with other
-    characters ("'s", "n't") are searched in the text. Without ``words``, one substring test per needle."""
+    - an ASCII text: a needle of letters can occur nowhere but inside a run of letters, so the needles each
+      run (word) holds are looked up once per word (words repeat: a small memo, like the tokeniser's); the
+      few needles with other characters ("'s", "n't") are searched in the text;
+    - any other text: one substring test per needle (for Chinese, measured faster than an index by first
+      character, whose loops run in Python).
+    ``words``: the text's runs of letters when the caller has them already (lower-cased with the text)."""
 
     def __init__(self, needles: Iterable[str]) -> None:
         self.needles = tuple(sorted(set(needles)))
-        self._letters = tuple(n for n in self.needles if n.isascii() and n.isalpha() and n.islower())
+        self._letters = tuple(n for n in self.needles if n.isascii() and n.isalpha())
         self._others = tuple(n for n in self.needles if n not in self._letters)
         self._by_word: dict[str, frozenset[str]] = {}
 
     def present(self, text: str, words: Iterable[str] | None = None) -> set[str]:
-        if words is None:
+        if words is None and not text.isascii():
             return {n for n in self.needles if n in text}
         found = {n for n in self._others if n in text}
         memo = self._by_word
-        for word in words:
+        for word in _LETTER_RUNS.findall(text) if words is None else words:
             hit = memo.get(word)
             if hit is None:
                 if len(memo) > 20000:
@@ -121,3 +123,6 @@ class NeedleIndex:
             if hit:
                 found |= hit
         return found
+
+
+_LETTER_RUNS = re.compile(r"[A-Za-z]+")

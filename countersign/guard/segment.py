@@ -17,8 +17,13 @@ from dataclasses import dataclass
 _SENTENCE_END = re.compile(r"[。！？!?；;…\n.](?:(?<=[。！？!?；;…])[。！？!?；;…]*[\"”’」』)]*|(?<=\n)\n*|"
                            r"(?<=\.)(?<![.\s][a-zA-Z]\.)\.*(?=[\s\"”’)]|$))")
 _LIST_MARKER = re.compile(r"\s*(?:[-*+•·▪‣◦]\s+|\d{1,3}[.)、]\s+|\d{1,3}、)")
-_PART_BREAK = re.compile(r"(?:(?<!\d)[,:]|[,:](?!\d)|[，、：;；|])+|\s[-–—]{1,2}\s|[—–→]+|\s->\s|\(|\)|（|）")
-_QUOTE_OPENERS = "\"“「『《‘"
+# the same cuts as (?:(?<!\d)[,:]|[,:](?!\d)|[，、：;；|])+ | \s[-–—]{1,2}\s | [—–→]+ | \s->\s | [()（）]
+# (a comma between digits is no break), written with one character class first so that re skips fast
+_SEP = r"(?:[，、：;；|]|[,:](?!(?<=\d[,:])\d))"
+_PART_BREAK = re.compile(r"[,:，、：;；|\s—–→()（）](?:(?<=[，、：;；|])" + _SEP + r"*|"
+                         r"(?<=[,:])(?!(?<=\d[,:])\d)" + _SEP + r"*|"
+                         r"(?<=\s)(?:[-–—]{1,2}\s|->\s)|(?<=[—–→])[—–→]*|(?<=[()（）]))")
+_QUOTE_OPENERS = frozenset("\"“「『《‘")
 _QUOTES = re.compile(r"\"[^\"\n]{1,200}\"|“[^”\n]{1,200}”|「[^」\n]{1,200}」|『[^』\n]{1,200}』|《[^》\n]{1,200}》"
                      r"|‘[^’\n]{1,200}’")
 
@@ -49,7 +54,7 @@ def sentences(text: str, breaks: re.Pattern[str] | None = None) -> list[Sentence
     (else ``cut`` does it, for the sentences a grammar reads)."""
     out: list[Sentence] = []
     start = 0
-    quoted = any(q in text for q in _QUOTE_OPENERS)
+    quoted = not _QUOTE_OPENERS.isdisjoint(text)
     protected = _protect_quotes(text) if quoted else text
     for m in _SENTENCE_END.finditer(protected):
         _add(out, text, start, m.end(), breaks, quoted)
@@ -81,7 +86,7 @@ def cut(sentence: Sentence, breaks: re.Pattern[str] | None) -> Sentence:
 
 
 def _quotes(text: str) -> tuple[tuple[int, int], ...]:
-    if not any(q in text for q in "\"“「『《‘"):
+    if _QUOTE_OPENERS.isdisjoint(text):
         return ()
     return tuple(m.span() for m in _QUOTES.finditer(text))
 

@@ -57,50 +57,63 @@ class EnglishWords:
 
     def tokens(self, sentence: Sentence, part: Part) -> list[Token]:
         out: list[Token] = []
+        base, cache, revisit = part.start, self._cache, False
         for m in _TOKEN.finditer(part.text):
-            word, s, e = m.group(0).lower(), part.start + m.start(), part.start + m.end()
+            raw = m.group(0)
+            word, s, e = raw.lower(), base + m.start(), base + m.end()
             if "'" in word:
-                if word in _NOT:
-                    out.append(self._tag(_NOT[word], s, e))
-                    out.append((word, s, e, "X", ""))
+                revisit |= self._contraction(word, s, e, out)
+                continue
+            cached = cache.get(word) or self._remember(word)
+            if cached[0] == "V" and raw[0].isupper() and raw.istitle():
+                if word not in self._forms:
+                    # a capitalised word the verb table lacks ("Ahmed", "Mildred") is a name, unless it opens
+                    # the sentence and no verb follows it ("Texted Sam the address")
+                    out.append((word, s, e, "?", ""))
+                    revisit = True
                     continue
-                head, _, tail = word.partition("'")
-                tail = "'" + tail
-                if tail == "'d" and head not in _D_AFTER:
-                    out.append((word, s, e, "V", head))  # a noun made a verb: "RSVP'd", "Venmo'd", "cc'd"
+                if _LETTER.search(sentence.text, 0, s):
+                    out.append((word, s, e, "L", cached[1]))  # mid-sentence Title Case: a label ("Tap Blocked Numbers")
                     continue
-                if tail in _SUFFIX:
-                    out.append(self._tag(head, s, e))
-                    out.append(self._tag(_SUFFIX[tail], s, e))
-                    continue
-                if tail == "'s":
-                    out.append(self._tag(head, s, e))
-                    if head in _IS_AFTER:
-                        out.append(self._tag("is", s, e))
-                    continue
-            token = self._tag(word, s, e)
-            if token[3] == "V" and m.group(0).istitle() and word not in self._forms:
-                # a capitalised word the verb table lacks ("Ahmed", "Mildred") is a name, unless it opens the
-                # sentence and no verb follows it ("Texted Sam the address")
-                token = (word, s, e, "?", "")
-            elif token[3] == "V" and m.group(0).istitle() and _LETTER.search(sentence.text, 0, s):
-                token = (word, s, e, "L", token[4])  # mid-sentence Title Case: a label ("Tap Blocked Numbers")
-            out.append(token)
-        for i, t in enumerate(out):
-            if t[0] == "'d":  # "had" before a participle ("I'd already deleted it"), else "would"
-                nxt = next((u for u in out[i + 1:] if u[3] != "A"), None)
-                out[i] = (t[0], t[1], t[2], "H" if nxt is not None and nxt[3] in "VR" else "M", "")
-            elif t[3] == "?":
-                named = t[1] > 0 or (i + 1 < len(out) and out[i + 1][3] in "VR")
-                out[i] = (t[0], t[1], t[2], "O", "") if named else self._tag(t[0], t[1], t[2])
+            out.append((word, s, e, cached[0], cached[1]))
+        if revisit:
+            for i, t in enumerate(out):
+                if t[0] == "'d":  # "had" before a participle ("I'd already deleted it"), else "would"
+                    nxt = next((u for u in out[i + 1:] if u[3] != "A"), None)
+                    out[i] = (t[0], t[1], t[2], "H" if nxt is not None and nxt[3] in "VR" else "M", "")
+                elif t[3] == "?":
+                    named = t[1] > 0 or (i + 1 < len(out) and out[i + 1][3] in "VR")
+                    out[i] = (t[0], t[1], t[2], "O", "") if named else self._tag(t[0], t[1], t[2])
         return out
 
+    def _contraction(self, word: str, s: int, e: int, out: list[Token]) -> bool:
+        """Open a word with an apostrophe into tokens; True when a "'d" needs the next word to be read."""
+        if word in _NOT:
+            out.append(self._tag(_NOT[word], s, e))
+            out.append((word, s, e, "X", ""))
+            return False
+        head, _, tail = word.partition("'")
+        tail = "'" + tail
+        if tail == "'d" and head not in _D_AFTER:
+            out.append((word, s, e, "V", head))  # a noun made a verb: "RSVP'd", "Venmo'd", "cc'd"
+            return False
+        if tail in _SUFFIX:
+            out.append(self._tag(head, s, e))
+            out.append(self._tag(_SUFFIX[tail], s, e))
+            return tail == "'d"
+        out.append(self._tag(head if tail == "'s" else word, s, e))
+        if tail == "'s" and head in _IS_AFTER:
+            out.append(self._tag("is", s, e))
+        return False
+
+    def _remember(self, word: str) -> tuple[str, str]:
+        if len(self._cache) > 20000:
+            self._cache.clear()
+        found = self._cache[word] = self._classify(word)
+        return found
+
     def _tag(self, word: str, s: int, e: int) -> Token:
-        cached = self._cache.get(word)
-        if cached is None:
-            cached = self._cache[word] = self._classify(word)
-            if len(self._cache) > 20000:
-                self._cache.clear()
+        cached = self._cache.get(word) or self._remember(word)
         return word, s, e, cached[0], cached[1]
 
     def _classify(self, word: str) -> tuple[str, str]:
