@@ -61,6 +61,8 @@ class Phrases:
         self.rules = [(rule, re.compile(pattern, flags), needs(pattern, lex.lower, lex.stop_words))
                       for rule, patterns in lex.claim_patterns.items() for pattern in patterns]
         self.needles = NeedleIndex(n for _r, _rx, need in self.rules if need for group in need for n in group)
+        # "^" and "$" anchor at a part's start and end: such a rule is searched part by part only
+        self._anchored = frozenset(rx for _r, rx, _n in self.rules if "^" in rx.pattern or "$" in rx.pattern)
         self._always = {i for i, (_r, _rx, need) in enumerate(self.rules) if need is None}
         self._second = [need[1] if need and len(need) > 1 else None for _r, _rx, need in self.rules]
         self._by_first: dict[str, list[int]] = {}
@@ -80,6 +82,12 @@ class Phrases:
         second = self._second
         return [self.rules[i] for i in sorted(hit | self._always)
                 if (need := second[i]) is None or not need.isdisjoint(present)]
+
+    def live(self, text: str, words: Sequence[str] = ()) -> list[tuple[str, re.Pattern[str], Needs | None]]:
+        """The rules to run on the parts of the sentence ``text``: those that can match (needles), less those
+        without an anchor that match nowhere in the whole sentence (one search instead of one per part)."""
+        folded = self.lex.fold(text)
+        return [r for r in self.runnable(text, words) if r[1] in self._anchored or r[1].search(folded)]
 
     def candidates(self, sentence: Sentence, part: Part, agent: str = NOBODY,
                    rules: list[tuple[str, re.Pattern[str], Needs | None]] | None = None) -> list[Candidate]:

@@ -60,7 +60,7 @@ class ChineseGrammar:
 
     def candidates(self, sentence: Sentence, words: Sequence[str] = ()) -> list[Candidate]:
         out: list[Candidate] = []
-        rules = self.phrases.runnable(sentence.text)
+        rules = self.phrases.live(sentence.text)
         for part in sentence.parts:
             found = self._part(sentence, part)
             seen: set[tuple[int, int]] = set()

@@ -35,7 +35,6 @@ from typing import Any
 
 from countersign.guard.claims import ASSISTANT, OTHER, Candidate
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue
-from countersign.guard.needles import NeedleIndex
 from countersign.guard.schema import GATED_RULES
 
 
@@ -63,17 +62,21 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
     text = memo.get(sid)
     if text is None:
         text = memo[sid] = c.lexicon.fold(c.sentence.text)
+    # the needles of every scope's cues, found once in the whole sentence: a needle a span holds is in the
+    # sentence, so this only ever runs a cue too many, never one too few
+    present = memo.get((sid, "needles"))
+    if present is None:
+        present = memo[(sid, "needles")] = c.lexicon.cue_index.present(text)
     for scope, cues in c.lexicon.cues.items():
-        index = c.lexicon.cue_needles[scope]
         if scope == "after":
-            hit = _earliest(cues, index, text[c.end:part.end], 0)
+            hit = _earliest(cues, present, text[c.end:part.end], 0)
             if hit is not None:
                 return Exclusion(hit[1], hit[2])
             continue
         key = (sid, -1 if scope == "sentence" else part.start, scope)
         if key not in memo:
-            memo[key] = _earliest(cues, index, text, 0) if scope == "sentence" else \
-                _earliest(cues, index, text[part.start:part.end], part.start)
+            memo[key] = _earliest(cues, present, text, 0) if scope == "sentence" else \
+                _earliest(cues, present, text[part.start:part.end], part.start)
         hit = memo[key]
         # "before": the earliest cue in the part must start before the claim ends
         if hit is not None and (scope != "before" or hit[0] < c.end):
@@ -145,10 +148,9 @@ def _counted_label(c: Candidate) -> bool:
     return _PROGRESS.match(rest) is not None
 
 
-def _earliest(cues: tuple[Cue, ...], index: NeedleIndex, text: str, offset: int) -> tuple[int, str, str] | None:
-    """The earliest cue match in ``text``: (start + offset, rule, cue). A cue whose needles are all absent is
-    not searched (finding the needles a text holds is far cheaper than a regex search per cue)."""
-    present = index.present(text)
+def _earliest(cues: tuple[Cue, ...], present: set[str], text: str, offset: int) -> tuple[int, str, str] | None:
+    """The earliest cue match in ``text``: (start + offset, rule, cue). A cue whose needles are absent from
+    ``present`` is not searched (finding the needles a text holds is far cheaper than a regex search per cue)."""
     best: tuple[int, str, str] | None = None
     for cue in cues:
         need = cue.needs  # needles.satisfied(need, present), inline (at most two sets)

@@ -36,9 +36,8 @@ class Detector:
         self._latin = tuple(lex for lex in lexicons.values() if lex.grammar == "en")
         self._others = {lang: words for lang, words in languages.stop_words.items() if lang not in lexicons}
         scripts = {lang: rx for lang, rx in languages.scripts.items() if lang not in lexicons}
-        # one search for every script: which language matched is the group's name
-        self._script = re.compile("|".join(f"(?P<{lang}>{rx.pattern})" for lang, rx in scripts.items())) \
-            if scripts else None
+        # a search per script (a character class each: re skips fast) costs less than one alternation of them
+        self._scripts = tuple(scripts.items())
         self._kana_supported = "ja" in lexicons
         self._own = frozenset().union(*(lex.stop_words for lex in self._latin))
         self._word_langs: dict[str, list[str]] = {}
@@ -56,10 +55,13 @@ class Detector:
             return Reading((), lang) if lang else Reading(self._latin, "", tuple(words))
         if not self._kana_supported and _KANA.search(sentence):
             return Reading((), "ja")
-        if self._script is not None:
-            m = self._script.search(sentence)
-            if m is not None and m.lastgroup:
-                return Reading((), m.lastgroup)
+        first: tuple[int, str] | None = None  # the script that shows up first in the sentence names it
+        for lang, rx in self._scripts:
+            m = rx.search(sentence)
+            if m is not None and (first is None or m.start() < first[0]):
+                first = (m.start(), lang)
+        if first is not None:
+            return Reading((), first[1])
         chosen: list[Lexicon] = []
         if _HAN.search(sentence):
             if not self._han:
@@ -86,8 +88,8 @@ class Detector:
             return ""
         own = len(self._own & present)
         hits: dict[str, int] = {}
-        for word in present:
-            for lang in self._word_langs.get(word, ()):
+        for word in self._foreign.intersection(present):
+            for lang in self._word_langs[word]:
                 hits[lang] = hits.get(lang, 0) + 1
         if not hits:
             return ""

@@ -70,9 +70,9 @@ class Lexicon:
     claims: Mapping[str, re.Pattern[str]]
     exclusions: Mapping[str, Mapping[str, re.Pattern[str]]]
     replacements: Mapping[str, str]
-    # per scope, every rule's cues but the gated rules' (schema.GATED_RULES), with needles (needles.py) and index
+    # per scope, every rule's cues but the gated rules' (schema.GATED_RULES), with their needles (needles.py)
     cues: Mapping[str, tuple[Cue, ...]] = field(default_factory=dict)
-    cue_needles: Mapping[str, NeedleIndex] = field(default_factory=dict)
+    cue_index: NeedleIndex = field(default_factory=lambda: NeedleIndex(()))  # the needles of every cue
     lower: bool = False        # cues and phrase rules are matched against lower-cased text
     claim_patterns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # claims, as written
 
@@ -203,8 +203,8 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         exclusions=exclusions,
         replacements=dict(raw["replacement"]),
         cues={scope: found for scope, found in cues.items() if found},
-        cue_needles={scope: NeedleIndex(n for cue in found if cue.needs for group in cue.needs for n in group)
-                     for scope, found in cues.items() if found},
+        cue_index=NeedleIndex(n for found in cues.values() for cue in found if cue.needs
+                              for group in cue.needs for n in group),
         claim_patterns={rule: tuple(patterns) for rule, patterns in (raw.get("claims") or {}).items()},
     )
 
