@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from countersign.guard import ReplyGuard
+from countersign.guard import ReplyGuard, segment
 from countersign.guard.lexicon import EXCLUSION_RULES
 
 
@@ -243,3 +243,22 @@ def test_needles_found_word_by_word_are_the_needles_of_the_text(guard: ReplyGuar
     words = re.findall(r"[a-z]+", low)
     index = guard.grammars["en"].phrases.needles
     assert index.present(low, words) == index.present(low)
+
+
+_PIECES = ["done", "all set", "is on", "is now", "live", "up", "ready", "sorted", "went through", "it's", "handled",
+           "搞定", "妥了", "成功了", "完成", "OK了", "✅", "状态", "已经", "with", "by", "you're", "all done", "back"]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(words=st.lists(st.one_of(st.sampled_from(_PIECES), st.sampled_from([",", ".", "!", " but ", "，", "但是", " "]),
+                              st.text(alphabet="abdeinost '", max_size=5)), max_size=24))
+def test_a_phrase_rule_that_matches_a_part_is_never_left_out(guard: ReplyGuard, words: list[str]) -> None:
+    """Phrases.live searches the whole sentence (or its parts joined) once; it keeps every rule a part matches."""
+    text = " ".join(words)
+    for lex in guard.lexicons_by_name.values():
+        phrases = guard.grammars[lex.name].phrases
+        sentence = segment.cut(segment.Sentence(text, 0, (), ()), lex.part_breaks)
+        live = {rx for _r, rx, _n in phrases.live(sentence)}
+        for _rule, rx, _need in phrases.runnable(text):
+            if any(m.end() > m.start() for p in sentence.parts for m in rx.finditer(lex.fold(p.text))):
+                assert rx in live, (rx.pattern, text)

@@ -62,7 +62,8 @@ class Phrases:
                       for rule, patterns in lex.claim_patterns.items() for pattern in patterns]
         self.needles = NeedleIndex(n for _r, _rx, need in self.rules if need for group in need for n in group)
         # "^" and "$" anchor at a part's start and end: such a rule is searched part by part only
-        self._anchored = frozenset(rx for _r, rx, _n in self.rules if "^" in rx.pattern or "$" in rx.pattern)
+        self._anchored = {rx: re.compile(rx.pattern, rx.flags | re.M) for _r, rx, _n in self.rules
+                          if "^" in rx.pattern or "$" in rx.pattern}
         self._always = {i for i, (_r, _rx, need) in enumerate(self.rules) if need is None}
         self._second = [need[1] if need and len(need) > 1 else None for _r, _rx, need in self.rules]
         self._by_first: dict[str, list[int]] = {}
@@ -83,11 +84,19 @@ class Phrases:
         return [self.rules[i] for i in sorted(hit | self._always)
                 if (need := second[i]) is None or not need.isdisjoint(present)]
 
-    def live(self, text: str, words: Sequence[str] = ()) -> list[tuple[str, re.Pattern[str], Needs | None]]:
-        """The rules to run on the parts of the sentence ``text``: those that can match (needles), less those
-        without an anchor that match nowhere in the whole sentence (one search instead of one per part)."""
-        folded = self.lex.fold(text)
-        return [r for r in self.runnable(text, words) if r[1] in self._anchored or r[1].search(folded)]
+    def live(self, sentence: Sentence, words: Sequence[str] = ()) -> list[tuple[str, re.Pattern[str], Needs | None]]:
+        """The rules to run on the parts of ``sentence``: those that can match (needles), less those that match
+        nowhere in the whole sentence: one search instead of one per part. A rule anchored at a part's start
+        or end is searched in the parts joined by a line break, a NUL and a line break, with re.M: "^" and "$"
+        match at every part's edges, and no whitespace or word lets a lookaround see past the NUL into the
+        next part, so this finds every part's match (and perhaps more: then the parts are searched as usual)."""
+        runnable = self.runnable(sentence.text, words)
+        if not runnable:
+            return runnable
+        folded = self.lex.fold(sentence.text)
+        joined = "\n\0\n".join(folded[p.start:p.end] for p in sentence.parts) if self._anchored else ""
+        return [r for r in runnable if (self._anchored[r[1]].search(joined) if r[1] in self._anchored
+                                        else r[1].search(folded))]
 
     def candidates(self, sentence: Sentence, part: Part, agent: str = NOBODY,
                    rules: list[tuple[str, re.Pattern[str], Needs | None]] | None = None) -> list[Candidate]:

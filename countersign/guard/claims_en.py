@@ -66,7 +66,7 @@ class EnglishGrammar(EnglishWords):
     def candidates(self, sentence: Sentence, words: Sequence[str] = ()) -> list[Candidate]:
         out: list[Candidate] = []
         inherited = ASSISTANT
-        rules = self.phrases.live(sentence.text, words)
+        rules = self.phrases.live(sentence, words)
         for part in sentence.parts:
             tokens = self.tokens(sentence, part)
             found, subject_agent = self._part(sentence, part, tokens, inherited)

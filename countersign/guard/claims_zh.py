@@ -33,6 +33,7 @@ _SUCCESS = re.compile(r"成功|完成|完毕")
 _HAN = re.compile(r"[\u3400-\u9fff]")
 _COMPLEMENT_AFTER_VERB = re.compile("[上好完掉进出成](?=[\u4e00-\u9fff“「\"])")
 _COVERBS = frozenset("和跟与同向对从往朝")  # a coverb phrase before the verb
+_MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完]")  # every marker _part looks for holds one of these
 _MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕")
 
 
@@ -60,9 +61,9 @@ class ChineseGrammar:
 
     def candidates(self, sentence: Sentence, words: Sequence[str] = ()) -> list[Candidate]:
         out: list[Candidate] = []
-        rules = self.phrases.live(sentence.text)
+        rules = self.phrases.live(sentence)
         for part in sentence.parts:
-            found = self._part(sentence, part)
+            found = self._part(sentence, part) if _MARKER_CHARS.search(part.text) else []
             seen: set[tuple[int, int]] = set()
             for c in found:
                 if (c.start, c.end) not in seen:

@@ -49,8 +49,10 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
     """The rule that makes ``c`` no claim, or None. ``disabled`` switches rules off (tests show each rule's
     own sentence fails without it). ``cache`` keeps one reply's part- and sentence-wide searches.
 
-    The rules the grammar's findings decide are asked first, in order; then the cues: in each scope the
-    earliest cue of any rule names the rule."""
+    The rules the grammar's findings decide are asked first, in order; then, for a candidate the assistant did
+    not perform, the gated rules (state, time_anchor, generic_statement: most of what a read-out of data
+    holds, so asked before the long cue lists); then the cues: in each scope the earliest cue of any rule
+    names the rule."""
     if disabled:  # rule by rule: slower, only for the tests that switch rules off
         return _decided(c, disabled) or _one_by_one(c, disabled)
     why = _decided(c, disabled)
@@ -62,6 +64,23 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
     text = memo.get(sid)
     if text is None:
         text = memo[sid] = c.lexicon.fold(c.sentence.text)
+    for rule in GATED_RULES if c.agent != ASSISTANT else ():
+        if rule == "state" and "now" in c.flags:
+            continue
+        if rule == "time_anchor" and "fact" in c.flags:
+            return Exclusion(rule, "a past event of the user's")
+        for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
+            if scope == "after" or (rule == "time_anchor" and "present" in c.flags):
+                m = _gated(rule, scope, rx, c, text)
+            else:  # the part's (or sentence's) earliest match, once per reply; "before" compares its start
+                gated = (sid, -1 if scope == "sentence" else part.start, rule, scope)
+                if gated not in memo:
+                    memo[gated] = _gated(rule, "part" if scope == "before" else scope, rx, c, text)
+                m = memo[gated]
+                if m is not None and scope == "before" and m.start() + part.start >= c.end:
+                    m = None
+            if m is not None:
+                return Exclusion(rule, m.group(0) or scope)
     # the needles of every scope's cues, found once in the whole sentence: a needle a span holds is in the
     # sentence, so this only ever runs a cue too many, never one too few
     present = memo.get((sid, "needles"))
@@ -81,25 +100,6 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
         # "before": the earliest cue in the part must start before the claim ends
         if hit is not None and (scope != "before" or hit[0] < c.end):
             return Exclusion(hit[1], hit[2])
-    if c.agent == ASSISTANT:
-        return None
-    for rule in GATED_RULES:
-        if rule == "state" and "now" in c.flags:
-            continue
-        if rule == "time_anchor" and "fact" in c.flags:
-            return Exclusion(rule, "a past event of the user's")
-        for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
-            if scope == "after" or (rule == "time_anchor" and "present" in c.flags):
-                m = _gated(rule, scope, rx, c, text)
-            else:  # the part's (or sentence's) earliest match, once per reply; "before" compares its start
-                gated = (sid, -1 if scope == "sentence" else part.start, rule, scope)
-                if gated not in memo:
-                    memo[gated] = _gated(rule, "part" if scope == "before" else scope, rx, c, text)
-                m = memo[gated]
-                if m is not None and scope == "before" and m.start() + part.start >= c.end:
-                    m = None
-            if m is not None:
-                return Exclusion(rule, m.group(0) or scope)
     return None
 
 

@@ -85,6 +85,8 @@ def _item(op: Any, av: Any, common: frozenset[str]) -> list[frozenset[str]]:
                 return []
             union |= need
         return [frozenset(union)]
+    if op is _P.IN and av and all(o is _P.LITERAL and not chr(c).isascii() for o, c in av):
+        return [frozenset(chr(c) for _o, c in av)]  # [✅✔☑✓]: one of these characters
     if op in _REPEATS and av[0] >= 1:
         return _seq(list(av[2]), common)
     if op is _P.ATOMIC_GROUP if hasattr(_P, "ATOMIC_GROUP") else False:
