@@ -118,3 +118,15 @@ def test_the_fast_segment_regexes_cut_where_their_readable_forms_do(text: str) -
         [m.span() for m in _SENTENCE_END_SPEC.finditer(text)]
     assert [m.span() for m in segment._PART_BREAK.finditer(text)] == \
         [m.span() for m in _PART_BREAK_SPEC.finditer(text)]
+
+
+_DETECTOR = ReplyGuard.load()
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(alphabet="aé中あ가ЖжΩωשא่ि ", max_size=12))
+def test_the_script_gate_never_hides_a_script(text: str) -> None:
+    """language.Detector searches the scripts one by one only where one class of their first letters occurs."""
+    detector = _DETECTOR.detector
+    if any(rx.search(text) for _lang, rx in detector._scripts):
+        assert detector._any_script is not None and detector._any_script.search(text)
