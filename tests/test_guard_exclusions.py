@@ -66,9 +66,18 @@ RULE_CASES = [
     ("instruction", "把飞行模式关了再打开就行。"),
     ("failure", "转账被银行风控拦截了。"),
     ("failure", "Half the photos uploaded before the connection dropped."),
-    ("time_anchor", "你在这家店的上一单 5 月 4 日签收了。"),
+    ("time_anchor", "你在这家店的上一单 5 月 4 日退款了。"),
     ("other_agent", "你明天已经设了三个提醒。"),
     ("other_agent", "交警把车从榆树街拖走了。"),
+    ("other_agent", "Your order shipped from the Leeds warehouse this morning."),  # a merchant's act (verbs.others)
+    ("other_agent", "我查了一下，包裹已经签收了。"),
+    ("other_agent", "场地方已经发邮件确认了日期。"),   # a party by its suffix; the subject ends at 已经
+    ("other_agent", "汤姆已经把票钱还你了。"),         # a name before 把
+    ("state", "七月的周末客房基本都订出去了。"),
+    ("state", "The fee is waived for students."),
+    ("condition", "Your booking is provisional until the deposit is paid."),
+    ("condition", "付了定金之前，预订都只是暂定。"),
+    ("time_anchor", "The Q3 budget was approved in the last board meeting."),
     ("time_anchor", "The order was cancelled on June 3."),
     ("time_anchor", "这张照片三天前被删除了。"),
     ("time_anchor", "The invoice was issued on 12 March and paid a week later."),
@@ -114,6 +123,12 @@ WHO_ACTS = [
     ("路灯坏了的事已经向 12345 反映了。", True),             # 坏了的事 names a matter, no failure
     ("卖家说已经发货了，不过我还是帮你提交了丢件申诉。", True),  # 还是 "still", no question
     ("健身卡从今天起退掉了。", True),                       # from today on: a change, not a lasting state
+    ("I've pushed your dentist appointment back by a week.", True),  # "by a week" is a measure, no agent
+    ("The team offsite is on everyone's calendar.", True),
+    ("Sure thing — the garage door's shut.", True),          # "'s" before a participle is "is"
+    ("车船税续了一年。", True),                               # a renewal's length, no time anchor
+    ("会员给你续上了，又是一年。", True),                      # 会员 is a membership, not a member
+    ("The doc is now shared with the whole team.", True),    # "now": a change, not a standing state
 ]
 
 

@@ -172,6 +172,8 @@ class EnglishGrammar(EnglishWords):
             if subject and subject[0][3] == "U" and any(t[0] in ("was", "were") for t in tokens[k:i]):
                 flags = flags | {"fact"}  # "You were charged twice": an event of the user's, read from data
             aux = [t[0] for t in tokens[k:i] if t[3] != "X"]
+            if any(t[0] == "now" for t in tokens[k:i]):
+                flags = flags | {"now"}  # "is now shared with the team": a change, not a standing state
             if aux and all(w in ("is", "are", "am") or (w not in ("now", "already", "just", "all") and
                            t3 == "A") for w, t3 in ((t[0], t[3]) for t in tokens[k:i] if t[3] != "X")):
                 flags = flags | {"present"}  # "is tagged 'home'": a state; a past date in the sentence reads it

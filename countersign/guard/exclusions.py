@@ -112,6 +112,8 @@ def _decided(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
             return Exclusion(rule, "inside quotes")
         if rule == "other_agent" and c.agent == OTHER:
             return Exclusion(rule, c.subject or "another agent")
+        if rule == "other_agent" and c.agent != ASSISTANT and c.verb in c.lexicon.others:
+            return Exclusion(rule, "an act of a merchant or a carrier")
         if rule == "success_noun" and (not c.flags.isdisjoint(_NOUN_FLAGS) or _counted_label(c)):
             return Exclusion(rule, "a participle used as a modifier or a label")
         if rule == "generic_statement" and "generic" in c.flags:

@@ -65,6 +65,7 @@ class Lexicon:
     not_writes: frozenset[str]
     states: frozenset[str]                 # en: a passive of these names a property ("is located", "is delayed")
     changes: frozenset[str]                # en: intransitive, these are a thing's own change ("prices fell")
+    others: frozenset[str]                 # acts only a merchant or a carrier performs ("shipped", "签收")
     particle_writes: Mapping[str, frozenset[str]]
     classes: tuple[tuple[str, frozenset[str]], ...]
     claims: Mapping[str, re.Pattern[str]]
@@ -197,6 +198,7 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         not_writes=frozenset(verbs.get("not_writes", ())),
         states=frozenset(verbs.get("states", ())),
         changes=frozenset(verbs.get("changes", ())),
+        others=frozenset(verbs.get("others", ())),
         particle_writes={k: frozenset(v) for k, v in (verbs.get("particle_writes") or {}).items()},
         classes=tuple((cls, frozenset(words)) for cls, words in (verbs.get("classes") or {}).items()),
         claims=claims,

@@ -41,6 +41,7 @@ _SCHEMA: dict[str, Any] = {
             "extra": _LIST,
             "states": _LIST,
             "changes": _LIST,
+            "others": _LIST,
             "particle_writes": {"type": "object", "additionalProperties": _LIST},
             "classes": {"type": "object", "additionalProperties": _LIST},
         }},

@@ -3,7 +3,8 @@
 Chinese puts the patient first as freely as the agent ("订单已经取消了": the order was cancelled; "房东已经签了
 合同": the landlord signed), so the noun before the verb alone does not say who acted. Two signs together do:
 
-- the subject is a person or an organisation: a word of ``words.agents`` (房东, 经理, 银行, 运营商 ...), a name
+- the subject is a person or an organisation: a word of ``words.agents`` (房东, 经理, 银行 ...) or one ending
+  with a suffix of ``words.agent_suffixes`` (主办方, 水管工, 供应商), a name
   in Latin letters ("Dana"), or a transliterated name (every character one of ``words.name_chars``: 珍娜,
   卡洛斯, 艾哈迈德);
 - and it acts on something: a disposal or benefactive coverb follows it (把/将/给/帮/为/替 ...), or the verb
@@ -25,6 +26,7 @@ from countersign.guard.lexicon import Lexicon
 
 # the subject ends where a coverb starts; these coverbs show it acts on something
 _COVERB = re.compile(r"把|将(?![会要在近])|给|帮|为(?!止|了)|替|跟|和|与|向|对(?!方)|被|让|叫|由|在|从|往")
+_ASPECT = re.compile(r"已经|已|刚刚|刚")
 _ACTS_ON = frozenset("把将给帮为替跟和与向")
 _TIME = (r"[0-9０-９一二两三四五六七八九十几半]+\s*(?:个)?\s*(?:小时|钟头|分钟|天|周|星期|礼拜|月|年|号|日|点)"
          r"(?:前|后|以前|之前|以后|之后|内|左右|多)?|[今昨前明后当每]天|[今昨]晚|今早|早上|上午|中午|下午|傍晚|晚上|夜里|"
@@ -58,6 +60,8 @@ class Subjects:
         self.agents = _ending(lex.word("agents"))  # lexicon words are lower-cased: heads are matched lower-cased
         self.natural = _ending(lex.word("natural_subjects"))
         self.name_chars = frozenset("".join(lex.word("name_chars")))
+        self.suffixes = frozenset(lex.word("agent_suffixes"))
+        self.not_agents = _ending(lex.word("not_agents"))  # 会员 is a membership, not a member
         self.changes = lex.changes
 
     def read(self, text: str, start: int, end: int, verb: str) -> Subject:
@@ -67,15 +71,19 @@ class Subjects:
             return _NONE
         coverb = _COVERB.search(stretch)
         head = stretch[:coverb.start()] if coverb else stretch
+        aspect = _ASPECT.search(head)  # the subject stands before 已经/刚: "场地方已经发邮件确认了日期"
+        if aspect is not None:
+            head = head[:aspect.start()]
         head = _TRAIL.sub("", _LEAD.sub("", head))
         if not head:
             return _NONE
         if (verb in self.changes or verb.rstrip("了啦") in self.changes) and self.natural.search(head):
             return Subject("", head, frozenset({"event"}))
-        if not (self.agents.search(head.lower()) or _LATIN_NAME.fullmatch(head) or
+        suffixed = len(head) > 1 and head[-1] in self.suffixes and not self.not_agents.search(head)
+        if not (self.agents.search(head.lower()) or suffixed or _LATIN_NAME.fullmatch(head) or
                 (2 <= len(head) <= 5 and self.name_chars.issuperset(head))):
             return _NONE
-        acts_on = coverb is not None and coverb.group(0) in _ACTS_ON
+        acts_on = (coverb is not None and coverb.group(0) in _ACTS_ON) or text.startswith(("把", "将"), start)
         if acts_on or self._object_after(text, end, verb):
             return Subject(OTHER, head)
         return _NONE

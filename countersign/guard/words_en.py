@@ -77,6 +77,8 @@ class EnglishWords:
                     continue
             out.append((word, s, e, cached[0], cached[1]))
         if revisit:
+            out = [t if t[3] != "S" else ("is", t[1], t[2], "B", "") for i, t in enumerate(out)
+                   if t[3] != "S" or (i + 1 < len(out) and out[i + 1][3] in "VR")]
             for i, t in enumerate(out):
                 if t[0] == "'d":  # "had" before a participle ("I'd already deleted it"), else "would"
                     nxt = next((u for u in out[i + 1:] if u[3] != "A"), None)
@@ -104,6 +106,9 @@ class EnglishWords:
         out.append(self._tag(head if tail == "'s" else word, s, e))
         if tail == "'s" and head in _IS_AFTER:
             out.append(self._tag("is", s, e))
+        elif tail == "'s":
+            out.append(("'s", s, e, "S", ""))  # "is" before a participle ("the door's shut"), else a possessive
+            return True
         return False
 
     def _remember(self, word: str) -> tuple[str, str]:
