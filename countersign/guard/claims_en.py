@@ -200,8 +200,8 @@ class EnglishGrammar(EnglishWords):
         subject = tokens[first:i]
         event = frozenset({"event"}) if lemma in self.lex.changes else frozenset()  # "Gas prices fell"
         if nxt is None or nxt[0] in self.preps or nxt[3] in ("A", "#") or nxt[0] in ("as", "successfully"):
-            if any(t[3] in "BHNGMdVRL" or t[0] in self.preps for t in subject):
-                return None  # a headline's subject is a plain noun phrase: "is heated by a wood stove" is none
+            if any(t[3] in "BHNGMdVRL" for t in subject):
+                return None  # a headline's subject holds no verb: "is heated by a wood stove" is none
             return Candidate("headline", self.lex, sentence, part, tokens[first][1], end, lemma, NOBODY,
                              self._words(subject), event, span)
         return Candidate("past", self.lex, sentence, part, tokens[first][1], end, lemma, OTHER,

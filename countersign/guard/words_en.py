@@ -32,6 +32,19 @@ _TAGS = {"have": "H", "has": "H", "had": "H", "is": "B", "are": "B", "was": "B",
 OBJECT_PRONOUNS = frozenset({"it", "them", "him", "her", "me", "us", "you", "everything", "that", "this",
                               "those", "these", "all", "both", "one"})
 _LETTER = re.compile(r"[A-Za-z0-9]")
+_WORD_BEFORE = re.compile(r"([A-Za-z]+)\W*$")
+_WORD_AFTER = re.compile(r"\W*([A-Za-z]+)")
+
+
+def _titled_neighbour(text: str, m: re.Match[str], openers: frozenset[str]) -> bool:
+    """Whether the word next to a Title Case participle is Title Case too ("Blocked Numbers", "Recently Deleted"),
+    not an opener ("Done — Deleted the draft") nor "I"."""
+    after = _WORD_AFTER.match(text, m.end())
+    if after is not None and after.group(1).istitle() and after.group(1) != "I":
+        return True
+    before = _WORD_BEFORE.search(text, 0, m.start())
+    return before is not None and before.group(1).istitle() and before.group(1) != "I" and \
+        before.group(1).lower() not in openers
 _ED_NOT_VERBS = frozenset({"hundred", "sacred", "naked", "wicked", "rugged", "beloved", "kindred", "shed",
                            "embed", "bed", "red", "wed", "bred", "fled", "sled", "led", "fed", "sped"})
 
@@ -72,12 +85,14 @@ class EnglishWords:
                     out.append((word, s, e, "?", ""))
                     revisit = True
                     continue
-                if _LETTER.search(sentence.text, 0, s):
-                    out.append((word, s, e, "L", cached[1]))  # mid-sentence Title Case: a label ("Tap Blocked Numbers")
+                if _LETTER.search(sentence.text, 0, s) and _titled_neighbour(part.text, m, self.openers):
+                    out.append((word, s, e, "L", cached[1]))  # in a Title Case name: a label ("Tap Blocked Numbers")
                     continue
             out.append((word, s, e, cached[0], cached[1]))
         if revisit:
-            out = [t if t[3] != "S" else ("is", t[1], t[2], "B", "") for i, t in enumerate(out)
+            # "the door's shut": is; "Sam's booked the table": has (an object follows); "Sam's car": possessive
+            out = [t if t[3] != "S" else ("has", t[1], t[2], "H", "") if self._object_at(out, i + 2)
+                   else ("is", t[1], t[2], "B", "") for i, t in enumerate(out)
                    if t[3] != "S" or (i + 1 < len(out) and out[i + 1][3] in "VR")]
             for i, t in enumerate(out):
                 if t[0] == "'d":  # "had" before a participle ("I'd already deleted it"), else "would"
@@ -87,6 +102,10 @@ class EnglishWords:
                     named = t[1] > 0 or (i + 1 < len(out) and out[i + 1][3] in "VR")
                     out[i] = (t[0], t[1], t[2], "O", "") if named else self._tag(t[0], t[1], t[2])
         return out
+
+    def _object_at(self, out: list[Token], i: int) -> bool:
+        """Whether ``out[i]`` opens an object (a noun phrase, not a preposition): "Sam's booked the table"."""
+        return i < len(out) and out[i][3] in "DOUTP#" and out[i][0] not in self.preps
 
     def _contraction(self, word: str, s: int, e: int, out: list[Token]) -> bool:
         """Open a word with an apostrophe into tokens; True when a "'d" needs the next word to be read."""
@@ -107,7 +126,7 @@ class EnglishWords:
         if tail == "'s" and head in _IS_AFTER:
             out.append(self._tag("is", s, e))
         elif tail == "'s":
-            out.append(("'s", s, e, "S", ""))  # "is" before a participle ("the door's shut"), else a possessive
+            out.append(("'s", s, e, "S", ""))  # before a participle "is" or "has", else a possessive
             return True
         return False
 
