@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from countersign.guard import Evidence, ReplyGuard, verbs_of  # noqa: E402
 
-CORPORA = [ROOT / "tests" / "fixtures" / "guard_corpus.yaml", ROOT / "tests" / "fixtures" / "guard_heldout_dev.yaml"]
+CORPORA = [ROOT / "tests" / "fixtures" / name for name in
+           ("guard_corpus.yaml", "guard_heldout_dev.yaml", "guard_heldout_dev2.yaml", "guard_heldout_dev3.yaml")]
 LOCALES = {"zh": "zh-CN", "en": "en-US", "de": "de-DE", "es": "es-ES", "ja": "ja-JP"}
 
 

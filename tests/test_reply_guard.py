@@ -23,6 +23,8 @@ from countersign.guard import REASONS, REPLACED_REASONS, Evidence, LexiconError,
 FIXTURES = Path(__file__).parent / "fixtures"
 CORPUS = FIXTURES / "guard_corpus.yaml"
 HELDOUT = FIXTURES / "guard_heldout_dev.yaml"
+# every held-out file, in the order written: dev (issue 14), dev2 (before guard2's changes), dev3 (after them)
+HELDOUT_SETS = [HELDOUT, FIXTURES / "guard_heldout_dev2.yaml", FIXTURES / "guard_heldout_dev3.yaml"]
 ZH_NO_RECEIPT = "该操作尚未执行：服务端没有生成可核验的确认或成功回执。"
 ZH_CONTRADICTS = "回复与服务端回执不符：该操作没有按所述完成，请以回执为准。"
 EN_NO_RECEIPT = "That action has not been carried out: the server has no confirmation or success receipt for it."
@@ -273,14 +275,17 @@ def test_the_backing_table(guard: ReplyGuard) -> None:
     assert len(doc["backing"]) >= 25 and not wrong, "\n".join(wrong)
 
 
-def test_the_held_out_dev_set_is_measured_and_never_tuned_on(guard: ReplyGuard) -> None:
-    doc = yaml.safe_load(HELDOUT.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("path", HELDOUT_SETS, ids=lambda p: p.stem)
+def test_the_held_out_dev_set_is_measured_and_never_tuned_on(guard: ReplyGuard, path: Path) -> None:
+    """Prints the figures (no figure is asserted: a held-out set is measured, not passed)."""
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     assert re.match(r"^\d{4}-\d{2}-\d{2}T", str(doc["frozen"]))
-    items, _doc = load_corpus(HELDOUT)
+    items, _doc = load_corpus(path)
     langs = Counter(i["lang"] for i in items)
     assert langs["zh"] >= 100 and langs["en"] >= 100
+    assert not any(i.get("known_miss") for i in items)  # a held-out file is never annotated from its results
     groups, _wrong = score(guard, items)
-    print(f"\nreply guard, held-out dev set frozen {doc['frozen']} ({len(items)} sentences):")
+    print(f"\nreply guard, held-out {path.stem} frozen {doc['frozen']} ({len(items)} sentences):")
     figures("held-out", groups)
 
 
