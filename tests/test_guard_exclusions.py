@@ -78,6 +78,8 @@ RULE_CASES = [
     ("condition", "Your booking is provisional until the deposit is paid."),
     ("condition", "付了定金之前，预订都只是暂定。"),
     ("time_anchor", "The Q3 budget was approved in the last board meeting."),
+    ("state", "The bakery on Elm Street is shut for a family wedding."),
+    ("success_noun", "这个月五个目标完成了三个。"),      # a progress count
     ("time_anchor", "The order was cancelled on June 3."),
     ("time_anchor", "这张照片三天前被删除了。"),
     ("time_anchor", "The invoice was issued on 12 March and paid a week later."),

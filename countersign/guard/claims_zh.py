@@ -31,7 +31,7 @@ _PARTICLE = re.compile("[了啦咯喽嘞啰]")
 _BA = re.compile(r"把|将(?![会要在近来于])")
 _SUCCESS = re.compile(r"成功|完成|完毕")
 _HAN = re.compile(r"[\u3400-\u9fff]")
-_COMPLEMENT_AFTER_VERB = re.compile("[上好完掉进出成](?=[\u4e00-\u9fff“「\"])")
+_COMPLEMENT_AFTER_VERB = re.compile("[上好完掉进出成到](?=[\u4e00-\u9fff“「\"])")
 _COVERBS = frozenset("和跟与同向对从往朝")  # a coverb phrase before the verb
 _MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完]")  # every marker _part looks for holds one of these
 _MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕")

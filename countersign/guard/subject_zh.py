@@ -84,16 +84,16 @@ class Subjects:
                 (2 <= len(head) <= 5 and self.name_chars.issuperset(head))):
             return _NONE
         acts_on = (coverb is not None and coverb.group(0) in _ACTS_ON) or text.startswith(("把", "将"), start)
-        if acts_on or self._object_after(text, end, verb):
+        if acts_on or self._object_after(text, start, end, verb):
             return Subject(OTHER, head)
         return _NONE
 
     @staticmethod
-    def _object_after(text: str, end: int, verb: str) -> bool:
+    def _object_after(text: str, start: int, end: int, verb: str) -> bool:
         """Whether an object follows the verb ("换了阀门"), not a duration, a place or the end ("暂停了两个月");
         after a directional verb (加进, 移到, 发给) what follows is a place or a recipient, not an object."""
-        if verb[-1:] in _DIRECTIONAL:
-            return False
+        if verb[-1:] in _DIRECTIONAL or text[start:end].rstrip("了啦")[-1:] in _DIRECTIONAL:
+            return False  # 拉进了视频会议: a place
         rest = _DONE.sub("", text[end:])
         return bool(rest) and _NOT_OBJECT.match(rest) is None and _HAN_OR_LATIN.match(rest) is not None
 

@@ -189,7 +189,8 @@ class EnglishWords:
                           stem[:-1] + "y" if stem.endswith("i") else ""):
                 if lemma and lemma in self.lex.verb_lemmas:
                     return prefix + lemma
-        if word.endswith("ed") and len(word) >= 5 and word not in _ED_NOT_VERBS and not word.endswith("eed"):
+        if word.endswith("ed") and len(word) >= 5 and word not in _ED_NOT_VERBS and not word.endswith("eed") and \
+                "-" not in word:  # "password-protected", "air-conditioned": a compound adjective
             return word[:-2]  # a verb the table lacks ("texted", "venmoed"): regular morphology
         return ""
 
