@@ -65,6 +65,7 @@ class Phrases:
         self._anchored = {rx: re.compile(rx.pattern, rx.flags | re.M) for _r, rx, _n in self.rules
                           if "^" in rx.pattern or "$" in rx.pattern}
         self._always = {i for i, (_r, _rx, need) in enumerate(self.rules) if need is None}
+        self._runnable: dict[frozenset[str], list[tuple[str, re.Pattern[str], Needs | None]]] = {}
         self._second = [need[1] if need and len(need) > 1 else None for _r, _rx, need in self.rules]
         self._by_first: dict[str, list[int]] = {}
         for i, (_r, _rx, need) in enumerate(self.rules):
@@ -74,15 +75,22 @@ class Phrases:
     def runnable(self, text: str, words: Sequence[str] = ()) -> list[tuple[str, re.Pattern[str], Needs | None]]:
         """The rules that can match somewhere in ``text`` (a whole sentence); ``words``: its runs of letters,
         lower-cased, when the caller has them (an ASCII sentence: see NeedleIndex.present)."""
-        present = self.needles.present(self.lex.fold(text), words or None)
+        present = frozenset(self.needles.present(self.lex.fold(text), words or None))
+        known = self._runnable.get(present)  # the same few needle sets recur: a memo of this pure function
+        if known is not None:
+            return known
         # needles.satisfied(need, present): the rules one of whose first needles is present (an index), then
         # their second needle set; rules with no needle always run
         hit: set[int] = set()
         for needle in present:
             hit.update(self._by_first.get(needle, ()))
         second = self._second
-        return [self.rules[i] for i in sorted(hit | self._always)
-                if (need := second[i]) is None or not need.isdisjoint(present)]
+        found = [self.rules[i] for i in sorted(hit | self._always)
+                 if (need := second[i]) is None or not need.isdisjoint(present)]
+        if len(self._runnable) > 4096:
+            self._runnable.clear()
+        self._runnable[present] = found
+        return found
 
     def live(self, sentence: Sentence, words: Sequence[str] = ()) -> list[tuple[str, re.Pattern[str], Needs | None]]:
         """The rules to run on the parts of ``sentence``: those that can match (needles), less those that match

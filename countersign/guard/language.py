@@ -112,11 +112,14 @@ class Detector:
         if len(words) < _MIN_WORDS or not self._others:
             return ""
         present = set(words)
-        if self._foreign.isdisjoint(present):
+        foreign = self._foreign.intersection(present)
+        if not foreign:
             return ""
         own = len(self._own & present)
+        if len(foreign) <= own:
+            return ""  # a language scores at most one per foreign word: it cannot outnumber English
         hits: dict[str, int] = {}
-        for word in self._foreign.intersection(present):
+        for word in foreign:
             for lang in self._word_langs[word]:
                 hits[lang] = hits.get(lang, 0) + 1
         if not hits:
