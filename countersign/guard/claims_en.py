@@ -30,7 +30,7 @@ from countersign.guard.segment import Part, Sentence
 from countersign.guard.words_en import OBJECT_PRONOUNS, EnglishWords, Token
 
 _WORDS = re.compile(r"[a-z]+")
-_ED = re.compile(r"[a-z]ed\b")
+_ED = re.compile(r"ed\b(?<=[a-z]ed)")  # = [a-z]ed\b, written literal-first so that re skips fast
 _PIECES = re.compile(r"[,;:—–()]|\s-\s|\b(?=and\b|but\b|so\b|though\b|then\b)")
 _REPORTING = frozenset({"whether", "if", "how", "what", "when", "where", "which", "who", "why"})
 _RELATIVE = frozenset({"that", "which", "who", "whom", "whose"})
