@@ -4,9 +4,7 @@ A token is (word, start, end, tag, lemma). Tags: P the assistant (I, we), U you,
 B be, N been, G get/got, M a modal, X a negation, d did, D a determiner, A an adverb, # a number, V a past
 form or participle of a write verb, R one of a verb the lexicon says never writes (find, check ...), L a
 participle in Title Case inside a sentence (a label: "Tap Blocked Numbers"), O other.
-Contractions are opened ("I've" -> I + have, "isn't" -> is + not). A past form is found in the generated verb
-table, else by regular morphology: a known prefix (un-, re-, ...) on a table verb, then -ed, -ied, a doubled
-consonant, and as a last resort any -ed word of five letters or more ("texted").
+Contractions are opened ("I've" -> I + have, "isn't" -> is + not). Past forms: verbs_en.py.
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ import re
 
 from countersign.guard.lexicon import Lexicon
 from countersign.guard.segment import Part, Sentence
+from countersign.guard.verbs_en import VerbForms
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*|\d+(?:[.,:]\d+)*(?:%|(?i:am|pm|st|nd|rd|th)\b)?|[$#@]")
 _NOT = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "hasn't": "has", "haven't": "have",
@@ -45,17 +44,17 @@ def _titled_neighbour(text: str, m: re.Match[str], openers: frozenset[str]) -> b
     before = _WORD_BEFORE.search(text, 0, m.start())
     return before is not None and before.group(1).istitle() and before.group(1) != "I" and \
         before.group(1).lower() not in openers
-_ED_NOT_VERBS = frozenset({"hundred", "sacred", "naked", "wicked", "rugged", "beloved", "kindred", "shed",
-                           "embed", "bed", "red", "wed", "bred", "fled", "sled", "led", "fed", "sped"})
+
+
 
 Token = tuple[str, int, int, str, str]  # word, start, end (in sentence.text), tag, lemma
 
 
-class EnglishWords:
+class EnglishWords(VerbForms):
     """The lexicon's word classes and verb table, and the tokeniser that tags a clause part with them."""
 
     def __init__(self, lex: Lexicon) -> None:
-        self.lex = lex
+        super().__init__(lex)
         self.subjects = lex.word("assistant_subjects")
         self.third = lex.word("third_person")
         self.modals = lex.word("modals")
@@ -63,9 +62,7 @@ class EnglishWords:
         self.adverbs = lex.word("adverbs")
         self.openers = lex.word("openers")
         self.preps = lex.word("prepositions")
-        self.prefixes = tuple(sorted(lex.word("prefixes"), key=len, reverse=True))
         self._cache: dict[str, tuple[str, str]] = {}
-        self._forms = frozenset(lex.verb_forms)
 
 
     def tokens(self, sentence: Sentence, part: Part) -> list[Token]:
@@ -161,52 +158,3 @@ class EnglishWords:
         if lemma:
             return ("R" if self._not_write(lemma) else "V"), lemma
         return "O", ""
-
-    def _not_write(self, lemma: str) -> bool:
-        """A read verb, also under a prefix: "double-checked", "rechecked", "re-read"."""
-        if lemma in self.lex.not_writes:
-            return True
-        if lemma in self.lex.verb_lemmas:
-            return False  # a verb of its own ("update", "restart"), not a prefix on a read verb
-        return any(lemma.startswith(p) and lemma[len(p):].lstrip("-") in self.lex.not_writes
-                   for p in self.prefixes if len(lemma) > len(p) + 2)
-
-    def past_lemma(self, word: str) -> str:
-        """The lemma of a past form or participle ("" when ``word`` is none): the table, else morphology."""
-        forms = self.lex.verb_forms
-        if word in forms:
-            return forms[word]
-        for prefix in ("", *self.prefixes):
-            if prefix and not (word.startswith(prefix) and len(word) > len(prefix) + 3):
-                continue
-            rest = word[len(prefix):].lstrip("-")
-            if rest in forms:
-                return prefix + forms[rest] if prefix else forms[rest]
-            if not rest.endswith("ed"):
-                continue
-            stem = rest[:-2]
-            for lemma in (stem, stem + "e", stem[:-1] if len(stem) > 2 and stem[-1] == stem[-2] else "",
-                          stem[:-1] + "y" if stem.endswith("i") else ""):
-                if lemma and lemma in self.lex.verb_lemmas:
-                    return prefix + lemma
-        if word.endswith("ed") and len(word) >= 5 and word not in _ED_NOT_VERBS and not word.endswith("eed") and \
-                "-" not in word:  # "password-protected", "air-conditioned": a compound adjective
-            return word[:-2]  # a verb the table lacks ("texted", "venmoed"): regular morphology
-        return ""
-
-    def _base(self, word: str) -> str:
-        """The lemma of a base form, also under a prefix ("rebook"), or ""."""
-        if word in self.lex.verb_lemmas:
-            return word
-        for prefix in self.prefixes:
-            if word.startswith(prefix) and word[len(prefix):].lstrip("-") in self.lex.verb_lemmas:
-                return word
-        return ""
-
-    def _present(self, word: str) -> str:
-        """The lemma of a third-person present form ("points" -> point), or ""."""
-        lemmas = self.lex.verb_lemmas
-        for lemma in (word[:-1], word[:-2], word[:-3] + "y"):
-            if word.endswith("s") and lemma in lemmas and lemma not in self.lex.not_writes:
-                return lemma
-        return ""
