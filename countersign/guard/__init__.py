@@ -9,5 +9,15 @@ from countersign.guard.lexicon import LexiconError
 from countersign.guard.receipts import VERBS, Evidence, verbs_of
 from countersign.guard.verdict import REASONS, REPLACED_REASONS, UNSUPPORTED_MODES, Claim, ReplyGuard, Verdict
 
-__all__ = ["REASONS", "REPLACED_REASONS", "UNSUPPORTED_MODES", "VERBS", "Claim", "Evidence", "LexiconError",
-           "ReplyGuard", "Verdict", "verbs_of"]
+__all__ = [
+    "REASONS",
+    "REPLACED_REASONS",
+    "UNSUPPORTED_MODES",
+    "VERBS",
+    "Claim",
+    "Evidence",
+    "LexiconError",
+    "ReplyGuard",
+    "Verdict",
+    "verbs_of",
+]

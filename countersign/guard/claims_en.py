@@ -47,8 +47,12 @@ class EnglishGrammar(Placement):
         low = text.lower()
         if not words:
             words = _WORDS.findall(low)
-        if not self._forms.isdisjoint(words) or ("now" in words or "did" in words) or \
-                ("ed" in low and _ED.search(low)) or "'d " in low:
+        if (
+            not self._forms.isdisjoint(words)
+            or ("now" in words or "did" in words)
+            or ("ed" in low and _ED.search(low))
+            or "'d " in low
+        ):
             return True
         rules = self.phrases.runnable(low, words)
         if not rules:
@@ -74,16 +78,16 @@ class EnglishGrammar(Placement):
 
     # -- one part ----------------------------------------------------------------------------------
 
-    def _part(self, sentence: Sentence, part: Part, tokens: list[Token],
-              inherited: str) -> tuple[list[Candidate], str]:
+    def _part(self, sentence: Sentence, part: Part, tokens: list[Token], inherited: str) -> tuple[list[Candidate], str]:
         out: list[Candidate] = []
         first = 0
         while first < len(tokens) and (tokens[first][0] in self.openers or tokens[first][3] == "A"):
             first += 1
-        subject_agent = self._agent(tokens[first:first + 1]) if tokens[first:first + 1] and \
-            tokens[first][3] in "PUT" else ""
+        subject_agent = (
+            self._agent(tokens[first : first + 1]) if tokens[first : first + 1] and tokens[first][3] in "PUT" else ""
+        )
         for i, (word, _s, _e, tag, lemma) in enumerate(tokens):
-            if tag == "R" and any(t[0] in self.lex.particle_writes.get(lemma, ()) for t in tokens[i + 1:i + 3]):
+            if tag == "R" and any(t[0] in self.lex.particle_writes.get(lemma, ()) for t in tokens[i + 1 : i + 3]):
                 tag = "V"  # "checked in", "sorted you out", "left the group"
             if tag == "d":  # emphatic past: "I did rebook the hotel", "the email did go out"
                 nxt = next((j for j in range(i + 1, len(tokens)) if tokens[j][3] != "A"), None)
@@ -96,18 +100,53 @@ class EnglishGrammar(Placement):
                     agent = self._agent(tokens[first:i]) or inherited
                     if agent == OTHER and goes:
                         agent = NOBODY  # "the email did go out": a result, whoever the subject
-                    out.append(Candidate("past", self.lex, sentence, part, tokens[i][1], tokens[nxt][2], verb,
-                                         agent, self._words(tokens[first:i])))
+                    out.append(
+                        Candidate(
+                            "past",
+                            self.lex,
+                            sentence,
+                            part,
+                            tokens[i][1],
+                            tokens[nxt][2],
+                            verb,
+                            agent,
+                            self._words(tokens[first:i]),
+                        )
+                    )
                 continue
             if word == "now" and i + 1 < len(tokens) and first < i:
                 lemma_now = self._present(tokens[i + 1][0])
                 if lemma_now:
-                    out.append(Candidate("result_state", self.lex, sentence, part, tokens[i][1], tokens[i + 1][2],
-                                         lemma_now, NOBODY, self._words(tokens[first:i]), _NOW))
+                    out.append(
+                        Candidate(
+                            "result_state",
+                            self.lex,
+                            sentence,
+                            part,
+                            tokens[i][1],
+                            tokens[i + 1][2],
+                            lemma_now,
+                            NOBODY,
+                            self._words(tokens[first:i]),
+                            _NOW,
+                        )
+                    )
                 continue
             if tag == "L":  # a label named after a state: "Tap Blocked Numbers", "Recently Deleted keeps ..."
-                out.append(Candidate("bare_head", self.lex, sentence, part, tokens[i][1], tokens[i][2], lemma,
-                                     inherited, "", frozenset({"label"})))
+                out.append(
+                    Candidate(
+                        "bare_head",
+                        self.lex,
+                        sentence,
+                        part,
+                        tokens[i][1],
+                        tokens[i][2],
+                        lemma,
+                        inherited,
+                        "",
+                        frozenset({"label"}),
+                    )
+                )
                 continue
             if tag != "V":
                 continue

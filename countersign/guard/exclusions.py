@@ -41,11 +41,14 @@ from countersign.guard.schema import GATED_RULES
 @dataclass(frozen=True)
 class Exclusion:
     rule: str
-    cue: str      # the text that decided (or what the grammar saw)
+    cue: str  # the text that decided (or what the grammar saw)
 
 
-def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
-            cache: dict[tuple[int, int, str], tuple[int, str, str] | None] | None = None) -> Exclusion | None:
+def exclude(
+    c: Candidate,
+    disabled: frozenset[str] = frozenset(),
+    cache: dict[tuple[int, int, str], tuple[int, str, str] | None] | None = None,
+) -> Exclusion | None:
     """The rule that makes ``c`` no claim, or None. ``disabled`` switches rules off (tests show each rule's
     own sentence fails without it). ``cache`` keeps one reply's part- and sentence-wide searches.
 
@@ -88,14 +91,17 @@ def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
         present = memo[(sid, "needles")] = c.lexicon.cue_index.present(text)
     for scope, cues in c.lexicon.cues.items():
         if scope == "after":
-            hit = _earliest(cues, present, text[c.end:part.end], 0)
+            hit = _earliest(cues, present, text[c.end : part.end], 0)
             if hit is not None:
                 return Exclusion(hit[1], hit[2])
             continue
         key = (sid, -1 if scope == "sentence" else part.start, scope)
         if key not in memo:
-            memo[key] = _earliest(cues, present, text, 0) if scope == "sentence" else \
-                _earliest(cues, present, text[part.start:part.end], part.start)
+            memo[key] = (
+                _earliest(cues, present, text, 0)
+                if scope == "sentence"
+                else _earliest(cues, present, text[part.start : part.end], part.start)
+            )
         hit = memo[key]
         # "before": the earliest cue in the part must start before the claim ends
         if hit is not None and (scope != "before" or hit[0] < c.end):
@@ -134,8 +140,8 @@ def _gated(rule: str, scope: str, rx: re.Pattern[str], c: Candidate, text: str) 
     if scope == "sentence" or (rule == "time_anchor" and "present" in c.flags):
         return rx.search(text)
     if scope == "after":
-        return rx.search(text[c.end:part.end])
-    m = rx.search(text[part.start:part.end])
+        return rx.search(text[c.end : part.end])
+    m = rx.search(text[part.start : part.end])
     return None if m is None or (scope == "before" and m.start() + part.start >= c.end) else m
 
 
@@ -146,7 +152,7 @@ def _counted_label(c: Candidate) -> bool:
     """A claim word that heads a progress count: "Completed: 0 of 3 steps", "已完成：0/3 步" (not "已付款：230 元")."""
     if c.part.end_mark != ":":
         return False
-    rest = c.sentence.text[c.part.end:].lstrip(":： ")
+    rest = c.sentence.text[c.part.end :].lstrip(":： ")
     return _PROGRESS.match(rest) is not None
 
 
@@ -181,14 +187,13 @@ def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
             continue
         for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
             if scope == "after":
-                m = rx.search(text[c.end:part.end])
+                m = rx.search(text[c.end : part.end])
             elif scope == "before":
-                m = next((x for x in rx.finditer(text[part.start:part.end]) if x.start() < c.end - part.start),
-                         None)
+                m = next((x for x in rx.finditer(text[part.start : part.end]) if x.start() < c.end - part.start), None)
             elif scope == "sentence":
                 m = rx.search(text)
             else:
-                m = rx.search(text[part.start:part.end])
+                m = rx.search(text[part.start : part.end])
             if m is not None:
                 return Exclusion(rule, m.group(0) or scope)
     return None

@@ -24,14 +24,14 @@ _P: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) el
 _KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff]")
 _HAN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]+(?:'[A-Za-z]+)?")
-_MIN_WORDS = 3   # a Latin sentence shorter than this is read as the default Latin lexicon's
+_MIN_WORDS = 3  # a Latin sentence shorter than this is read as the default Latin lexicon's
 
 
 @dataclass(frozen=True)
 class Reading:
-    lexicons: tuple[Lexicon, ...]   # the lexicons that read the sentence
-    unsupported: str                # a language with no lexicon ("" when none)
-    words: tuple[str, ...] = ()     # the Latin words, lower-cased (a grammar's cheap test may reuse them)
+    lexicons: tuple[Lexicon, ...]  # the lexicons that read the sentence
+    unsupported: str  # a language with no lexicon ("" when none)
+    words: tuple[str, ...] = ()  # the Latin words, lower-cased (a grammar's cheap test may reuse them)
 
 
 def _first_letters(patterns: list[str]) -> re.Pattern[str] | None:

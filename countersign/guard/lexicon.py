@@ -60,12 +60,12 @@ class Lexicon:
     stop_words: frozenset[str]
     part_breaks: re.Pattern[str] | None
     words: Mapping[str, frozenset[str]]
-    verb_forms: Mapping[str, str]          # en: past/participle form -> lemma; zh: verb -> verb
+    verb_forms: Mapping[str, str]  # en: past/participle form -> lemma; zh: verb -> verb
     verb_lemmas: frozenset[str]
     not_writes: frozenset[str]
-    states: frozenset[str]                 # en: a passive of these names a property ("is located", "is delayed")
-    changes: frozenset[str]                # en: intransitive, these are a thing's own change ("prices fell")
-    others: frozenset[str]                 # acts only a merchant or a carrier performs ("shipped", "签收")
+    states: frozenset[str]  # en: a passive of these names a property ("is located", "is delayed")
+    changes: frozenset[str]  # en: intransitive, these are a thing's own change ("prices fell")
+    others: frozenset[str]  # acts only a merchant or a carrier performs ("shipped", "签收")
     particle_writes: Mapping[str, frozenset[str]]
     classes: tuple[tuple[str, frozenset[str]], ...]
     claims: Mapping[str, re.Pattern[str]]
@@ -74,7 +74,7 @@ class Lexicon:
     # per scope, every rule's cues but the gated rules' (schema.GATED_RULES), with their needles (needles.py)
     cues: Mapping[str, tuple[Cue, ...]] = field(default_factory=dict)
     cue_index: NeedleIndex = field(default_factory=lambda: NeedleIndex(()))  # the needles of every cue
-    lower: bool = False        # cues and phrase rules are matched against lower-cased text
+    lower: bool = False  # cues and phrase rules are matched against lower-cased text
     claim_patterns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # claims, as written
 
     def fold(self, text: str) -> str:
@@ -146,8 +146,9 @@ def _regex(name: str, where: str, patterns: Iterable[str], lower: bool = False) 
         if compiled.groupindex:
             raise LexiconError(f"{name}: {where}[{i}]: named groups are not allowed: {pattern!r}")
         if lower and _UPPER.search(pattern):
-            raise LexiconError(f"{name}: {where}[{i}]: write it in lower case (matched against lower-cased "
-                               f"text): {pattern!r}")
+            raise LexiconError(
+                f"{name}: {where}[{i}]: write it in lower case (matched against lower-cased text): {pattern!r}"
+            )
         parts.append(f"(?:{pattern})")
     if not parts:
         return None
@@ -182,10 +183,15 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
             if compiled is not None:
                 exclusions[rule][scope] = compiled
     common = frozenset(w.lower() for w in raw.get("stop_words", ()))
-    cues = {scope: tuple(Cue(rule, re.compile(pattern, 0 if lower else re.IGNORECASE), needs(pattern, lower, common))
-                         for rule in EXCLUSION_RULES if rule not in GATED_RULES
-                         for pattern in (raw_scopes.get(rule) or {}).get(scope, ()))
-            for scope in SCOPES}
+    cues = {
+        scope: tuple(
+            Cue(rule, re.compile(pattern, 0 if lower else re.IGNORECASE), needs(pattern, lower, common))
+            for rule in EXCLUSION_RULES
+            if rule not in GATED_RULES
+            for pattern in (raw_scopes.get(rule) or {}).get(scope, ())
+        )
+        for scope in SCOPES
+    }
     return Lexicon(
         name=raw["language"],
         grammar=raw["grammar"],
@@ -205,8 +211,9 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         exclusions=exclusions,
         replacements=dict(raw["replacement"]),
         cues={scope: found for scope, found in cues.items() if found},
-        cue_index=NeedleIndex(n for found in cues.values() for cue in found if cue.needs
-                              for group in cue.needs for n in group),
+        cue_index=NeedleIndex(
+            n for found in cues.values() for cue in found if cue.needs for group in cue.needs for n in group
+        ),
         claim_patterns={rule: tuple(patterns) for rule, patterns in (raw.get("claims") or {}).items()},
     )
 

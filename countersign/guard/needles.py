@@ -20,7 +20,7 @@ from typing import Any
 _P: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
 _REPEATS = tuple(getattr(_P, n) for n in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(_P, n))
 
-Needs = tuple[frozenset[str], ...]   # every set must have a member in the text
+Needs = tuple[frozenset[str], ...]  # every set must have a member in the text
 
 
 def needs(pattern: str, lower: bool = True, common: frozenset[str] = frozenset(), limit: int = 2) -> Needs | None:
@@ -46,6 +46,7 @@ def satisfied(need: Needs | None, present: set[str]) -> bool:
 
 def _best(options: Iterable[frozenset[str]], common: frozenset[str]) -> frozenset[str] | None:
     """The most selective single need: no common word in it, then the longest shortest string, then the fewest."""
+
     def score(option: frozenset[str]) -> tuple[int, int, int]:
         return (-len(option & common), min(map(len, option)), -len(option))
 

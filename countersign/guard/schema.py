@@ -15,9 +15,22 @@ class LexiconError(ValueError):
     """A lexicon file that cannot be used; the message starts with the file's name."""
 
 
-EXCLUSION_RULES = ("quotation", "negation", "question", "offer_plan", "condition", "waiting_confirmation",
-                   "failure", "instruction", "capability", "other_agent", "state", "time_anchor", "success_noun",
-                   "generic_statement")
+EXCLUSION_RULES = (
+    "quotation",
+    "negation",
+    "question",
+    "offer_plan",
+    "condition",
+    "waiting_confirmation",
+    "failure",
+    "instruction",
+    "capability",
+    "other_agent",
+    "state",
+    "time_anchor",
+    "success_noun",
+    "generic_statement",
+)
 # rules whose cues set aside only a candidate the assistant did not perform ("I've set it to repeat every day")
 GATED_RULES = ("state", "time_anchor", "generic_statement")
 SCOPES = ("before", "part", "after", "sentence")
@@ -35,22 +48,34 @@ _SCHEMA: dict[str, Any] = {
         "stop_words": _LIST,
         "part_breaks": _LIST,
         "words": {"type": "object", "additionalProperties": _LIST},
-        "verbs": {"type": "object", "additionalProperties": False, "properties": {
-            "table": {"type": "string"},
-            "not_writes": _LIST,
-            "extra": _LIST,
-            "states": _LIST,
-            "changes": _LIST,
-            "others": _LIST,
-            "particle_writes": {"type": "object", "additionalProperties": _LIST},
-            "classes": {"type": "object", "additionalProperties": _LIST},
-        }},
+        "verbs": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "table": {"type": "string"},
+                "not_writes": _LIST,
+                "extra": _LIST,
+                "states": _LIST,
+                "changes": _LIST,
+                "others": _LIST,
+                "particle_writes": {"type": "object", "additionalProperties": _LIST},
+                "classes": {"type": "object", "additionalProperties": _LIST},
+            },
+        },
         "claims": {"type": "object", "additionalProperties": _LIST},
-        "exclusions": {"type": "object", "additionalProperties": False, "properties": {
-            rule: {"type": "object", "additionalProperties": False, "properties": {s: _LIST for s in SCOPES}}
-            for rule in EXCLUSION_RULES}},
-        "replacement": {"type": "object", "additionalProperties": {"type": "string", "minLength": 1},
-                        "required": list(REPLACEMENTS)},
+        "exclusions": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                rule: {"type": "object", "additionalProperties": False, "properties": {s: _LIST for s in SCOPES}}
+                for rule in EXCLUSION_RULES
+            },
+        },
+        "replacement": {
+            "type": "object",
+            "additionalProperties": {"type": "string", "minLength": 1},
+            "required": list(REPLACEMENTS),
+        },
     },
 }
 _LANGUAGES_SCHEMA: dict[str, Any] = {

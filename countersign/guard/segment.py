@@ -14,18 +14,24 @@ from dataclasses import dataclass
 
 # one character class first, so that re skips fast to a candidate end (a pattern that opens with alternatives
 # is tried at every position); the same ends as [。！？!?；;…]+["”’」』)]* | \n+ | (?<![.\s][a-zA-Z])\.+(?=[\s"”’)]|$)
-_SENTENCE_END = re.compile(r"[。！？!?；;…\n.](?:(?<=[。！？!?；;…])[。！？!?；;…]*[\"”’」』)]*|(?<=\n)\n*|"
-                           r"(?<=\.)(?<![.\s][a-zA-Z]\.)\.*(?=[\s\"”’)]|$))")
+_SENTENCE_END = re.compile(
+    r"[。！？!?；;…\n.](?:(?<=[。！？!?；;…])[。！？!?；;…]*[\"”’」』)]*|(?<=\n)\n*|"
+    r"(?<=\.)(?<![.\s][a-zA-Z]\.)\.*(?=[\s\"”’)]|$))"
+)
 _LIST_MARKER = re.compile(r"\s*(?:[-*+•·▪‣◦]\s+|\d{1,3}[.)、]\s+|\d{1,3}、)")
 # the same cuts as (?:(?<!\d)[,:]|[,:](?!\d)|[，、：;；|])+ | \s[-–—]{1,2}\s | [—–→]+ | \s->\s | [()（）]
 # (a comma between digits is no break), written with one character class first so that re skips fast
 _SEP = r"(?:[，、：;；|]|[,:](?!(?<=\d[,:])\d))"
-_PART_BREAK = re.compile(r"[,:，、：;；|\s—–→()（）](?:(?<=[，、：;；|])" + _SEP + r"*|"
-                         r"(?<=[,:])(?!(?<=\d[,:])\d)" + _SEP + r"*|"
-                         r"(?<=\s)(?:[-–—]{1,2}\s|->\s)|(?<=[—–→])[—–→]*|(?<=[()（）]))")
-_QUOTE_OPENERS = frozenset("\"“「『《‘")
-_QUOTES = re.compile(r"\"[^\"\n]{1,200}\"|“[^”\n]{1,200}”|「[^」\n]{1,200}」|『[^』\n]{1,200}』|《[^》\n]{1,200}》"
-                     r"|‘[^’\n]{1,200}’")
+_PART_BREAK = re.compile(
+    r"[,:，、：;；|\s—–→()（）](?:(?<=[，、：;；|])" + _SEP + r"*|"
+    r"(?<=[,:])(?!(?<=\d[,:])\d)" + _SEP + r"*|"
+    r"(?<=\s)(?:[-–—]{1,2}\s|->\s)|(?<=[—–→])[—–→]*|(?<=[()（）]))"
+)
+_QUOTE_OPENERS = frozenset('"“「『《‘')
+_QUOTES = re.compile(
+    r"\"[^\"\n]{1,200}\"|“[^”\n]{1,200}”|「[^」\n]{1,200}」|『[^』\n]{1,200}』|《[^》\n]{1,200}》"
+    r"|‘[^’\n]{1,200}’"
+)
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass is several times slower to build
@@ -41,7 +47,7 @@ class Part:
 @dataclass(slots=True)  # not frozen: a frozen dataclass is several times slower to build
 class Sentence:
     text: str
-    start: int                      # offset in the normalised reply
+    start: int  # offset in the normalised reply
     parts: tuple[Part, ...]
     quotes: tuple[tuple[int, int], ...]  # quoted spans, offsets in ``text``
 
@@ -68,16 +74,21 @@ def _protect_quotes(text: str) -> str:
     return _QUOTES.sub(lambda m: re.sub(r"[。！？!?；;.…\n]", "_", m.group(0)), text)
 
 
-def _add(out: list[Sentence], text: str, start: int, end: int, breaks: re.Pattern[str] | None,
-         quoted: bool) -> None:
+def _add(out: list[Sentence], text: str, start: int, end: int, breaks: re.Pattern[str] | None, quoted: bool) -> None:
     chunk = text[start:end]
     marker = _LIST_MARKER.match(chunk)
     lead = marker.end() if marker else len(chunk) - len(chunk.lstrip())
     body = chunk[lead:].rstrip()
     if not body.strip(" \t.。!！?？;；…"):
         return
-    out.append(Sentence(body, start + lead, tuple(parts(body, breaks)) if breaks is not None else (),
-                        _quotes(body) if quoted else ()))
+    out.append(
+        Sentence(
+            body,
+            start + lead,
+            tuple(parts(body, breaks)) if breaks is not None else (),
+            _quotes(body) if quoted else (),
+        )
+    )
 
 
 def cut(sentence: Sentence, breaks: re.Pattern[str] | None) -> Sentence:
@@ -93,8 +104,9 @@ def _quotes(text: str) -> tuple[tuple[int, int], ...]:
 
 def parts(sentence: str, breaks: re.Pattern[str] | None = None) -> list[Part]:
     """The clause parts of one sentence (a break inside a quote does not cut)."""
-    cuts: list[tuple[int, int, str]] = [(m.start(), m.end(), m.group(0).strip()[:1]) for m in
-                                        _PART_BREAK.finditer(sentence)]
+    cuts: list[tuple[int, int, str]] = [
+        (m.start(), m.end(), m.group(0).strip()[:1]) for m in _PART_BREAK.finditer(sentence)
+    ]
     if breaks is not None:
         words = [(m.start(), m.start(), m.group(0)) for m in breaks.finditer(sentence) if m.group(0)]
         if words:

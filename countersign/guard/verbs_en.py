@@ -9,8 +9,28 @@ from __future__ import annotations
 
 from countersign.guard.lexicon import Lexicon
 
-_ED_NOT_VERBS = frozenset({"hundred", "sacred", "naked", "wicked", "rugged", "beloved", "kindred", "shed",
-                           "embed", "bed", "red", "wed", "bred", "fled", "sled", "led", "fed", "sped"})
+_ED_NOT_VERBS = frozenset(
+    {
+        "hundred",
+        "sacred",
+        "naked",
+        "wicked",
+        "rugged",
+        "beloved",
+        "kindred",
+        "shed",
+        "embed",
+        "bed",
+        "red",
+        "wed",
+        "bred",
+        "fled",
+        "sled",
+        "led",
+        "fed",
+        "sped",
+    }
+)
 
 
 class VerbForms:
@@ -27,8 +47,11 @@ class VerbForms:
             return True
         if lemma in self.lex.verb_lemmas:
             return False  # a verb of its own ("update", "restart"), not a prefix on a read verb
-        return any(lemma.startswith(p) and lemma[len(p):].lstrip("-") in self.lex.not_writes
-                   for p in self.prefixes if len(lemma) > len(p) + 2)
+        return any(
+            lemma.startswith(p) and lemma[len(p) :].lstrip("-") in self.lex.not_writes
+            for p in self.prefixes
+            if len(lemma) > len(p) + 2
+        )
 
     def past_lemma(self, word: str) -> str:
         """The lemma of a past form or participle ("" when ``word`` is none): the table, else morphology."""
@@ -38,18 +61,27 @@ class VerbForms:
         for prefix in ("", *self.prefixes):
             if prefix and not (word.startswith(prefix) and len(word) > len(prefix) + 3):
                 continue
-            rest = word[len(prefix):].lstrip("-")
+            rest = word[len(prefix) :].lstrip("-")
             if rest in forms:
                 return prefix + forms[rest] if prefix else forms[rest]
             if not rest.endswith("ed"):
                 continue
             stem = rest[:-2]
-            for lemma in (stem, stem + "e", stem[:-1] if len(stem) > 2 and stem[-1] == stem[-2] else "",
-                          stem[:-1] + "y" if stem.endswith("i") else ""):
+            for lemma in (
+                stem,
+                stem + "e",
+                stem[:-1] if len(stem) > 2 and stem[-1] == stem[-2] else "",
+                stem[:-1] + "y" if stem.endswith("i") else "",
+            ):
                 if lemma and lemma in self.lex.verb_lemmas:
                     return prefix + lemma
-        if word.endswith("ed") and len(word) >= 5 and word not in _ED_NOT_VERBS and not word.endswith("eed") and \
-                "-" not in word:  # "password-protected", "air-conditioned": a compound adjective
+        if (
+            word.endswith("ed")
+            and len(word) >= 5
+            and word not in _ED_NOT_VERBS
+            and not word.endswith("eed")
+            and "-" not in word
+        ):  # "password-protected", "air-conditioned": a compound adjective
             return word[:-2]  # a verb the table lacks ("texted", "venmoed"): regular morphology
         return ""
 
@@ -58,7 +90,7 @@ class VerbForms:
         if word in self.lex.verb_lemmas:
             return word
         for prefix in self.prefixes:
-            if word.startswith(prefix) and word[len(prefix):].lstrip("-") in self.lex.verb_lemmas:
+            if word.startswith(prefix) and word[len(prefix) :].lstrip("-") in self.lex.verb_lemmas:
                 return word
         return ""
 

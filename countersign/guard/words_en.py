@@ -16,20 +16,111 @@ from countersign.guard.segment import Part, Sentence
 from countersign.guard.verbs_en import VerbForms
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*|\d+(?:[.,:]\d+)*(?:%|(?i:am|pm|st|nd|rd|th)\b)?|[$#@]")
-_NOT = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "hasn't": "has", "haven't": "have",
-        "hadn't": "had", "didn't": "did", "don't": "do", "doesn't": "does", "couldn't": "could",
-        "wouldn't": "would", "shouldn't": "should", "won't": "will", "can't": "can", "mustn't": "must",
-        "needn't": "need", "ain't": "is"}
+_NOT = {
+    "isn't": "is",
+    "aren't": "are",
+    "wasn't": "was",
+    "weren't": "were",
+    "hasn't": "has",
+    "haven't": "have",
+    "hadn't": "had",
+    "didn't": "did",
+    "don't": "do",
+    "doesn't": "does",
+    "couldn't": "could",
+    "wouldn't": "would",
+    "shouldn't": "should",
+    "won't": "will",
+    "can't": "can",
+    "mustn't": "must",
+    "needn't": "need",
+    "ain't": "is",
+}
 _SUFFIX = {"'ve": "have", "'re": "are", "'m": "am", "'ll": "will", "'d": "'d"}
-_D_AFTER = frozenset({"i", "you", "he", "she", "we", "they", "it", "that", "who", "there", "what", "where", "how",
-                      "this", "here", "which", "someone", "everyone", "nobody"})  # "'d" = had/would after these
-_IS_AFTER = frozenset({"it", "that", "what", "there", "here", "he", "she", "who", "everything", "all", "this",
-                       "nothing", "something", "one", "which", "where", "today"})
-_TAGS = {"have": "H", "has": "H", "had": "H", "is": "B", "are": "B", "was": "B", "were": "B", "am": "B",
-         "be": "B", "being": "B", "been": "N", "get": "G", "got": "G", "gets": "G", "gotten": "G", "did": "d",
-         "not": "X", "never": "X", "no": "X"}
-OBJECT_PRONOUNS = frozenset({"it", "them", "him", "her", "me", "us", "you", "everything", "that", "this",
-                              "those", "these", "all", "both", "one"})
+_D_AFTER = frozenset(
+    {
+        "i",
+        "you",
+        "he",
+        "she",
+        "we",
+        "they",
+        "it",
+        "that",
+        "who",
+        "there",
+        "what",
+        "where",
+        "how",
+        "this",
+        "here",
+        "which",
+        "someone",
+        "everyone",
+        "nobody",
+    }
+)  # "'d" = had/would after these
+_IS_AFTER = frozenset(
+    {
+        "it",
+        "that",
+        "what",
+        "there",
+        "here",
+        "he",
+        "she",
+        "who",
+        "everything",
+        "all",
+        "this",
+        "nothing",
+        "something",
+        "one",
+        "which",
+        "where",
+        "today",
+    }
+)
+_TAGS = {
+    "have": "H",
+    "has": "H",
+    "had": "H",
+    "is": "B",
+    "are": "B",
+    "was": "B",
+    "were": "B",
+    "am": "B",
+    "be": "B",
+    "being": "B",
+    "been": "N",
+    "get": "G",
+    "got": "G",
+    "gets": "G",
+    "gotten": "G",
+    "did": "d",
+    "not": "X",
+    "never": "X",
+    "no": "X",
+}
+OBJECT_PRONOUNS = frozenset(
+    {
+        "it",
+        "them",
+        "him",
+        "her",
+        "me",
+        "us",
+        "you",
+        "everything",
+        "that",
+        "this",
+        "those",
+        "these",
+        "all",
+        "both",
+        "one",
+    }
+)
 _LETTER = re.compile(r"[A-Za-z0-9]")
 _WORD_BEFORE = re.compile(r"([A-Za-z]+)\W*$")
 _WORD_AFTER = re.compile(r"\W*([A-Za-z]+)")
@@ -42,9 +133,12 @@ def _titled_neighbour(text: str, m: re.Match[str], openers: frozenset[str]) -> b
     if after is not None and after.group(1).istitle() and after.group(1) != "I":
         return True
     before = _WORD_BEFORE.search(text, 0, m.start())
-    return before is not None and before.group(1).istitle() and before.group(1) != "I" and \
-        before.group(1).lower() not in openers
-
+    return (
+        before is not None
+        and before.group(1).istitle()
+        and before.group(1) != "I"
+        and before.group(1).lower() not in openers
+    )
 
 
 Token = tuple[str, int, int, str, str]  # word, start, end (in sentence.text), tag, lemma
@@ -63,7 +157,6 @@ class EnglishWords(VerbForms):
         self.openers = lex.word("openers")
         self.preps = lex.word("prepositions")
         self._cache: dict[str, tuple[str, str]] = {}
-
 
     def tokens(self, sentence: Sentence, part: Part) -> list[Token]:
         out: list[Token] = []
@@ -88,12 +181,18 @@ class EnglishWords(VerbForms):
             out.append((word, s, e, cached[0], cached[1]))
         if revisit:
             # "the door's shut": is; "Sam's booked the table": has (an object follows); "Sam's car": possessive
-            out = [t if t[3] != "S" else ("has", t[1], t[2], "H", "") if self._object_at(out, i + 2)
-                   else ("is", t[1], t[2], "B", "") for i, t in enumerate(out)
-                   if t[3] != "S" or (i + 1 < len(out) and out[i + 1][3] in "VR")]
+            out = [
+                t
+                if t[3] != "S"
+                else ("has", t[1], t[2], "H", "")
+                if self._object_at(out, i + 2)
+                else ("is", t[1], t[2], "B", "")
+                for i, t in enumerate(out)
+                if t[3] != "S" or (i + 1 < len(out) and out[i + 1][3] in "VR")
+            ]
             for i, t in enumerate(out):
                 if t[0] == "'d":  # "had" before a participle ("I'd already deleted it"), else "would"
-                    nxt = next((u for u in out[i + 1:] if u[3] != "A"), None)
+                    nxt = next((u for u in out[i + 1 :] if u[3] != "A"), None)
                     out[i] = (t[0], t[1], t[2], "H" if nxt is not None and nxt[3] in "VR" else "M", "")
                 elif t[3] == "?":
                     named = t[1] > 0 or (i + 1 < len(out) and out[i + 1][3] in "VR")
