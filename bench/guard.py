@@ -1,6 +1,6 @@
 """Reply guard benchmark: precision and recall on labelled corpora, and the CPU per 2 KB reply (DESIGN §9).
 
-    .venv/bin/python bench/guard.py                      # both repo corpora, then the CPU figures
+    .venv/bin/python bench/guard.py                      # the repo corpora (in-sample, dev, dev2, dev3), then CPU
     .venv/bin/python bench/guard.py --corpus PATH [...]  # any corpus file(s) of the same format (see README)
     .venv/bin/python bench/guard.py --misses             # also list every sentence it got wrong
     .venv/bin/python bench/guard.py --no-cpu             # accuracy only
@@ -33,7 +33,10 @@ sys.path.insert(0, str(ROOT))
 
 from countersign.guard import Evidence, ReplyGuard, verbs_of  # noqa: E402
 
-CORPORA = [ROOT / "tests" / "fixtures" / "guard_corpus.yaml", ROOT / "tests" / "fixtures" / "guard_heldout_dev.yaml"]
+CORPORA = [
+    ROOT / "tests" / "fixtures" / name
+    for name in ("guard_corpus.yaml", "guard_heldout_dev.yaml", "guard_heldout_dev2.yaml", "guard_heldout_dev3.yaml")
+]
 LOCALES = {"zh": "zh-CN", "en": "en-US", "de": "de-DE", "es": "es-ES", "ja": "ja-JP"}
 
 
@@ -53,8 +56,11 @@ def read_corpus(path: Path) -> list[Labelled]:
     filler = str(doc.get("filler") or "")
     out = []
     for i, item in enumerate(doc["sentences"]):
-        if not isinstance(item, dict) or not isinstance(item.get("text"), str) or \
-                not isinstance(item.get("claim"), bool):
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("text"), str)
+            or not isinstance(item.get("claim"), bool)
+        ):
             raise SystemExit(f"{path}: sentences[{i}]: needs text (string) and claim (true/false)")
         n = int(item.get("repeat_filler") or 0)
         text = filler * n + item["text"] + filler * n
@@ -100,8 +106,10 @@ def accuracy(guard: ReplyGuard, path: Path, misses: bool) -> dict[str, Score]:
         kinds[s.kind].add(s.claim, got)
         if got != s.claim:
             shown = s.text if len(s.text) < 160 else s.text[:60] + " … " + s.text[-60:]
-            wrong.append(f"    {'MISSED' if s.claim else 'FALSE '} [{s.lang} {s.kind}] {shown!r} -> {v.reason}"
-                         f" {list(v.matched_claims)[:2] or list(v.excluded)[:2]}")
+            wrong.append(
+                f"    {'MISSED' if s.claim else 'FALSE '} [{s.lang} {s.kind}] {shown!r} -> {v.reason}"
+                f" {list(v.matched_claims)[:2] or list(v.excluded)[:2]}"
+            )
     print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {len(items)} sentences")
     for name in sorted(scores, key=lambda k: (k == "all", k == "obfuscated", k)):
         print(scores[name].line(name))
@@ -114,9 +122,11 @@ def accuracy(guard: ReplyGuard, path: Path, misses: bool) -> dict[str, Score]:
 
 
 READ_ONLY = [
-    "你有 3 条待办：", "1. 买牛奶（明天到期，已经逾期提醒过一次）；",
+    "你有 3 条待办：",
+    "1. 买牛奶（明天到期，已经逾期提醒过一次）；",
     "2. 准备周会材料，优先级高，截止时间是周五下午三点；",
-    "3. 给房东打电话确认维修时间。", "You have 3 open todos and 12 completed ones this month.",
+    "3. 给房东打电话确认维修时间。",
+    "You have 3 open todos and 12 completed ones this month.",
     "The oldest open item was set on March 3 and is tagged 'home'.",
     "上周你一共完成了 5 条待办，其中 2 条是工作相关的，其余是家里的事情。",
     "Your notes folder holds 41 notes; the last one was saved yesterday at 21:40 and is titled 'Trip ideas'.",
@@ -142,11 +152,13 @@ TYPICAL_EN = (
     "Your flight to Berlin leaves on Thursday at 7:40 from Terminal 2; check-in opens 24 hours before departure. "
     "The weather forecast shows rain in Berlin on Friday, so you may want to pack an umbrella. "
     "There are two invoices waiting for your approval in the finance tool, one from the cleaning service and one "
-    "from the printer supplier. If you want, I can draft a reply to the supplier asking for a discount. ")
+    "from the printer supplier. If you want, I can draft a reply to the supplier asking for a discount. "
+)
 TYPICAL_ZH = (
     "这是你本周的安排概览。周二有三个会议，包括上午十点的设计评审和下午两点与玛丽亚的一对一。周三基本空闲，适合专注工作。"
     "你飞往柏林的航班周四早上七点四十从二号航站楼起飞，起飞前二十四小时开放值机。天气预报显示周五柏林有雨，建议带伞。"
-    "财务系统里有两张发票等你审批，一张来自保洁公司，一张来自打印机供应商。如果需要，我可以帮你起草一封回复，向供应商争取折扣。")
+    "财务系统里有两张发票等你审批，一张来自保洁公司，一张来自打印机供应商。如果需要，我可以帮你起草一封回复，向供应商争取折扣。"
+)
 
 
 def prose(body: str, claim: str, size: int = 2048) -> str:
@@ -164,13 +176,19 @@ def cpu(guard: ReplyGuard, calls: int, rounds: int) -> None:
     and wall time beside it."""
     created = Evidence("act_1", "create_todo", True, verbs_of("create_todo"))
     dense = build_reply(CLAIM)
-    cases = [("2 KB prose en, claim", prose(TYPICAL_EN, " I've also moved the design review to 11am."), [], calls),
-             ("2 KB prose zh, claim", prose(TYPICAL_ZH, "另外，我已经把设计评审改到了十一点。"), [], calls),
-             ("2 KB prose en, read-only", prose(TYPICAL_EN, " Let me know what you'd like to do."), [], calls),
-             ("2 KB dense listing, claim", dense, [created], calls),
-             ("2 KB dense listing, read-only", build_reply("Let me know if you need anything."), [], calls),
-             ("64 KB, claim in the middle", build_reply(CLAIM, 32 * 1024) + "\n" + build_reply("", 32 * 1024),
-              [], max(1, calls // 30))]
+    cases = [
+        ("2 KB prose en, claim", prose(TYPICAL_EN, " I've also moved the design review to 11am."), [], calls),
+        ("2 KB prose zh, claim", prose(TYPICAL_ZH, "另外，我已经把设计评审改到了十一点。"), [], calls),
+        ("2 KB prose en, read-only", prose(TYPICAL_EN, " Let me know what you'd like to do."), [], calls),
+        ("2 KB dense listing, claim", dense, [created], calls),
+        ("2 KB dense listing, read-only", build_reply("Let me know if you need anything."), [], calls),
+        (
+            "64 KB, claim in the middle",
+            build_reply(CLAIM, 32 * 1024) + "\n" + build_reply("", 32 * 1024),
+            [],
+            max(1, calls // 30),
+        ),
+    ]
     for _name, reply, ev, _n in cases:
         for _ in range(50):
             guard.check(reply, "zh-CN", ev)
@@ -189,8 +207,10 @@ def cpu(guard: ReplyGuard, calls: int, rounds: int) -> None:
         xs, ws = sorted(cpu_ns[name]), sorted(wall_ns[name])
         v = guard.check(reply, "zh-CN", ev)
         p = lambda s, q: s[min(len(s) - 1, int(len(s) * q))] / 1e3  # noqa: E731
-        print(f"  {name:<30} {len(reply.encode()):>6} B {len(xs):>6} calls  cpu p50 {p(xs, .5):7.1f} us  "
-              f"p99 {p(xs, .99):7.1f} us   wall p50 {p(ws, .5):7.1f} us  p99 {p(ws, .99):7.1f} us  -> {v.reason}")
+        print(
+            f"  {name:<30} {len(reply.encode()):>6} B {len(xs):>6} calls  cpu p50 {p(xs, 0.5):7.1f} us  "
+            f"p99 {p(xs, 0.99):7.1f} us   wall p50 {p(ws, 0.5):7.1f} us  p99 {p(ws, 0.99):7.1f} us  -> {v.reason}"
+        )
 
 
 def main() -> None:

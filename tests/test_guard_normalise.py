@@ -5,11 +5,14 @@ Pure tests: no Redis, no gRPC.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from countersign.guard import ReplyGuard
+from countersign.guard import ReplyGuard, segment
 from countersign.guard.normalise import STEPS
 
 DATA = Path(__file__).resolve().parent.parent / "countersign" / "guard" / "data"
@@ -54,29 +57,29 @@ def test_a_claim_disguised_against_one_step_is_read_only_with_that_step(guard: R
 @pytest.mark.parametrize(
     ("raw", "seen"),
     [
-        ("I&#39;ve &amp; 已&#21024;除 &nosuch;", "I've & 已删除 &nosuch;"),   # character references
-        ("已\u200b取\u200d消\u2060了\u00ad", "已取消了"),                    # zero-width, ZWJ, word joiner, soft hyphen
-        ("已\ufe0f保存\U000e0041", "已保存"),                               # variation selector, tag character
-        ("\u202eI've sent it\u202c", "I've sent it"),                      # bidi override
-        ("ＯＫ了，ｄｏｎｅ", "OK了,done"),                                   # full-width forms
-        ("has ~~not~~ been moved", "has  been moved"),                     # strike-through is deleted text
+        ("I&#39;ve &amp; 已&#21024;除 &nosuch;", "I've & 已删除 &nosuch;"),  # character references
+        ("已\u200b取\u200d消\u2060了\u00ad", "已取消了"),  # zero-width, ZWJ, word joiner, soft hyphen
+        ("已\ufe0f保存\U000e0041", "已保存"),  # variation selector, tag character
+        ("\u202eI've sent it\u202c", "I've sent it"),  # bidi override
+        ("ＯＫ了，ｄｏｎｅ", "OK了,done"),  # full-width forms
+        ("has ~~not~~ been moved", "has  been moved"),  # strike-through is deleted text
         ("<del>not</del> moved <s>x</s>", " moved "),
-        ("n\u0336o\u0336t\u0336 sent", " sent"),                           # letters under a strike overlay
+        ("n\u0336o\u0336t\u0336 sent", " sent"),  # letters under a strike overlay
         ("a <!-- hidden --> b <!-- open to the end", "a  b "),
         ("<b>Saved</b><br>next<p>Then", "Saved next\nThen"),
         ("**Done** _now_ `code` [link](http://x)", "Done now code link"),
         ("snake_case_name stays", "snake_case_name stays"),
         ("# Heading\n> Quoted", "Heading\nQuoted"),
         ("I\u2019ve", "I've"),
-        ("d\u0435leted удалено", "deleted удалено"),                        # fold only where the word is Latin
+        ("d\u0435leted удалено", "deleted удалено"),  # fold only where the word is Latin
         ("ᴅᴇʟᴇᴛᴇᴅ \u0441\u043e\u0440\u0443", "deleted \u0441\u043e\u0440\u0443"),  # small capitals fold; a
         # word of Cyrillic look-alikes folds only when it is then an English verb form the lexicon knows
-        ("d e l e t e d 已 经 删 除 a b", "deleted 已经删除 a b"),              # letters spaced out
-        ("déleted café", "deleted café"),                                  # a diacritic goes only off a known word
+        ("d e l e t e d 已 经 删 除 a b", "deleted 已经删除 a b"),  # letters spaced out
+        ("déleted café", "deleted café"),  # a diacritic goes only off a known word
         ("已經幫您刪除這封郵件", "已经帮您删除这封邮件"),
         ("I've\ncancelled the\nsubscription.", "I've cancelled the subscription."),
         ("已经帮你\n取消了", "已经帮你取消了"),
-        ("Done:\n- one\n- two", "Done:\n- one\n- two"),                     # list items keep their lines
+        ("Done:\n- one\n- two", "Done:\n- one\n- two"),  # list items keep their lines
         ("Message sent\nThe next one", "Message sent\nThe next one"),
     ],
 )
@@ -85,8 +88,8 @@ def test_what_the_reader_sees(guard: ReplyGuard, raw: str, seen: str) -> None:
 
 
 def test_a_claim_in_the_middle_of_a_long_reply_is_read(guard: ReplyGuard) -> None:
-    filler = "你有 3 条待办。You have 3 open todos. " * 1500          # ~60 KB: the old guard read 8 KB at each end
-    middle = filler[: len(filler) // 2] + "另外，旧地址已经删除了。" + filler[len(filler) // 2:]
+    filler = "你有 3 条待办。You have 3 open todos. " * 1500  # ~60 KB: the old guard read 8 KB at each end
+    middle = filler[: len(filler) // 2] + "另外，旧地址已经删除了。" + filler[len(filler) // 2 :]
     verdict = guard.check(middle, "zh-CN", [])
     assert verdict.replaced and verdict.matched_claims == ("旧地址已经删除了。",)
 
@@ -101,3 +104,29 @@ def test_the_generated_tables_have_their_shape() -> None:
     assert t2s["經"] == "经" and t2s["幫"] == "帮" and len(t2s) > 3000
     conf = dict(line.split("\t") for line in (DATA / "confusables.tsv").read_text(encoding="utf-8").splitlines())
     assert conf["\u0435"] == "e" and conf["\u03bf"] == "o"
+
+
+# the readable forms of segment.py's two hot regexes (rewritten there to open with one character class)
+_SENTENCE_END_SPEC = re.compile(r"[。！？!?；;…]+[\"”’」』)]*|\n+|(?<![.\s][a-zA-Z])\.+(?=[\s\"”’)]|$)")
+_PART_BREAK_SPEC = re.compile(r"(?:(?<!\d)[,:]|[,:](?!\d)|[，、：;；|])+|\s[-–—]{1,2}\s|[—–→]+|\s->\s|\(|\)|（|）")
+
+
+@settings(max_examples=2000, deadline=None)
+@given(text=st.text(alphabet=',:，、：;；|  \t\n—–→()（）->1a2Z.。！？!?；;…"”’」』中e', max_size=16))
+def test_the_fast_segment_regexes_cut_where_their_readable_forms_do(text: str) -> None:
+    assert [m.span() for m in segment._SENTENCE_END.finditer(text)] == [
+        m.span() for m in _SENTENCE_END_SPEC.finditer(text)
+    ]
+    assert [m.span() for m in segment._PART_BREAK.finditer(text)] == [m.span() for m in _PART_BREAK_SPEC.finditer(text)]
+
+
+_DETECTOR = ReplyGuard.load()
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(alphabet="aé中あ가ЖжΩωשא่ि ", max_size=12))
+def test_the_script_gate_never_hides_a_script(text: str) -> None:
+    """language.Detector searches the scripts one by one only where one class of their first letters occurs."""
+    detector = _DETECTOR.detector
+    if any(rx.search(text) for _lang, rx in detector._scripts):
+        assert detector._any_script is not None and detector._any_script.search(text)

@@ -23,6 +23,8 @@ from countersign.guard import REASONS, REPLACED_REASONS, Evidence, LexiconError,
 FIXTURES = Path(__file__).parent / "fixtures"
 CORPUS = FIXTURES / "guard_corpus.yaml"
 HELDOUT = FIXTURES / "guard_heldout_dev.yaml"
+# every held-out file, in the order written: dev (issue 14), dev2 (before guard2's changes), dev3 (after them)
+HELDOUT_SETS = [HELDOUT, FIXTURES / "guard_heldout_dev2.yaml", FIXTURES / "guard_heldout_dev3.yaml"]
 ZH_NO_RECEIPT = "该操作尚未执行：服务端没有生成可核验的确认或成功回执。"
 ZH_CONTRADICTS = "回复与服务端回执不符：该操作没有按所述完成，请以回执为准。"
 EN_NO_RECEIPT = "That action has not been carried out: the server has no confirmation or success receipt for it."
@@ -113,8 +115,14 @@ def test_emoji_and_marks_do_not_hide_a_claim(guard: ReplyGuard) -> None:
 
 
 def test_a_stated_failure_a_question_or_a_promise_passes(guard: ReplyGuard) -> None:
-    for reply in ("创建失败了，请稍后再试。", "确认后我会帮你创建。", "I couldn't delete it.",
-                  "I'll create it once you confirm.", "要我帮你删除吗？", "Shall I add it?"):
+    for reply in (
+        "创建失败了，请稍后再试。",
+        "确认后我会帮你创建。",
+        "I couldn't delete it.",
+        "I'll create it once you confirm.",
+        "要我帮你删除吗？",
+        "Shall I add it?",
+    ):
         v = guard.check(reply, "zh-CN", [])
         assert not v.replaced and v.text == reply and v.reason == "NO_CLAIM", reply
 
@@ -122,10 +130,17 @@ def test_a_stated_failure_a_question_or_a_promise_passes(guard: ReplyGuard) -> N
 # ------------------------------------------------------------------------------ languages without a lexicon
 
 
-@pytest.mark.parametrize("reply", ["Ich habe die Bestellung storniert.", "He cancelado tu pedido ya.",
-                                   "注文をキャンセルしました。", "会議を削除しました。", "Я удалил заметку."])
-def test_a_reply_in_a_language_without_a_lexicon_is_flagged_not_passed_silently(guard: ReplyGuard,
-                                                                                 reply: str) -> None:
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Ich habe die Bestellung storniert.",
+        "He cancelado tu pedido ya.",
+        "注文をキャンセルしました。",
+        "会議を削除しました。",
+        "Я удалил заметку.",
+    ],
+)
+def test_a_reply_in_a_language_without_a_lexicon_is_flagged_not_passed_silently(guard: ReplyGuard, reply: str) -> None:
     v = guard.check(reply, "en", [])
     assert not v.replaced and v.reason == "UNSUPPORTED_LANGUAGE" and v.language and v.text == reply
 
@@ -155,8 +170,20 @@ def test_a_claim_in_a_supported_language_decides_even_beside_an_unsupported_one(
 
 
 def test_never_raises_on_odd_input(guard: ReplyGuard) -> None:
-    for reply in ("", "\x00", "\ud800已经删除", "。。。", "." * 20_000, "\u0130'VE DELETED IT", "I've ſaved it",
-                  "<!--", "~~", "*" * 500, "已" * 5000, "<" * 3000):
+    for reply in (
+        "",
+        "\x00",
+        "\ud800已经删除",
+        "。。。",
+        "." * 20_000,
+        "\u0130'VE DELETED IT",
+        "I've ſaved it",
+        "<!--",
+        "~~",
+        "*" * 500,
+        "已" * 5000,
+        "<" * 3000,
+    ):
         v = guard.check(reply, "", [])
         assert isinstance(v, Verdict) and v.reason in REASONS
     v = guard.check(None, None, None)  # type: ignore[arg-type]
@@ -164,12 +191,73 @@ def test_never_raises_on_odd_input(guard: ReplyGuard) -> None:
 
 
 _FRAGMENTS = [
-    "已经", "帮你", "创建", "删除", "好了", "成功", "保存", "完成", "操作", "没有", "吗", "？", "。", "，", "但",
-    "把", "被",
-    "I've", "I", "have", "has been", "deleted", "created", "saved", " successfully", "Done", "done", "all set",
-    "not", "won't", "?", ".", ". ", "!", "\n", " ", "and", "but", "'s been", "marked it as done", "✅", "ſ", "K",
-    "\u0130", "is now", "we", "sent", "set", "got", "搞定了", "待办已添加", "笔记已经删除", "已", "了", "\u200b", "~~",
-    "<!--", "-->", "**", "`", "「", "」", "\"", "Ich", "habe", "した", "е",
+    "已经",
+    "帮你",
+    "创建",
+    "删除",
+    "好了",
+    "成功",
+    "保存",
+    "完成",
+    "操作",
+    "没有",
+    "吗",
+    "？",
+    "。",
+    "，",
+    "但",
+    "把",
+    "被",
+    "I've",
+    "I",
+    "have",
+    "has been",
+    "deleted",
+    "created",
+    "saved",
+    " successfully",
+    "Done",
+    "done",
+    "all set",
+    "not",
+    "won't",
+    "?",
+    ".",
+    ". ",
+    "!",
+    "\n",
+    " ",
+    "and",
+    "but",
+    "'s been",
+    "marked it as done",
+    "✅",
+    "ſ",
+    "K",
+    "\u0130",
+    "is now",
+    "we",
+    "sent",
+    "set",
+    "got",
+    "搞定了",
+    "待办已添加",
+    "笔记已经删除",
+    "已",
+    "了",
+    "\u200b",
+    "~~",
+    "<!--",
+    "-->",
+    "**",
+    "`",
+    "「",
+    "」",
+    '"',
+    "Ich",
+    "habe",
+    "した",
+    "е",
 ]
 _TEXT = st.one_of(
     st.text(max_size=300),
@@ -178,10 +266,12 @@ _TEXT = st.one_of(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(reply=_TEXT, locale=st.sampled_from(["zh-CN", "en", "zh-TW", "", "de"]),
-       evidence=st.sampled_from(sorted(EVIDENCE)))
-def test_check_never_raises_and_a_pass_returns_the_reply(guard: ReplyGuard, reply: str, locale: str,
-                                                          evidence: str) -> None:
+@given(
+    reply=_TEXT, locale=st.sampled_from(["zh-CN", "en", "zh-TW", "", "de"]), evidence=st.sampled_from(sorted(EVIDENCE))
+)
+def test_check_never_raises_and_a_pass_returns_the_reply(
+    guard: ReplyGuard, reply: str, locale: str, evidence: str
+) -> None:
     v = guard.check(reply, locale, EVIDENCE[evidence])
     assert v.reason in REASONS and v.explanation
     if v.replaced:
@@ -196,13 +286,29 @@ def test_check_never_raises_and_a_pass_returns_the_reply(guard: ReplyGuard, repl
 
 @pytest.mark.parametrize(
     ("tool", "verbs"),
-    [("create_todo", {"create"}), ("add_item", {"create", "add"}), ("new_note", {"create"}),
-     ("delete_note", {"delete"}), ("remove_tag", {"delete"}), ("set_reminder", {"update"}),
-     ("update_todo", {"update"}), ("editNote", {"update"}), ("rename_list", {"update"}),
-     ("complete_todo", {"complete"}), ("finish_task", {"complete"}), ("mark_done", {"update", "complete"}),
-     ("save_note", {"save"}), ("send_email", {"send"}), ("email_summary", {"send"}), ("notify_user", {"send"}),
-     ("todo.create", {"create"}), ("todo_delete", {"delete"}), ("list_todos", set()), ("get_email", set()),
-     ("", set())],
+    [
+        ("create_todo", {"create"}),
+        ("add_item", {"create", "add"}),
+        ("new_note", {"create"}),
+        ("delete_note", {"delete"}),
+        ("remove_tag", {"delete"}),
+        ("set_reminder", {"update"}),
+        ("update_todo", {"update"}),
+        ("editNote", {"update"}),
+        ("rename_list", {"update"}),
+        ("complete_todo", {"complete"}),
+        ("finish_task", {"complete"}),
+        ("mark_done", {"update", "complete"}),
+        ("save_note", {"save"}),
+        ("send_email", {"send"}),
+        ("email_summary", {"send"}),
+        ("notify_user", {"send"}),
+        ("todo.create", {"create"}),
+        ("todo_delete", {"delete"}),
+        ("list_todos", set()),
+        ("get_email", set()),
+        ("", set()),
+    ],
 )
 def test_verbs_of(tool: str, verbs: set[str]) -> None:
     assert verbs_of(tool) == frozenset(verbs)
@@ -233,8 +339,10 @@ def score(guard: ReplyGuard, items: list[dict[str, Any]]) -> tuple[dict[str, Cou
         for group in (item["lang"], *(("obfuscated",) if "obf" in item["kind"] else ())):
             groups.setdefault(group, Counter())[cell] += 1
         if got != want and not item.get("known_miss"):
-            wrong.append(f"{'MISSED' if want else 'FALSE'} [{item['lang']} {item['kind']}] {item['text'][:120]!r}"
-                         f" -> {v.reason} {v.matched_claims or v.excluded[:2]}")
+            wrong.append(
+                f"{'MISSED' if want else 'FALSE'} [{item['lang']} {item['kind']}] {item['text'][:120]!r}"
+                f" -> {v.reason} {v.matched_claims or v.excluded[:2]}"
+            )
     return groups, wrong
 
 
@@ -273,14 +381,17 @@ def test_the_backing_table(guard: ReplyGuard) -> None:
     assert len(doc["backing"]) >= 25 and not wrong, "\n".join(wrong)
 
 
-def test_the_held_out_dev_set_is_measured_and_never_tuned_on(guard: ReplyGuard) -> None:
-    doc = yaml.safe_load(HELDOUT.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("path", HELDOUT_SETS, ids=lambda p: p.stem)
+def test_the_held_out_dev_set_is_measured_and_never_tuned_on(guard: ReplyGuard, path: Path) -> None:
+    """Prints the figures (no figure is asserted: a held-out set is measured, not passed)."""
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     assert re.match(r"^\d{4}-\d{2}-\d{2}T", str(doc["frozen"]))
-    items, _doc = load_corpus(HELDOUT)
+    items, _doc = load_corpus(path)
     langs = Counter(i["lang"] for i in items)
     assert langs["zh"] >= 100 and langs["en"] >= 100
+    assert not any(i.get("known_miss") for i in items)  # a held-out file is never annotated from its results
     groups, _wrong = score(guard, items)
-    print(f"\nreply guard, held-out dev set frozen {doc['frozen']} ({len(items)} sentences):")
+    print(f"\nreply guard, held-out {path.stem} frozen {doc['frozen']} ({len(items)} sentences):")
     figures("held-out", groups)
 
 
@@ -325,20 +436,33 @@ def test_the_generated_tables_are_found_beside_a_custom_folder_or_in_the_package
         ("en.yaml", lambda d: d.update(claimz={}), "en.yaml: (top): Additional properties are not allowed"),
         ("en.yaml", lambda d: d.update(grammar="fr"), "en.yaml: grammar:"),
         ("en.yaml", lambda d: d.update(language="de"), "en.yaml: language: 'de' does not match the file name"),
-        ("en.yaml", lambda d: d["claims"]["success_word"].append("(unclosed"),
-         "en.yaml: claims.success_word[1]: bad regex '(unclosed'"),
-        ("en.yaml", lambda d: d["claims"]["success_word"].append("(?P<x>done)"),
-         "en.yaml: claims.success_word[1]: named groups are not allowed"),
-        ("en.yaml", lambda d: d["exclusions"]["negation"]["before"].append(r"\bNever\b"),
-         "en.yaml: exclusions.negation.before[3]: write it in lower case"),
+        (
+            "en.yaml",
+            lambda d: d["claims"]["success_word"].append("(unclosed"),
+            "en.yaml: claims.success_word[1]: bad regex '(unclosed'",
+        ),
+        (
+            "en.yaml",
+            lambda d: d["claims"]["success_word"].append("(?P<x>done)"),
+            "en.yaml: claims.success_word[1]: named groups are not allowed",
+        ),
+        (
+            "en.yaml",
+            lambda d: d["exclusions"]["negation"]["before"].append(r"\bNever\b"),
+            "en.yaml: exclusions.negation.before[3]: write it in lower case",
+        ),
         ("en.yaml", lambda d: d["exclusions"].update(politeness={}), "en.yaml: exclusions: Additional properties"),
-        ("zh.yaml", lambda d: d["verbs"].update(table="nope.txt"),
-         "zh.yaml: verbs.table: 'nope.txt' is neither beside the lexicon nor in data/"),
+        (
+            "zh.yaml",
+            lambda d: d["verbs"].update(table="nope.txt"),
+            "zh.yaml: verbs.table: 'nope.txt' is neither beside the lexicon nor in data/",
+        ),
         ("zh.yaml", lambda d: d["words"].update(result_complements="好"), "zh.yaml: words.result_complements:"),
     ],
 )
-def test_a_broken_lexicon_stops_the_load_naming_the_file_and_the_fault(tmp_path: Path, file: str, change: Any,
-                                                                         message: str) -> None:
+def test_a_broken_lexicon_stops_the_load_naming_the_file_and_the_fault(
+    tmp_path: Path, file: str, change: Any, message: str
+) -> None:
     folder = _copy_lexicons(tmp_path)
     _edit(folder, file, change)
     with pytest.raises(LexiconError) as err:
@@ -350,7 +474,7 @@ def test_a_folder_with_one_lexicon_reads_with_it_alone(tmp_path: Path) -> None:
     shutil.copy(Path(str(resources.files("countersign").joinpath("guard", "zh.yaml"))), tmp_path / "zh.yaml")
     only_zh = ReplyGuard.load(tmp_path)
     assert only_zh.lexicons == ("zh",)
-    assert only_zh.check("笔记已经删除。", "en", []).text == ZH_NO_RECEIPT   # no en file: the only replacement
+    assert only_zh.check("笔记已经删除。", "en", []).text == ZH_NO_RECEIPT  # no en file: the only replacement
     assert only_zh.check("The note has been deleted.", "en", []).reason == "NO_CLAIM"
     with pytest.raises(LexiconError, match="not a folder"):
         ReplyGuard.load(tmp_path / "missing")

@@ -9,10 +9,11 @@ form is then placed by what stands before it:
     have + V                   perfect        "I've refunded", "you have deleted" (agent: the subject)
     I/we/you/he + V            past           "I booked", "you cancelled"
     (nothing) + V              bare_head      "Deleted.", "Marked 'Pay rent' as done", "- cancelled the booking"
-    noun + V + (end|prep|as)   headline       "Message sent to Priya", "Invoice exported as PDF"
+    noun + V + (end|prep|as)   headline       "Message sent to Priya", "Invoice exported as PDF" (a verb of
+                                              ``verbs.changes`` is a thing's own change: "Gas prices fell")
     noun + V + object          past, OTHER    "The seller cancelled it"
     the/your/all + V           (attributive: not a claim) "the deleted report", "all uploaded files"
-    got + object + V           causative      "got you booked", "got it fixed"
+    got/had + object + V       causative      "got you booked", "got it fixed", "had the package redirected"
     now + V-s                  result_state   "your address now points to the office"
     did + V                    past           "the email did go out"
 A part that has no subject of its own takes the previous part's ("I found it and sent it": "sent it" is mine).
@@ -25,18 +26,17 @@ from collections.abc import Sequence
 
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate, Phrases
 from countersign.guard.lexicon import Lexicon
+from countersign.guard.placement_en import Placement
 from countersign.guard.segment import Part, Sentence
-from countersign.guard.words_en import OBJECT_PRONOUNS, EnglishWords, Token
+from countersign.guard.words_en import Token
 
 _WORDS = re.compile(r"[a-z]+")
-_ED = re.compile(r"[a-z]ed\b")
+_ED = re.compile(r"ed\b(?<=[a-z]ed)")  # = [a-z]ed\b, written literal-first so that re skips fast
 _PIECES = re.compile(r"[,;:—–()]|\s-\s|\b(?=and\b|but\b|so\b|though\b|then\b)")
-_REPORTING = frozenset({"whether", "if", "how", "what", "when", "where", "which", "who", "why"})
-_RELATIVE = frozenset({"that", "which", "who", "whom", "whose"})
-_WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
+_NOW = frozenset({"now"})  # a change, not a standing state: "Your alarm now repeats on weekdays"
 
 
-class EnglishGrammar(EnglishWords):
+class EnglishGrammar(Placement):
     def __init__(self, lex: Lexicon) -> None:
         super().__init__(lex)
         self.phrases = Phrases(lex)
@@ -47,22 +47,26 @@ class EnglishGrammar(EnglishWords):
         low = text.lower()
         if not words:
             words = _WORDS.findall(low)
-        if not self._forms.isdisjoint(words) or ("now" in words or "did" in words) or \
-                ("ed" in low and _ED.search(low)):
+        if (
+            not self._forms.isdisjoint(words)
+            or ("now" in words or "did" in words)
+            or ("ed" in low and _ED.search(low))
+            or "'d " in low
+        ):
             return True
-        rules = self.phrases.runnable(low)
+        rules = self.phrases.runnable(low, words)
         if not rules:
             return False
         if any(rx.search(low) for _r, rx, _n in rules if "^" not in rx.pattern and "$" not in rx.pattern):
             return True
         # a rule anchored at a part's start or end ("is in place."): try each rough piece
         anchored = [rx for _r, rx, _n in rules if "^" in rx.pattern or "$" in rx.pattern]
-        return any(rx.search(piece) for piece in _PIECES.split(low) for rx in anchored)
+        return bool(anchored) and any(rx.search(piece) for piece in _PIECES.split(low) for rx in anchored)
 
-    def candidates(self, sentence: Sentence) -> list[Candidate]:
+    def candidates(self, sentence: Sentence, words: Sequence[str] = ()) -> list[Candidate]:
         out: list[Candidate] = []
         inherited = ASSISTANT
-        rules = self.phrases.runnable(sentence.text)
+        rules = self.phrases.live(sentence, words)
         for part in sentence.parts:
             tokens = self.tokens(sentence, part)
             found, subject_agent = self._part(sentence, part, tokens, inherited)
@@ -74,17 +78,16 @@ class EnglishGrammar(EnglishWords):
 
     # -- one part ----------------------------------------------------------------------------------
 
-    def _part(self, sentence: Sentence, part: Part, tokens: list[Token],
-              inherited: str) -> tuple[list[Candidate], str]:
+    def _part(self, sentence: Sentence, part: Part, tokens: list[Token], inherited: str) -> tuple[list[Candidate], str]:
         out: list[Candidate] = []
         first = 0
         while first < len(tokens) and (tokens[first][0] in self.openers or tokens[first][3] == "A"):
             first += 1
-        subject_agent = self._agent(tokens[first:first + 1]) if tokens[first:first + 1] and \
-            tokens[first][3] in "PUT" else ""
+        subject_agent = (
+            self._agent(tokens[first : first + 1]) if tokens[first : first + 1] and tokens[first][3] in "PUT" else ""
+        )
         for i, (word, _s, _e, tag, lemma) in enumerate(tokens):
-            particles = self.lex.particle_writes.get(lemma, ())
-            if tag == "R" and any(t[0] in particles for t in tokens[i + 1:i + 3]):
+            if tag == "R" and any(t[0] in self.lex.particle_writes.get(lemma, ()) for t in tokens[i + 1 : i + 3]):
                 tag = "V"  # "checked in", "sorted you out", "left the group"
             if tag == "d":  # emphatic past: "I did rebook the hotel", "the email did go out"
                 nxt = next((j for j in range(i + 1, len(tokens)) if tokens[j][3] != "A"), None)
@@ -97,125 +100,60 @@ class EnglishGrammar(EnglishWords):
                     agent = self._agent(tokens[first:i]) or inherited
                     if agent == OTHER and goes:
                         agent = NOBODY  # "the email did go out": a result, whoever the subject
-                    out.append(Candidate("past", self.lex, sentence, part, tokens[i][1], tokens[nxt][2], verb,
-                                         agent, self._words(tokens[first:i])))
+                    out.append(
+                        Candidate(
+                            "past",
+                            self.lex,
+                            sentence,
+                            part,
+                            tokens[i][1],
+                            tokens[nxt][2],
+                            verb,
+                            agent,
+                            self._words(tokens[first:i]),
+                        )
+                    )
                 continue
             if word == "now" and i + 1 < len(tokens) and first < i:
                 lemma_now = self._present(tokens[i + 1][0])
                 if lemma_now:
-                    out.append(Candidate("result_state", self.lex, sentence, part, tokens[i][1], tokens[i + 1][2],
-                                         lemma_now, NOBODY, self._words(tokens[first:i])))
+                    out.append(
+                        Candidate(
+                            "result_state",
+                            self.lex,
+                            sentence,
+                            part,
+                            tokens[i][1],
+                            tokens[i + 1][2],
+                            lemma_now,
+                            NOBODY,
+                            self._words(tokens[first:i]),
+                            _NOW,
+                        )
+                    )
+                continue
+            if tag == "L":  # a label named after a state: "Tap Blocked Numbers", "Recently Deleted keeps ..."
+                out.append(
+                    Candidate(
+                        "bare_head",
+                        self.lex,
+                        sentence,
+                        part,
+                        tokens[i][1],
+                        tokens[i][2],
+                        lemma,
+                        inherited,
+                        "",
+                        frozenset({"label"}),
+                    )
+                )
                 continue
             if tag != "V":
                 continue
             cand = self._place(sentence, part, tokens, first, i, inherited)
             if cand is not None:
                 out.append(cand)
-                if cand.subject and cand.rule in ("past", "perfect") and not subject_agent:
-                    subject_agent = cand.agent
+                if cand.subject and cand.rule in ("past", "perfect", "passive") and not subject_agent:
+                    # "The invoice was issued ... and paid a week later": the next part's verb is passive too
+                    subject_agent = NOBODY if cand.rule == "passive" else cand.agent
         return out, subject_agent
-
-    def _place(self, sentence: Sentence, part: Part, tokens: list[Token], first: int, i: int,
-               inherited: str) -> Candidate | None:
-        lemma, end, span = tokens[i][4], tokens[i][2], (tokens[i][1], tokens[i][2])
-        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
-        after = tokens[i + 2] if i + 2 < len(tokens) else None
-        if nxt is not None and (nxt[0] in _REPORTING or (nxt[0] == "that" and after is not None and
-                                after[3] in "PUTDN#")):
-            return None  # reporting, not acting: "I confirmed that the payment arrived", "checked whether"
-        j = i - 1
-        while j >= first and tokens[j][3] in "AX":
-            j -= 1
-        prev = tokens[j][3] if j >= first else ""
-        if prev == "D" or (prev == "#" and nxt is not None and nxt[3] == "O" and nxt[0] not in self.preps):
-            return None  # attributive: "the deleted report", "14 archived emails"
-        if tokens[j][0] in OBJECT_PRONOUNS and j - 1 >= first and tokens[j - 1][3] in "VR" and j == i - 1:
-            return None  # an object complement: "marked it shipped" is the claim (or not) of "marked"
-        if prev == "O" and tokens[j][0] in self.preps:
-            return Candidate("headline", self.lex, sentence, part, tokens[j][1], end, lemma, NOBODY, "",
-                             frozenset({"attributive"}), span)  # a state named after a preposition: "under Closed"
-        if prev == "O" and tokens[j][0] in _WH:
-            return Candidate("past", self.lex, sentence, part, tokens[j][1], end, lemma, NOBODY, tokens[j][0],
-                             frozenset({"attributive"}), span)  # "what changed", "whatever was deleted"
-        if prev in ("U", "T", "O") and j - 1 >= first and tokens[j - 1][3] == "G" and \
-                (prev != "O" or tokens[j][0] in OBJECT_PRONOUNS):
-            k = j - 1  # causative: "got you booked", "got it fixed"
-            agent = self._agent(tokens[first:k]) or inherited
-            return Candidate("causative", self.lex, sentence, part, tokens[k][1], end, lemma, agent,
-                             self._words(tokens[first:k]), verb_span=span)
-        if prev in ("N", "B", "G"):
-            k = j
-            while k - 1 >= first and tokens[k - 1][3] in "HBNMAX":
-                k -= 1
-            subject = tokens[first:k]
-            if any(t[3] == "P" for t in subject[:1]) and prev != "N":
-                return None  # "I was asked", "I'm excited": the speaker as the patient is no report
-            flags = frozenset({"generic"}) if self._generic(subject, tokens[k:i]) else frozenset()
-            if len(subject) > 1 and subject[-1][0] in _RELATIVE:
-                flags = flags | {"attributive"}  # "2 todos that have been completed": a description
-            if subject and subject[0][3] == "U" and any(t[0] in ("was", "were") for t in tokens[k:i]):
-                flags = flags | {"fact"}  # "You were charged twice": an event of the user's, read from data
-            aux = [t[0] for t in tokens[k:i] if t[3] != "X"]
-            if aux and all(w in ("is", "are", "am") or (w not in ("now", "already", "just", "all") and
-                           t3 == "A") for w, t3 in ((t[0], t[3]) for t in tokens[k:i] if t[3] != "X")):
-                flags = flags | {"present"}  # "is tagged 'home'": a state; a past date in the sentence reads it
-            return Candidate("passive", self.lex, sentence, part, tokens[k][1], end, lemma, NOBODY,
-                             self._words(subject), flags, span)
-        if prev == "H":
-            k = j
-            while k - 1 >= first and tokens[k - 1][3] in "HMAX":
-                k -= 1
-            subject = tokens[first:k]
-            agent = self._agent(subject) or (inherited if not subject else OTHER)
-            flags = frozenset({"attributive"}) if len(subject) > 1 and subject[-1][0] in _RELATIVE else frozenset()
-            return Candidate("perfect", self.lex, sentence, part, tokens[k][1], end, lemma, agent,
-                             self._words(subject), flags, span)
-        if prev in ("P", "U", "T"):
-            agent = ASSISTANT if prev == "P" else OTHER
-            return Candidate("past", self.lex, sentence, part, tokens[j][1], end, lemma, agent, tokens[j][0],
-                             verb_span=span)
-        if j < first:
-            return Candidate("bare_head", self.lex, sentence, part, tokens[i][1], end, lemma, inherited, "",
-                             self._head_flags(part, tokens, i), span)
-        if prev == "M":
-            return None  # "I will deleted" is no English; "could have" is H
-        if nxt is None or nxt[0] in self.preps or nxt[3] in ("A", "#") or nxt[0] in ("as", "successfully"):
-            return Candidate("headline", self.lex, sentence, part, tokens[first][1], end, lemma, NOBODY,
-                             self._words(tokens[first:i]), verb_span=span)
-        return Candidate("past", self.lex, sentence, part, tokens[first][1], end, lemma, OTHER,
-                         self._words(tokens[first:i]), verb_span=span)
-
-    def _agent(self, subject: list[Token]) -> str:
-        """Who acts, from a subject's words ("" for no subject)."""
-        words = [t for t in subject if t[3] != "A"]
-        if not words:
-            return ""
-        if words[0][3] == "P":
-            return ASSISTANT
-        return OTHER
-
-    def _generic(self, subject: list[Token], aux: list[Token]) -> bool:
-        """A present passive of a bare plural subject states a rule ("Cancelled orders are purged"), no act."""
-        words = [t for t in subject if t[3] != "A"]
-        if not words or words[0][3] in ("D", "P", "U", "T", "#") or words[0][0] in OBJECT_PRONOUNS:
-            return False
-        if not words[-1][0].endswith("s") or words[-1][0].endswith("ss"):
-            return False
-        return all(t[0] in ("is", "are") or (t[3] == "A" and t[0] not in ("now", "already", "just"))
-                   for t in aux) and any(t[0] in ("is", "are") for t in aux)
-
-    def _head_flags(self, part: Part, tokens: list[Token], i: int) -> frozenset[str]:
-        """A bare participle that is a modifier, not a report: "Deleted notes stay in the trash", "Completed: 3"."""
-        rest = tokens[i + 1:]
-        if part.end_mark == ":" and rest and all(t[3] in ("O", "V", "R") for t in rest):
-            return frozenset({"label"})
-        for k, t in enumerate(rest):
-            if t[3] in ("B", "H", "M"):
-                return frozenset({"attributive"})
-            if k > 0 and t[0] in self.lex.verb_lemmas and rest[k - 1][0].endswith("s") and rest[k - 1][3] == "O":
-                return frozenset({"attributive"})
-        return frozenset()
-
-    @staticmethod
-    def _words(tokens: list[Token]) -> str:
-        return " ".join(t[0] for t in tokens)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate, Phrases
 from countersign.guard.lexicon import Lexicon
 from countersign.guard.segment import Part, Sentence
+from countersign.guard.subject_zh import Subjects
 
 _YI = re.compile(r"已经|已|刚刚|刚才|刚")
 _ATTRIBUTIVE = re.compile(r"[^，。的你我他她您]{1,3}的(?![。！!，,]*$)")
@@ -30,29 +31,50 @@ _PARTICLE = re.compile("[了啦咯喽嘞啰]")
 _BA = re.compile(r"把|将(?![会要在近来于])")
 _SUCCESS = re.compile(r"成功|完成|完毕")
 _HAN = re.compile(r"[\u3400-\u9fff]")
-_COMPLEMENT_AFTER_VERB = re.compile("[上好完掉进出](?=[\u4e00-\u9fff])")
+_COMPLEMENT_AFTER_VERB = re.compile('[上好完掉进出成到](?=[\u4e00-\u9fff“「"])')
+_COVERBS = frozenset("和跟与同向对从往朝")  # a coverb phrase before the verb
+_MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完]")  # every marker _part looks for holds one of these
 _MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕")
 
 
 class ChineseGrammar:
     def __init__(self, lex: Lexicon) -> None:
         self.lex = lex
-        self.verbs = lex.verb_lemmas | lex.not_writes  # a read or state verb is a verb too: it stops a scan
-        self.not_write = re.compile("|".join(sorted(map(re.escape, lex.not_writes), key=len, reverse=True)) or "(?!)")
+        # a read or state verb, or a thing's own change (化, 散), is a verb too: it stops a scan
+        self.verbs = lex.verb_lemmas | lex.not_writes | lex.changes
+        # a change the table does not list as a verb (化, 慢, 好) is no write either
+        never = lex.not_writes | (lex.changes - lex.verb_lemmas)
+        self.not_write = re.compile("|".join(sorted(map(re.escape, never), key=len, reverse=True)) or "(?!)")
         self.complements = tuple(sorted(lex.word("result_complements"), key=len, reverse=True))
         self.le_stoplist = lex.word("le_stoplist")
-        self.skip = re.compile("(?:" + "|".join(sorted(map(re.escape, lex.word("after_yi_skip")), key=len,
-                                                       reverse=True)) + ")*") if lex.word("after_yi_skip") \
+        self.skip = (
+            re.compile(
+                "(?:" + "|".join(sorted(map(re.escape, lex.word("after_yi_skip")), key=len, reverse=True)) + ")*"
+            )
+            if lex.word("after_yi_skip")
             else re.compile("")
+        )
         self.phrases = Phrases(lex)
-        self.assistant = re.compile("|".join(map(re.escape, sorted(lex.word("assistant_markers"), key=len,
-                                                                   reverse=True))) or "(?!)")
+        self.subjects = Subjects(lex)
+        labels = "|".join(sorted(map(re.escape, lex.word("label_nouns")), key=len, reverse=True))
+        # 已删除邮件占用了 2 GB: 已 + V + a noun, then the sentence's own verb: a label, not a report
+        self.label = (
+            re.compile(
+                f"(?:{labels})(?:里|中|会|占|有|在|默认|显示|可以|都|只|保留|共|一共|列表|标签|分组|"
+                "文件夹|页|栏|数量|数)"
+            )
+            if labels
+            else re.compile("(?!)")
+        )
+        self.assistant = re.compile(
+            "|".join(map(re.escape, sorted(lex.word("assistant_markers"), key=len, reverse=True))) or "(?!)"
+        )
 
-    def candidates(self, sentence: Sentence) -> list[Candidate]:
+    def candidates(self, sentence: Sentence, words: Sequence[str] = ()) -> list[Candidate]:
         out: list[Candidate] = []
-        rules = self.phrases.runnable(sentence.text)
+        rules = self.phrases.live(sentence)
         for part in sentence.parts:
-            found = self._part(sentence, part)
+            found = self._part(sentence, part) if _MARKER_CHARS.search(part.text) else []
             seen: set[tuple[int, int]] = set()
             for c in found:
                 if (c.start, c.end) not in seen:
@@ -71,7 +93,7 @@ class ChineseGrammar:
     def _verb_at(self, text: str, i: int) -> str:
         """The verb that starts at ``text[i]`` (two characters before one), or ""."""
         for n in (2, 1):
-            word = text[i:i + n]
+            word = text[i : i + n]
             if len(word) == n and word in self.verbs:
                 return word
         return ""
@@ -79,8 +101,8 @@ class ChineseGrammar:
     def _verb_before(self, text: str, j: int) -> str:
         """The verb that ends just before ``text[j]``, or ""."""
         for n in (2, 1):
-            if j - n >= 0 and text[j - n:j] in self.verbs:
-                return text[j - n:j]
+            if j - n >= 0 and text[j - n : j] in self.verbs:
+                return text[j - n : j]
         return ""
 
     def _is_write(self, verb_and_rest: str) -> bool:
@@ -95,16 +117,28 @@ class ChineseGrammar:
     def _agent(self, text: str, upto: int) -> str:
         return ASSISTANT if self.assistant.search(text, 0, upto) else NOBODY
 
-    def _cand(self, rule: str, sentence: Sentence, part: Part, s: int, e: int, verb: str,
-              agent: str | None = None, flags: frozenset[str] = frozenset()) -> Candidate:
-        return Candidate(rule, self.lex, sentence, part, part.start + s, part.start + e, verb,
-                         agent or self._agent(part.text, e), "", flags)
+    def _cand(
+        self,
+        rule: str,
+        sentence: Sentence,
+        part: Part,
+        s: int,
+        e: int,
+        verb: str,
+        agent: str | None = None,
+        flags: frozenset[str] = frozenset(),
+    ) -> Candidate:
+        subject = ""
+        if agent is None:
+            who = self.subjects.read(part.text, s, e, verb)
+            agent, subject, flags = who.agent or self._agent(part.text, e), who.words, flags | who.flags
+        return Candidate(rule, self.lex, sentence, part, part.start + s, part.start + e, verb, agent, subject, flags)
 
     def _part(self, sentence: Sentence, part: Part) -> list[Candidate]:
         text = part.text
         out: list[Candidate] = []
         for m in _YI.finditer(text):
-            if m.group(0) == "已" and text[m.end():m.end() + 1] == "经":
+            if m.group(0) == "已" and text[m.end() : m.end() + 1] == "经":
                 continue
             if m.start() > 0 and text[m.start() - 1] in "为成" and m.group(0).startswith("已"):
                 continue  # 标记为已完成, 设为已读: a state named as the object, the act is the verb before it
@@ -118,14 +152,24 @@ class ChineseGrammar:
                     continue
                 out.append(self._cand("completion_aspect", sentence, part, m.start(), le + 1, rest[1:3]))
                 continue
-            disposal = bool(_BA.match(rest))   # 已把…/已将…: a disposal construction always has an act
+            if rest[:1] in _COVERBS and len(self._verb_at(text, after)) < 2:
+                # 已经跟账号解绑, 已替您向物业报修: the act is the verb after the coverb's object (not 同步, 对上)
+                le = text.find("了", after)
+                tail = le + 1 if le >= 0 else len(text.rstrip("。！!~～ "))
+                out.append(self._cand("completion_aspect", sentence, part, m.start(), tail, ""))
+                continue
+            disposal = bool(_BA.match(rest))  # 已把…/已将…: a disposal construction always has an act
             verb = "" if disposal else self._verb_at(text, after)
             if m.group(0).startswith("刚") and not (verb or disposal):
                 continue  # 刚 is also "just now" before a noun: only with a verb it marks completion
             verb = verb or ("" if disposal else rest[:2])
-            if not disposal and (not self._is_write(rest) or not self._is_write(text[m.end():])):
+            if not disposal and (not self._is_write(rest) or not self._is_write(text[m.end() :])):
                 continue
-            flags = frozenset({"attributive"}) if _ATTRIBUTIVE.match(text, m.end()) else frozenset()
+            flags = (
+                frozenset({"attributive"})
+                if _ATTRIBUTIVE.match(text, m.end()) or (verb and self.label.match(text, after + len(verb)))
+                else frozenset()
+            )
             end = after + max(len(verb), 1)
             out.append(self._cand("completion_aspect", sentence, part, m.start(), end, verb, flags=flags))
         for pm in _PARTICLE.finditer(text):
@@ -138,56 +182,72 @@ class ChineseGrammar:
                 out.append(self._cand("success_complement", sentence, part, m.start() - len(verb), m.end(), verb))
         for m in re.finditer("被", text):
             verb = self._verb_at(text, m.end())
-            done = "了" in text[m.end():] or text[:m.start()].endswith(("已", "已经")) or \
-                not text[m.end() + len(verb):].strip("。！!，, ")
+            done = (
+                "了" in text[m.end() :]
+                or text[: m.start()].endswith(("已", "已经"))
+                or not text[m.end() + len(verb) :].strip("。！!，, ")
+            )
             if not done:
                 continue
             if verb:
-                if self._is_write(text[m.end():]):
+                if self._is_write(text[m.end() :]):
                     out.append(self._cand("passive", sentence, part, m.start(), m.end() + len(verb), verb, NOBODY))
             else:
-                agent = ASSISTANT if text[m.end():m.end() + 2] in ("我们", "我帮", "我给") or \
-                    text[m.end():m.end() + 1] == "我" else OTHER
+                agent = (
+                    ASSISTANT
+                    if text[m.end() : m.end() + 2] in ("我们", "我帮", "我给") or text[m.end() : m.end() + 1] == "我"
+                    else OTHER
+                )
                 out.append(self._cand("passive", sentence, part, m.start(), len(text.rstrip("。！!")), "", agent))
         return out
 
     def _particle(self, sentence: Sentence, part: Part, k: int) -> Candidate | None:
         text = part.text
-        if text[k + 1:k + 2] in ("吗", "么", "解") or text[k:k + 2] == "了解":
+        if text[k + 1 : k + 2] in ("吗", "么", "解") or text[k : k + 2] == "了解":
             return None
         before = text[:k]
         for comp in self.complements:
             if before.endswith(comp):
                 j = k - len(comp)
                 verb = self._verb_before(text, j)
-                if verb and self._is_write(text[j - len(verb):]):
+                if verb and self._is_write(text[j - len(verb) :]):
                     return self._cand("result_complement", sentence, part, j - len(verb), k + 1, verb)
                 if comp in ("到", "成", "上", "下") and _BA.search(before):
                     break  # "把例会挪到了": the 把 rule below
                 if verb:
                     return None
         verb = self._verb_before(text, k)
-        if verb and (verb + text[k]) not in self.le_stoplist and text[k - 2:k + 1] not in self.le_stoplist \
-                and self._is_write(text[k - len(verb):]) and text[k] == "了":
+        if (
+            verb
+            and (verb + text[k]) not in self.le_stoplist
+            and text[k - 2 : k + 1] not in self.le_stoplist
+            and self._is_write(text[k - len(verb) :])
+            and text[k] == "了"
+        ):
             return self._cand("perfective_le", sentence, part, k - len(verb), k + 1, verb)
         ba = _BA.search(before)
         if ba is not None and text[k] == "了":
             return self._cand("ba_construction", sentence, part, ba.start(), k + 1, "")
-        if text[k] in "了啦" and not text[k + 1:].strip("。！!~～…. 哈呀哦喔噢嗷啊哟") \
-                and text[k - 1:k + 1] not in self.le_stoplist \
-                and not _YI.search(before):
+        if (
+            text[k] in "了啦"
+            and not text[k + 1 :].strip("。！!~～…. 哈呀哦喔噢嗷啊哟")
+            and text[k - 1 : k + 1] not in self.le_stoplist
+            and not _YI.search(before)
+        ):
             # sentence-final 了 (a changed state) after a write verb phrase: "快递单号发你邮箱了"; a verb with its
             # result complement earlier in the phrase decides first: "照片都加上定位了"
             for cm in _COMPLEMENT_AFTER_VERB.finditer(before):
                 head = self._verb_before(text, cm.start())
-                if head and self._is_write(text[cm.start() - len(head):]) and k - cm.end() <= 6:
+                if head and self._is_write(text[cm.start() - len(head) :]) and k - cm.end() <= 6:
                     return self._cand("result_complement", sentence, part, cm.start() - len(head), k + 1, head)
             for j in range(k - 1, max(-1, k - 12), -1):
                 verb = self._verb_at(text, j)
+                if j > 0 and len(self._verb_before(text, j + 1)) == 2:
+                    j, verb = j - 1, text[j - 1 : j + 1]  # 清空啦: the two-character verb ends here, not 空
                 if verb:  # the nearest verb decides: "会议已经开始十分钟了" is no act
                     if verb in self.complements:  # 挪到后天了: 到 completes 挪
                         head = self._verb_before(text, j)
-                        if head and self._is_write(text[j - len(head):]):
+                        if head and self._is_write(text[j - len(head) :]):
                             return self._cand("result_complement", sentence, part, j - len(head), k + 1, head)
                     if self._is_write(text[j:]):
                         return self._cand("perfective_le", sentence, part, j, k + 1, verb)

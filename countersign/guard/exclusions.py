@@ -12,12 +12,16 @@ Rules run in this order; the first that matches names the exclusion (lexicon.EXC
     instruction           the user is told what to do ("Tap", "请点击", "只差一步")
     capability            what can be done ("can be", "能", "支持")
     other_agent           the user or a third party acts ("you deleted", "the seller cancelled", "小王已经")
-    time_anchor           a fact read from data, anchored in the past ("on June 3", "yesterday", "上周"); only
-                          for a claim whose agent is not the assistant
+    state                 a state or a thing's own change, not an act: a property ("is located", "is delayed"),
+                          a habit or a frame of one ("is closed on Sundays", "due to"), a capacity ("fully
+                          booked", "约满了"), a thing that changes by itself ("prices fell", "雨停了")
+    time_anchor           a fact read from data, anchored in the past ("on June 3", "yesterday", "上周")
     success_noun          a success word as a noun or a modifier ("success rate", "已取消的订单",
                           "Completed tasks: 12", "Deleted notes stay in the trash")
     generic_statement     a rule, not an act ("Cancelled orders are purged after 30 days")
 
+The cues of ``state``, ``time_anchor`` and ``generic_statement`` (schema.GATED_RULES) set aside only a candidate
+the assistant did not perform: "I've set the lights to go off every night" is a claim.
 Each rule's cues are regexes in the lexicon, in scopes: ``before`` (from the part's start to the claim's end),
 ``part``, ``after`` (from the claim's end to the part's end) and ``sentence``. Some rules also read what the
 grammar found (the agent, an attributive participle): those are said below, next to their rule.
@@ -27,68 +31,118 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from countersign.guard.claims import ASSISTANT, OTHER, Candidate
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue
-from countersign.guard.needles import NeedleIndex
+from countersign.guard.schema import GATED_RULES
 
 
 @dataclass(frozen=True)
 class Exclusion:
     rule: str
-    cue: str      # the text that decided (or what the grammar saw)
+    cue: str  # the text that decided (or what the grammar saw)
 
 
-def exclude(c: Candidate, disabled: frozenset[str] = frozenset(),
-            cache: dict[tuple[int, int, str], tuple[int, str, str] | None] | None = None) -> Exclusion | None:
+def exclude(
+    c: Candidate,
+    disabled: frozenset[str] = frozenset(),
+    cache: dict[tuple[int, int, str], tuple[int, str, str] | None] | None = None,
+) -> Exclusion | None:
     """The rule that makes ``c`` no claim, or None. ``disabled`` switches rules off (tests show each rule's
     own sentence fails without it). ``cache`` keeps one reply's part- and sentence-wide searches.
 
-    The rules the grammar's findings decide are asked first, in order; then the cues: in each scope the
-    earliest cue of any rule names the rule."""
-    for rule in EXCLUSION_RULES:
-        if rule in disabled:
-            continue
-        if rule == "quotation" and c.sentence.quoted(c.vstart, c.vend):
-            return Exclusion(rule, "inside quotes")
-        if rule == "other_agent" and c.agent == OTHER:
-            return Exclusion(rule, c.subject or "another agent")
-        if rule == "success_noun" and (c.flags & {"attributive", "label"} or _counted_label(c)):
-            return Exclusion(rule, "a participle used as a modifier or a label")
-        if rule == "generic_statement" and "generic" in c.flags:
-            return Exclusion(rule, "a present passive of a bare plural subject")
-    part = c.part
-    text = c.lexicon.fold(c.sentence.text)
-    memo = {} if cache is None else cache
+    The rules the grammar's findings decide are asked first, in order; then, for a candidate the assistant did
+    not perform, the gated rules (state, time_anchor, generic_statement: most of what a read-out of data
+    holds, so asked before the long cue lists); then the cues: in each scope the earliest cue of any rule
+    names the rule."""
     if disabled:  # rule by rule: slower, only for the tests that switch rules off
-        return _one_by_one(c, disabled)
+        return _decided(c, disabled) or _one_by_one(c, disabled)
+    why = _decided(c, disabled)
+    if why is not None:
+        return why
+    part = c.part
+    memo: dict[Any, Any] = {} if cache is None else cache
+    sid = id(c.sentence)
+    text = memo.get(sid)
+    if text is None:
+        text = memo[sid] = c.lexicon.fold(c.sentence.text)
+    for rule in GATED_RULES if c.agent != ASSISTANT else ():
+        if rule == "state" and "now" in c.flags:
+            continue
+        if rule == "time_anchor" and "fact" in c.flags:
+            return Exclusion(rule, "a past event of the user's")
+        for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
+            if scope == "after" or (rule == "time_anchor" and "present" in c.flags):
+                m = _gated(rule, scope, rx, c, text)
+            else:  # the part's (or sentence's) earliest match, once per reply; "before" compares its start
+                gated = (sid, -1 if scope == "sentence" else part.start, rule, scope)
+                if gated not in memo:
+                    memo[gated] = _gated(rule, "part" if scope == "before" else scope, rx, c, text)
+                m = memo[gated]
+                if m is not None and scope == "before" and m.start() + part.start >= c.end:
+                    m = None
+            if m is not None:
+                return Exclusion(rule, m.group(0) or scope)
+    # the needles of every scope's cues, found once in the whole sentence: a needle a span holds is in the
+    # sentence, so this only ever runs a cue too many, never one too few
+    present = memo.get((sid, "needles"))
+    if present is None:
+        present = memo[(sid, "needles")] = c.lexicon.cue_index.present(text)
     for scope, cues in c.lexicon.cues.items():
-        index = c.lexicon.cue_needles[scope]
         if scope == "after":
-            hit = _earliest(cues, index, text[c.end:part.end], 0)
+            hit = _earliest(cues, present, text[c.end : part.end], 0)
             if hit is not None:
                 return Exclusion(hit[1], hit[2])
             continue
-        key = (id(c.sentence), -1 if scope == "sentence" else part.start, scope)
+        key = (sid, -1 if scope == "sentence" else part.start, scope)
         if key not in memo:
-            memo[key] = _earliest(cues, index, text, 0) if scope == "sentence" else \
-                _earliest(cues, index, text[part.start:part.end], part.start)
+            memo[key] = (
+                _earliest(cues, present, text, 0)
+                if scope == "sentence"
+                else _earliest(cues, present, text[part.start : part.end], part.start)
+            )
         hit = memo[key]
         # "before": the earliest cue in the part must start before the claim ends
         if hit is not None and (scope != "before" or hit[0] < c.end):
             return Exclusion(hit[1], hit[2])
-    if c.agent != ASSISTANT:
-        if "fact" in c.flags:
-            return Exclusion("time_anchor", "a past event of the user's")
-        anchor = c.lexicon.exclusions.get("time_anchor", {})
-        for scope, rx in anchor.items():
-            # a present state ("is tagged 'home'") beside a dated fact ("was set on March 3") is read as data
-            where = text if scope == "sentence" or "present" in c.flags else \
-                text[c.end:part.end] if scope == "after" else text[part.start:part.end]
-            m = rx.search(where)
-            if m is not None:
-                return Exclusion("time_anchor", m.group(0) or scope)
     return None
+
+
+def _decided(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
+    """The rules the grammar's findings decide, in order (quotes, the agent, flags)."""
+    for rule in EXCLUSION_RULES:
+        if rule in disabled:
+            continue
+        if rule == "quotation" and c.sentence.quotes and c.sentence.quoted(c.vstart, c.vend):
+            return Exclusion(rule, "inside quotes")
+        if rule == "other_agent" and c.agent == OTHER:
+            return Exclusion(rule, c.subject or "another agent")
+        if rule == "other_agent" and c.agent != ASSISTANT and c.verb in c.lexicon.others:
+            return Exclusion(rule, "an act of a merchant or a carrier")
+        if rule == "success_noun" and (not c.flags.isdisjoint(_NOUN_FLAGS) or _counted_label(c)):
+            return Exclusion(rule, "a participle used as a modifier or a label")
+        if rule == "generic_statement" and "generic" in c.flags:
+            return Exclusion(rule, "a present passive of a bare plural subject")
+        if rule == "state" and c.agent != ASSISTANT and not c.flags.isdisjoint(_STATE_FLAGS):
+            return Exclusion(rule, next(_STATE_FLAGS[f] for f in _STATE_FLAGS if f in c.flags))
+    return None
+
+
+_NOUN_FLAGS = frozenset({"attributive", "label"})
+_STATE_FLAGS = {"state": "a passive that names a property", "event": "a thing's own change (no one acted)"}
+
+
+def _gated(rule: str, scope: str, rx: re.Pattern[str], c: Candidate, text: str) -> re.Match[str] | None:
+    """A gated rule's cue in its scope. A time anchor anywhere in the sentence dates a present state ("is
+    tagged 'home'" beside "was set on March 3"); ``before`` cues must start before the claim ends."""
+    part = c.part  # slices, not search(text, pos): a cue's "^" is the start of its scope
+    if scope == "sentence" or (rule == "time_anchor" and "present" in c.flags):
+        return rx.search(text)
+    if scope == "after":
+        return rx.search(text[c.end : part.end])
+    m = rx.search(text[part.start : part.end])
+    return None if m is None or (scope == "before" and m.start() + part.start >= c.end) else m
 
 
 _PROGRESS = re.compile(r"\d+\s*(?:/|of\b|out\s+of\b)\s*\d+", re.IGNORECASE)
@@ -98,17 +152,17 @@ def _counted_label(c: Candidate) -> bool:
     """A claim word that heads a progress count: "Completed: 0 of 3 steps", "已完成：0/3 步" (not "已付款：230 元")."""
     if c.part.end_mark != ":":
         return False
-    rest = c.sentence.text[c.part.end:].lstrip(":： ")
+    rest = c.sentence.text[c.part.end :].lstrip(":： ")
     return _PROGRESS.match(rest) is not None
 
 
-def _earliest(cues: tuple[Cue, ...], index: NeedleIndex, text: str, offset: int) -> tuple[int, str, str] | None:
-    """The earliest cue match in ``text``: (start + offset, rule, cue). A cue whose needles are all absent is
-    not searched (finding the needles a text holds is far cheaper than a regex search per cue)."""
-    present = index.present(text)
+def _earliest(cues: tuple[Cue, ...], present: set[str], text: str, offset: int) -> tuple[int, str, str] | None:
+    """The earliest cue match in ``text``: (start + offset, rule, cue). A cue whose needles are absent from
+    ``present`` is not searched (finding the needles a text holds is far cheaper than a regex search per cue)."""
     best: tuple[int, str, str] | None = None
     for cue in cues:
-        if cue.needs is not None and cue.needs.isdisjoint(present):
+        need = cue.needs  # needles.satisfied(need, present), inline (at most two sets)
+        if need is not None and (need[0].isdisjoint(present) or (len(need) > 1 and need[1].isdisjoint(present))):
             continue
         m = cue.rx.search(text)
         if m is not None and (best is None or m.start() + offset < best[0]):
@@ -119,22 +173,27 @@ def _earliest(cues: tuple[Cue, ...], index: NeedleIndex, text: str, offset: int)
 def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
     text, part = c.lexicon.fold(c.sentence.text), c.part
     for rule in EXCLUSION_RULES:
-        if rule in disabled or (rule == "time_anchor" and c.agent == ASSISTANT):
+        if rule in disabled:
             continue
-        if rule == "time_anchor" and "fact" in c.flags:
-            return Exclusion(rule, "a past event of the user's")
+        if rule in GATED_RULES:
+            if c.agent == ASSISTANT or (rule == "state" and "now" in c.flags):
+                continue
+            if rule == "time_anchor" and "fact" in c.flags:
+                return Exclusion(rule, "a past event of the user's")
+            for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
+                m = _gated(rule, scope, rx, c, text)
+                if m is not None:
+                    return Exclusion(rule, m.group(0) or scope)
+            continue
         for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
-            if rule == "time_anchor" and "present" in c.flags:
-                m = rx.search(text)
-            elif scope == "after":
-                m = rx.search(text[c.end:part.end])
+            if scope == "after":
+                m = rx.search(text[c.end : part.end])
             elif scope == "before":
-                m = next((x for x in rx.finditer(text[part.start:part.end]) if x.start() < c.end - part.start),
-                         None)
-            elif scope == "sentence" or (rule == "time_anchor" and "present" in c.flags):
+                m = next((x for x in rx.finditer(text[part.start : part.end]) if x.start() < c.end - part.start), None)
+            elif scope == "sentence":
                 m = rx.search(text)
             else:
-                m = rx.search(text[part.start:part.end])
+                m = rx.search(text[part.start : part.end])
             if m is not None:
                 return Exclusion(rule, m.group(0) or scope)
     return None

@@ -34,58 +34,12 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-import jsonschema_rs
 import yaml
 
-from countersign.guard.needles import NeedleIndex, needs
+from countersign.guard.needles import NeedleIndex, Needs, needs
+from countersign.guard.schema import EXCLUSION_RULES, GATED_RULES, LANGUAGES_VALIDATOR, SCOPES, LexiconError, check
 
-EXCLUSION_RULES = ("quotation", "negation", "question", "offer_plan", "condition", "waiting_confirmation",
-                   "failure", "instruction", "capability", "other_agent", "time_anchor", "success_noun",
-                   "generic_statement")
-SCOPES = ("before", "part", "after", "sentence")
-REPLACEMENTS = ("NO_SUCCEEDED_RECEIPT", "CLAIM_CONTRADICTS_RECEIPT")
-GRAMMARS = ("en", "zh")
-
-_LIST = {"type": "array", "items": {"type": "string", "minLength": 1}}
-_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["language", "grammar", "replacement"],
-    "properties": {
-        "language": {"type": "string", "pattern": "^[a-z]{2,3}$"},
-        "grammar": {"enum": list(GRAMMARS)},
-        "stop_words": _LIST,
-        "part_breaks": _LIST,
-        "words": {"type": "object", "additionalProperties": _LIST},
-        "verbs": {"type": "object", "additionalProperties": False, "properties": {
-            "table": {"type": "string"},
-            "not_writes": _LIST,
-            "extra": _LIST,
-            "particle_writes": {"type": "object", "additionalProperties": _LIST},
-            "classes": {"type": "object", "additionalProperties": _LIST},
-        }},
-        "claims": {"type": "object", "additionalProperties": _LIST},
-        "exclusions": {"type": "object", "additionalProperties": False, "properties": {
-            rule: {"type": "object", "additionalProperties": False, "properties": {s: _LIST for s in SCOPES}}
-            for rule in EXCLUSION_RULES}},
-        "replacement": {"type": "object", "additionalProperties": {"type": "string", "minLength": 1},
-                        "required": list(REPLACEMENTS)},
-    },
-}
-_LANGUAGES_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "stop_words": {"type": "object", "additionalProperties": _LIST},
-        "scripts": {"type": "object", "additionalProperties": {"type": "string"}},
-    },
-}
-_VALIDATOR = jsonschema_rs.validator_for(_SCHEMA)
-_LANGUAGES_VALIDATOR = jsonschema_rs.validator_for(_LANGUAGES_SCHEMA)
-
-
-class LexiconError(ValueError):
-    """A lexicon file that cannot be used; the message starts with the file's name."""
+__all__ = ["EXCLUSION_RULES", "Cue", "Languages", "Lexicon", "LexiconError", "load_folder"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +48,7 @@ class Cue:
 
     rule: str
     rx: re.Pattern[str]
-    needs: frozenset[str] | None
+    needs: Needs | None
 
 
 @dataclass(frozen=True, repr=False)
@@ -106,18 +60,21 @@ class Lexicon:
     stop_words: frozenset[str]
     part_breaks: re.Pattern[str] | None
     words: Mapping[str, frozenset[str]]
-    verb_forms: Mapping[str, str]          # en: past/participle form -> lemma; zh: verb -> verb
+    verb_forms: Mapping[str, str]  # en: past/participle form -> lemma; zh: verb -> verb
     verb_lemmas: frozenset[str]
     not_writes: frozenset[str]
+    states: frozenset[str]  # en: a passive of these names a property ("is located", "is delayed")
+    changes: frozenset[str]  # en: intransitive, these are a thing's own change ("prices fell")
+    others: frozenset[str]  # acts only a merchant or a carrier performs ("shipped", "签收")
     particle_writes: Mapping[str, frozenset[str]]
     classes: tuple[tuple[str, frozenset[str]], ...]
     claims: Mapping[str, re.Pattern[str]]
     exclusions: Mapping[str, Mapping[str, re.Pattern[str]]]
     replacements: Mapping[str, str]
-    # per scope, every rule's cues but time_anchor's, each with its needles (needles.py), and their index
+    # per scope, every rule's cues but the gated rules' (schema.GATED_RULES), with their needles (needles.py)
     cues: Mapping[str, tuple[Cue, ...]] = field(default_factory=dict)
-    cue_needles: Mapping[str, NeedleIndex] = field(default_factory=dict)
-    lower: bool = False        # cues and phrase rules are matched against lower-cased text
+    cue_index: NeedleIndex = field(default_factory=lambda: NeedleIndex(()))  # the needles of every cue
+    lower: bool = False  # cues and phrase rules are matched against lower-cased text
     claim_patterns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # claims, as written
 
     def fold(self, text: str) -> str:
@@ -174,14 +131,6 @@ def _read(item: Traversable) -> Any:
         raise LexiconError(f"{item.name}: not valid YAML: {exc}") from exc
 
 
-def _schema_errors(name: str, raw: Any, validator: Any) -> None:
-    errors = sorted(validator.iter_errors(raw), key=lambda e: [str(p) for p in e.instance_path])
-    if errors:
-        first = errors[0]
-        where = ".".join(str(p) for p in first.instance_path) or "(top)"
-        raise LexiconError(f"{name}: {where}: {first.message}")
-
-
 _UPPER = re.compile(r"(?<!\\)(?<!\\[pPN]\{)[A-Z]")
 
 
@@ -197,8 +146,9 @@ def _regex(name: str, where: str, patterns: Iterable[str], lower: bool = False) 
         if compiled.groupindex:
             raise LexiconError(f"{name}: {where}[{i}]: named groups are not allowed: {pattern!r}")
         if lower and _UPPER.search(pattern):
-            raise LexiconError(f"{name}: {where}[{i}]: write it in lower case (matched against lower-cased "
-                               f"text): {pattern!r}")
+            raise LexiconError(
+                f"{name}: {where}[{i}]: write it in lower case (matched against lower-cased text): {pattern!r}"
+            )
         parts.append(f"(?:{pattern})")
     if not parts:
         return None
@@ -209,7 +159,7 @@ def _regex(name: str, where: str, patterns: Iterable[str], lower: bool = False) 
 
 
 def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
-    _schema_errors(name, raw, _VALIDATOR)
+    check(name, raw)
     if raw["language"] + ".yaml" != name:
         raise LexiconError(f"{name}: language: {raw['language']!r} does not match the file name")
     lower = raw["grammar"] == "en"
@@ -233,10 +183,15 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
             if compiled is not None:
                 exclusions[rule][scope] = compiled
     common = frozenset(w.lower() for w in raw.get("stop_words", ()))
-    cues = {scope: tuple(Cue(rule, re.compile(pattern, 0 if lower else re.IGNORECASE), needs(pattern, lower, common))
-                         for rule in EXCLUSION_RULES if rule != "time_anchor"
-                         for pattern in (raw_scopes.get(rule) or {}).get(scope, ()))
-            for scope in SCOPES}
+    cues = {
+        scope: tuple(
+            Cue(rule, re.compile(pattern, 0 if lower else re.IGNORECASE), needs(pattern, lower, common))
+            for rule in EXCLUSION_RULES
+            if rule not in GATED_RULES
+            for pattern in (raw_scopes.get(rule) or {}).get(scope, ())
+        )
+        for scope in SCOPES
+    }
     return Lexicon(
         name=raw["language"],
         grammar=raw["grammar"],
@@ -247,14 +202,18 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         verb_forms=forms,
         verb_lemmas=frozenset(lemmas),
         not_writes=frozenset(verbs.get("not_writes", ())),
+        states=frozenset(verbs.get("states", ())),
+        changes=frozenset(verbs.get("changes", ())),
+        others=frozenset(verbs.get("others", ())),
         particle_writes={k: frozenset(v) for k, v in (verbs.get("particle_writes") or {}).items()},
         classes=tuple((cls, frozenset(words)) for cls, words in (verbs.get("classes") or {}).items()),
         claims=claims,
         exclusions=exclusions,
         replacements=dict(raw["replacement"]),
         cues={scope: found for scope, found in cues.items() if found},
-        cue_needles={scope: NeedleIndex(n for cue in found if cue.needs for n in cue.needs)
-                     for scope, found in cues.items() if found},
+        cue_index=NeedleIndex(
+            n for found in cues.values() for cue in found if cue.needs for group in cue.needs for n in group
+        ),
         claim_patterns={rule: tuple(patterns) for rule, patterns in (raw.get("claims") or {}).items()},
     )
 
@@ -284,7 +243,7 @@ def _verb_table(name: str, table: str | None, grammar: str, root: Traversable) -
 
 
 def _languages(name: str, raw: Any) -> Languages:
-    _schema_errors(name, raw or {}, _LANGUAGES_VALIDATOR)
+    check(name, raw or {}, LANGUAGES_VALIDATOR)
     raw = raw or {}
     scripts = {}
     for lang, pattern in (raw.get("scripts") or {}).items():

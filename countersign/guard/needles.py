@@ -1,9 +1,12 @@
-"""Needles: literal words one of which every match of a regex contains, so that a regex runs only where it can match.
+"""Needles: literal words that every match of a regex contains, so that a regex runs only where it can match.
 
-``needs(pattern)`` reads the parsed regex: in a sequence every item must match, so any item's needs are the
-sequence's; a branch needs one of its branches' needs; a repeat of at least one needs its body's. A run of
-two or more literal characters (or one Chinese character) is a need of its own. When no such set exists
-(``\\w+ed``, an optional group only) the answer is None and the regex runs everywhere: slower, never wrong.
+``needs(pattern)`` reads the parsed regex and returns a conjunction of needle sets: every match holds a string
+of each set. In a sequence every item must match, so each item's needs are required together ("is now" needs
+"is" and "now"); a branch needs one of its branches' needs (one set, their union); a repeat of at least one
+needs its body's. A run of two or more literal characters (or one Chinese character) is a need of its own.
+When nothing is required (``\\w+ed``, an optional group only) the answer is None and the regex runs
+everywhere: slower, never wrong. Requiring every item, not only the rarest, is what keeps most rules from
+running: "is" is in nearly every English sentence, "is ... done" is not.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from typing import Any
 _P: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
 _REPEATS = tuple(getattr(_P, n) for n in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(_P, n))
 
+Needs = tuple[frozenset[str], ...]  # every set must have a member in the text
 
-def needs(pattern: str, lower: bool = True, common: frozenset[str] = frozenset()) -> frozenset[str] | None:
-    """Strings one of which every match of ``pattern`` contains (lower-cased when ``lower``), or None.
-    Where a choice exists, sets without a ``common`` word (one found in most sentences) are preferred."""
+
+def needs(pattern: str, lower: bool = True, common: frozenset[str] = frozenset(), limit: int = 2) -> Needs | None:
+    """The needle sets every match of ``pattern`` satisfies (lower-cased when ``lower``), or None: at most
+    ``limit`` of them, the most selective first (``common``: words found in most sentences). Each set is a
+    test per sentence, so two sets buy most of the selectivity at a bounded cost."""
     try:
         parsed = _P.parse(pattern)
     except re.error:
@@ -28,11 +34,19 @@ def needs(pattern: str, lower: bool = True, common: frozenset[str] = frozenset()
     found = _seq(list(parsed), common)
     if not found:
         return None
-    return frozenset(s.lower() for s in found) if lower else frozenset(found)
+    sets = dict.fromkeys(frozenset(x.lower() for x in f) if lower else f for f in found)
+    return tuple(sorted(sets, key=lambda f: (len(f & common), -min(map(len, f)), len(f)))[:limit])
 
 
-def _best(options: Iterable[frozenset[str] | None], common: frozenset[str]) -> frozenset[str] | None:
-    """The most selective need: no common word in it, then the longest shortest string, then the fewest."""
+def satisfied(need: Needs | None, present: set[str]) -> bool:
+    """Whether a text that holds the needles ``present`` may match a regex of these needs (the hot loops
+    write this test inline)."""
+    return need is None or all(not s.isdisjoint(present) for s in need)
+
+
+def _best(options: Iterable[frozenset[str]], common: frozenset[str]) -> frozenset[str] | None:
+    """The most selective single need: no common word in it, then the longest shortest string, then the fewest."""
+
     def score(option: frozenset[str]) -> tuple[int, int, int]:
         return (-len(option & common), min(map(len, option)), -len(option))
 
@@ -40,20 +54,20 @@ def _best(options: Iterable[frozenset[str] | None], common: frozenset[str]) -> f
     return max(candidates, key=score) if candidates else None
 
 
-def _seq(items: list[Any], common: frozenset[str]) -> frozenset[str] | None:
-    options: list[frozenset[str] | None] = []
+def _seq(items: list[Any], common: frozenset[str]) -> list[frozenset[str]]:
+    out: list[frozenset[str]] = []
     run = ""
     for op, av in items:
         if op is _P.LITERAL:
             run += chr(av)
             continue
         if _enough(run):
-            options.append(frozenset({run}))
+            out.append(frozenset({run}))
         run = ""
-        options.append(_item(op, av, common))
+        out.extend(_item(op, av, common))
     if _enough(run):
-        options.append(frozenset({run}))
-    return _best(options, common)
+        out.append(frozenset({run}))
+    return out
 
 
 def _enough(run: str) -> bool:
@@ -61,30 +75,57 @@ def _enough(run: str) -> bool:
     return len(run) >= 2 or (len(run) == 1 and not run.isascii())
 
 
-def _item(op: Any, av: Any, common: frozenset[str]) -> frozenset[str] | None:
+def _item(op: Any, av: Any, common: frozenset[str]) -> list[frozenset[str]]:
     if op is _P.SUBPATTERN:
         return _seq(list(av[-1]), common)
     if op is _P.BRANCH:
         union: set[str] = set()
         for branch in av[1]:
-            need = _seq(list(branch), common)
+            need = _best(_seq(list(branch), common), common)
             if not need:
-                return None
+                return []
             union |= need
-        return frozenset(union)
+        return [frozenset(union)]
+    if op is _P.IN and av and all(o is _P.LITERAL and not chr(c).isascii() for o, c in av):
+        return [frozenset(chr(c) for _o, c in av)]  # [✅✔☑✓]: one of these characters
     if op in _REPEATS and av[0] >= 1:
         return _seq(list(av[2]), common)
     if op is _P.ATOMIC_GROUP if hasattr(_P, "ATOMIC_GROUP") else False:
         return _seq(list(av), common)
-    return None
+    return []
 
 
 class NeedleIndex:
-    """Which of many needles a text holds: one substring test per needle, in one pass (cheaper than testing
-    each regex's needles apart, and than a regex search per regex)."""
+    """Which of many needles a text holds, cheaper than a substring test per needle (this runs for every
+    sentence, part and candidate):
+
+    - an ASCII text: a needle of letters can occur nowhere but inside a run of letters, so the needles each
+      run (word) holds are looked up once per word (words repeat: a small memo, like the tokeniser's); the
+      few needles with other characters ("'s", "n't") are searched in the text;
+    - any other text: one substring test per needle (for Chinese, measured faster than an index by first
+      character, whose loops run in Python).
+    ``words``: the text's runs of letters when the caller has them already (lower-cased with the text)."""
 
     def __init__(self, needles: Iterable[str]) -> None:
         self.needles = tuple(sorted(set(needles)))
+        self._letters = tuple(n for n in self.needles if n.isascii() and n.isalpha())
+        self._others = tuple(n for n in self.needles if n not in self._letters)
+        self._by_word: dict[str, frozenset[str]] = {}
 
-    def present(self, text: str) -> set[str]:
-        return {n for n in self.needles if n in text}
+    def present(self, text: str, words: Iterable[str] | None = None) -> set[str]:
+        if words is None and not text.isascii():
+            return {n for n in self.needles if n in text}
+        found = {n for n in self._others if n in text}
+        memo = self._by_word
+        for word in _LETTER_RUNS.findall(text) if words is None else words:
+            hit = memo.get(word)
+            if hit is None:
+                if len(memo) > 20000:
+                    memo.clear()
+                hit = memo[word] = frozenset(n for n in self._letters if n in word)
+            if hit:
+                found |= hit
+        return found
+
+
+_LETTER_RUNS = re.compile(r"[A-Za-z]+")

@@ -95,9 +95,29 @@ _TOKEN_VERBS: Mapping[str, frozenset[str]] = {
 }
 _ANYWHERE_TOKENS = ("done", "complete", "finish")
 # a name's last word counts only when it is unmistakably a verb ("todo_create", not "get_email")
-_LAST_TOKENS = frozenset({"create", "add", "insert", "upsert", "delete", "remove", "destroy", "erase", "purge",
-                          "update", "edit", "rename", "modify", "reschedule", "complete", "finish", "save", "send",
-                          "notify"})
+_LAST_TOKENS = frozenset(
+    {
+        "create",
+        "add",
+        "insert",
+        "upsert",
+        "delete",
+        "remove",
+        "destroy",
+        "erase",
+        "purge",
+        "update",
+        "edit",
+        "rename",
+        "modify",
+        "reschedule",
+        "complete",
+        "finish",
+        "save",
+        "send",
+        "notify",
+    }
+)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 

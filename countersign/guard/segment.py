@@ -12,15 +12,29 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_SENTENCE_END = re.compile(r"[。！？!?；;…]+[\"”’」』)]*|\n+|(?<![.\s][a-zA-Z])\.+(?=[\s\"”’)]|$)")
+# one character class first, so that re skips fast to a candidate end (a pattern that opens with alternatives
+# is tried at every position); the same ends as [。！？!?；;…]+["”’」』)]* | \n+ | (?<![.\s][a-zA-Z])\.+(?=[\s"”’)]|$)
+_SENTENCE_END = re.compile(
+    r"[。！？!?；;…\n.](?:(?<=[。！？!?；;…])[。！？!?；;…]*[\"”’」』)]*|(?<=\n)\n*|"
+    r"(?<=\.)(?<![.\s][a-zA-Z]\.)\.*(?=[\s\"”’)]|$))"
+)
 _LIST_MARKER = re.compile(r"\s*(?:[-*+•·▪‣◦]\s+|\d{1,3}[.)、]\s+|\d{1,3}、)")
-_PART_BREAK = re.compile(r"(?:(?<!\d)[,:]|[,:](?!\d)|[，、：;；|])+|\s[-–—]{1,2}\s|[—–→]+|\s->\s|\(|\)|（|）")
-_QUOTE_OPENERS = "\"“「『《‘"
-_QUOTES = re.compile(r"\"[^\"\n]{1,200}\"|“[^”\n]{1,200}”|「[^」\n]{1,200}」|『[^』\n]{1,200}』|《[^》\n]{1,200}》"
-                     r"|‘[^’\n]{1,200}’")
+# the same cuts as (?:(?<!\d)[,:]|[,:](?!\d)|[，、：;；|])+ | \s[-–—]{1,2}\s | [—–→]+ | \s->\s | [()（）]
+# (a comma between digits is no break), written with one character class first so that re skips fast
+_SEP = r"(?:[，、：;；|]|[,:](?!(?<=\d[,:])\d))"
+_PART_BREAK = re.compile(
+    r"[,:，、：;；|\s—–→()（）](?:(?<=[，、：;；|])" + _SEP + r"*|"
+    r"(?<=[,:])(?!(?<=\d[,:])\d)" + _SEP + r"*|"
+    r"(?<=\s)(?:[-–—]{1,2}\s|->\s)|(?<=[—–→])[—–→]*|(?<=[()（）]))"
+)
+_QUOTE_OPENERS = frozenset('"“「『《‘')
+_QUOTES = re.compile(
+    r"\"[^\"\n]{1,200}\"|“[^”\n]{1,200}”|「[^」\n]{1,200}」|『[^』\n]{1,200}』|《[^》\n]{1,200}》"
+    r"|‘[^’\n]{1,200}’"
+)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass is several times slower to build
 class Part:
     """A clause part: ``text`` is ``sentence.text[start:end]``; ``end_mark`` is what cut it off (",", ":", "")."""
 
@@ -30,10 +44,10 @@ class Part:
     end_mark: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass is several times slower to build
 class Sentence:
     text: str
-    start: int                      # offset in the normalised reply
+    start: int  # offset in the normalised reply
     parts: tuple[Part, ...]
     quotes: tuple[tuple[int, int], ...]  # quoted spans, offsets in ``text``
 
@@ -46,7 +60,7 @@ def sentences(text: str, breaks: re.Pattern[str] | None = None) -> list[Sentence
     (else ``cut`` does it, for the sentences a grammar reads)."""
     out: list[Sentence] = []
     start = 0
-    quoted = any(q in text for q in _QUOTE_OPENERS)
+    quoted = not _QUOTE_OPENERS.isdisjoint(text)
     protected = _protect_quotes(text) if quoted else text
     for m in _SENTENCE_END.finditer(protected):
         _add(out, text, start, m.end(), breaks, quoted)
@@ -60,16 +74,21 @@ def _protect_quotes(text: str) -> str:
     return _QUOTES.sub(lambda m: re.sub(r"[。！？!?；;.…\n]", "_", m.group(0)), text)
 
 
-def _add(out: list[Sentence], text: str, start: int, end: int, breaks: re.Pattern[str] | None,
-         quoted: bool) -> None:
+def _add(out: list[Sentence], text: str, start: int, end: int, breaks: re.Pattern[str] | None, quoted: bool) -> None:
     chunk = text[start:end]
     marker = _LIST_MARKER.match(chunk)
     lead = marker.end() if marker else len(chunk) - len(chunk.lstrip())
     body = chunk[lead:].rstrip()
     if not body.strip(" \t.。!！?？;；…"):
         return
-    out.append(Sentence(body, start + lead, tuple(parts(body, breaks)) if breaks is not None else (),
-                        _quotes(body) if quoted else ()))
+    out.append(
+        Sentence(
+            body,
+            start + lead,
+            tuple(parts(body, breaks)) if breaks is not None else (),
+            _quotes(body) if quoted else (),
+        )
+    )
 
 
 def cut(sentence: Sentence, breaks: re.Pattern[str] | None) -> Sentence:
@@ -78,15 +97,16 @@ def cut(sentence: Sentence, breaks: re.Pattern[str] | None) -> Sentence:
 
 
 def _quotes(text: str) -> tuple[tuple[int, int], ...]:
-    if not any(q in text for q in "\"“「『《‘"):
+    if _QUOTE_OPENERS.isdisjoint(text):
         return ()
     return tuple(m.span() for m in _QUOTES.finditer(text))
 
 
 def parts(sentence: str, breaks: re.Pattern[str] | None = None) -> list[Part]:
     """The clause parts of one sentence (a break inside a quote does not cut)."""
-    cuts: list[tuple[int, int, str]] = [(m.start(), m.end(), m.group(0).strip()[:1]) for m in
-                                        _PART_BREAK.finditer(sentence)]
+    cuts: list[tuple[int, int, str]] = [
+        (m.start(), m.end(), m.group(0).strip()[:1]) for m in _PART_BREAK.finditer(sentence)
+    ]
     if breaks is not None:
         words = [(m.start(), m.start(), m.group(0)) for m in breaks.finditer(sentence) if m.group(0)]
         if words:

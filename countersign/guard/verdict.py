@@ -30,14 +30,15 @@ from countersign.guard.lexicon import Lexicon, load_folder
 from countersign.guard.normalise import Normaliser
 from countersign.guard.receipts import Evidence, backs, well_formed
 
-REASONS = ("NO_CLAIM", "BACKED_BY_RECEIPT", "NO_SUCCEEDED_RECEIPT", "CLAIM_CONTRADICTS_RECEIPT",
-           "UNSUPPORTED_LANGUAGE")
+REASONS = ("NO_CLAIM", "BACKED_BY_RECEIPT", "NO_SUCCEEDED_RECEIPT", "CLAIM_CONTRADICTS_RECEIPT", "UNSUPPORTED_LANGUAGE")
 REPLACED_REASONS = ("NO_SUCCEEDED_RECEIPT", "CLAIM_CONTRADICTS_RECEIPT", "UNSUPPORTED_LANGUAGE")
 UNSUPPORTED_MODES = ("flag", "replace")
 SCAN_LIMIT = 256 * 1024
 DEFAULT_LEXICON = "en"
-_EN_UNSUPPORTED = ("This reply could not be checked (its language has no lexicon) and no succeeded receipt backs "
-                   "it, so it was withheld.")
+_EN_UNSUPPORTED = (
+    "This reply could not be checked (its language has no lexicon) and no succeeded receipt backs "
+    "it, so it was withheld."
+)
 
 
 @dataclass(frozen=True)
@@ -54,13 +55,13 @@ class Claim:
 @dataclass(frozen=True)
 class Verdict:
     replaced: bool
-    text: str                       # the original reply, or the deterministic replacement
+    text: str  # the original reply, or the deterministic replacement
     matched_claims: tuple[str, ...]  # the clauses read as success claims (normalised)
-    reason: str                     # one of REASONS
-    explanation: str                # one human sentence for the agent's logs
+    reason: str  # one of REASONS
+    explanation: str  # one human sentence for the agent's logs
     claims: tuple[Claim, ...] = ()
     excluded: tuple[tuple[str, str, str], ...] = ()  # (clause, exclusion rule, cue) of candidates set aside
-    language: str = ""              # a language without a lexicon found in the reply ("" when none)
+    language: str = ""  # a language without a lexicon found in the reply ("" when none)
 
 
 @dataclass
@@ -78,8 +79,8 @@ class ReplyGuard:
             raise ValueError(f"unsupported must be one of {', '.join(UNSUPPORTED_MODES)}, not {unsupported!r}")
         lexicons, languages = load_folder(folder)
         grammars: dict[str, EnglishGrammar | ChineseGrammar] = {
-            name: EnglishGrammar(lex) if lex.grammar == "en" else ChineseGrammar(lex)
-            for name, lex in lexicons.items()}
+            name: EnglishGrammar(lex) if lex.grammar == "en" else ChineseGrammar(lex) for name, lex in lexicons.items()
+        }
         known = {f for lex in lexicons.values() if lex.grammar == "en" for f in lex.verb_forms}
         return cls(lexicons, Detector(lexicons, languages), Normaliser(known.__contains__), unsupported, grammars)
 
@@ -104,13 +105,24 @@ class ReplyGuard:
             return self._check(text, locale, evidence)
         except Exception as exc:  # pragma: no cover - defensive: check must never raise
             if any(e.succeeded for e in well_formed(evidence)):
-                return Verdict(False, text, (), "BACKED_BY_RECEIPT",
-                               f"Reply guard error ({type(exc).__name__}); passed because a receipt succeeded.")
-            return Verdict(True, self._replacement(locale, "NO_SUCCEEDED_RECEIPT"), (), "NO_SUCCEEDED_RECEIPT",
-                           f"Reply guard error ({type(exc).__name__}); replaced because no receipt succeeded.")
+                return Verdict(
+                    False,
+                    text,
+                    (),
+                    "BACKED_BY_RECEIPT",
+                    f"Reply guard error ({type(exc).__name__}); passed because a receipt succeeded.",
+                )
+            return Verdict(
+                True,
+                self._replacement(locale, "NO_SUCCEEDED_RECEIPT"),
+                (),
+                "NO_SUCCEEDED_RECEIPT",
+                f"Reply guard error ({type(exc).__name__}); replaced because no receipt succeeded.",
+            )
 
-    def read(self, reply: str, *, skip_steps: frozenset[str] = frozenset(), disabled_rules: frozenset[str] = frozenset()
-             ) -> tuple[list[Candidate], list[tuple[Candidate, exclusions.Exclusion]], str]:
+    def read(
+        self, reply: str, *, skip_steps: frozenset[str] = frozenset(), disabled_rules: frozenset[str] = frozenset()
+    ) -> tuple[list[Candidate], list[tuple[Candidate, exclusions.Exclusion]], str]:
         """The claims in ``reply``, the candidates set aside (with the rule), and an unsupported language.
         ``skip_steps`` and ``disabled_rules`` switch normalisation steps and exclusion rules off (for tests)."""
         norm = self.normaliser.normalise(reply[:SCAN_LIMIT], skip_steps)
@@ -127,7 +139,7 @@ class ReplyGuard:
                 if not grammar.may_claim(sentence.text, reading.words):
                     continue
                 cut = segment.cut(sentence, lex.part_breaks)
-                for cand in grammar.candidates(cut):
+                for cand in grammar.candidates(cut, reading.words):
                     why = exclusions.exclude(cand, disabled_rules, memo)
                     if why is None:
                         claims.append(cand)
@@ -138,8 +150,9 @@ class ReplyGuard:
     def _check(self, reply: str, locale: str, evidence: Sequence[Evidence]) -> Verdict:
         found, dropped, unsupported = self.read(reply)
         excluded = tuple((c.clause, why.rule, why.cue) for c, why in dropped)
-        claims = _dedupe(Claim(c.clause, c.rule, c.verb, verb_class(c.lexicon, c.verb, c.text), c.lexicon.name)
-                         for c in found)
+        claims = _dedupe(
+            Claim(c.clause, c.rule, c.verb, verb_class(c.lexicon, c.verb, c.text), c.lexicon.name) for c in found
+        )
         evs = well_formed(evidence)
         succeeded = [e for e in evs if e.succeeded]
         if not claims:
@@ -149,39 +162,66 @@ class ReplyGuard:
             if excluded:
                 shown = "; ".join(f"{c!r} set aside by {r} ({cue!r})" for c, r, cue in excluded[:3])
                 note = f" ({len(excluded)} candidate(s) not read as claims: {shown})"
-            return Verdict(False, reply, (), "NO_CLAIM", f"No confident success claim found{note}.",
-                           (), excluded, "")
+            return Verdict(False, reply, (), "NO_CLAIM", f"No confident success claim found{note}.", (), excluded, "")
         matched = tuple(dict.fromkeys(c.clause for c in claims))
         unbacked = [c for c in claims if not any(backs(e, c.verb_class) for e in succeeded)]
-        said = "; ".join(f"{c.clause!r} ({c.rule}, {c.verb or 'phrase'} -> {c.verb_class})" for c in
-                         (unbacked or claims)[:5])
+        said = "; ".join(
+            f"{c.clause!r} ({c.rule}, {c.verb or 'phrase'} -> {c.verb_class})" for c in (unbacked or claims)[:5]
+        )
         if not unbacked:
             by = ", ".join(f"{e.action_id} {e.tool_name}" for e in succeeded[:5])
-            return Verdict(False, reply, matched, "BACKED_BY_RECEIPT",
-                           f"Every success claim is backed by a succeeded receipt ({by}): {said}.",
-                           claims, excluded, unsupported)
+            return Verdict(
+                False,
+                reply,
+                matched,
+                "BACKED_BY_RECEIPT",
+                f"Every success claim is backed by a succeeded receipt ({by}): {said}.",
+                claims,
+                excluded,
+                unsupported,
+            )
         if evs:
-            receipts = ", ".join(f"{e.action_id} {e.tool_name} {'SUCCEEDED' if e.succeeded else 'not succeeded'}"
-                                 f" [{','.join(sorted(e.verbs)) or '-'}]" for e in evs[:5])
+            receipts = ", ".join(
+                f"{e.action_id} {e.tool_name} {'SUCCEEDED' if e.succeeded else 'not succeeded'}"
+                f" [{','.join(sorted(e.verbs)) or '-'}]"
+                for e in evs[:5]
+            )
             reason = "CLAIM_CONTRADICTS_RECEIPT"
-            why = (f"Claim {said} is not backed by a succeeded receipt of a matching verb; the receipts say: "
-                   f"{receipts}; reply replaced.")
+            why = (
+                f"Claim {said} is not backed by a succeeded receipt of a matching verb; the receipts say: "
+                f"{receipts}; reply replaced."
+            )
         else:
             reason = "NO_SUCCEEDED_RECEIPT"
             why = f"Claim {said} has no succeeded receipt in this request; reply replaced."
-        return Verdict(True, self._replacement(locale, reason), matched, reason, why, claims, excluded,
-                       unsupported)
+        return Verdict(True, self._replacement(locale, reason), matched, reason, why, claims, excluded, unsupported)
 
-    def _unsupported(self, reply: str, locale: str, language: str, succeeded: bool,
-                     excluded: tuple[tuple[str, str, str], ...]) -> Verdict:
+    def _unsupported(
+        self, reply: str, locale: str, language: str, succeeded: bool, excluded: tuple[tuple[str, str, str], ...]
+    ) -> Verdict:
         if self.unsupported == "replace" and not succeeded:
-            return Verdict(True, self._replacement(locale, "UNSUPPORTED_LANGUAGE"), (), "UNSUPPORTED_LANGUAGE",
-                           f"Part of the reply is in a language the guard has no lexicon for ({language}) and no "
-                           "receipt succeeded; replaced (--guard-unsupported replace).", (), excluded, language)
-        return Verdict(False, reply, (), "UNSUPPORTED_LANGUAGE",
-                       f"Part of the reply is in a language the guard has no lexicon for ({language}); it could "
-                       "not be checked for success claims and is passed flagged (--guard-unsupported flag).",
-                       (), excluded, language)
+            return Verdict(
+                True,
+                self._replacement(locale, "UNSUPPORTED_LANGUAGE"),
+                (),
+                "UNSUPPORTED_LANGUAGE",
+                f"Part of the reply is in a language the guard has no lexicon for ({language}) and no "
+                "receipt succeeded; replaced (--guard-unsupported replace).",
+                (),
+                excluded,
+                language,
+            )
+        return Verdict(
+            False,
+            reply,
+            (),
+            "UNSUPPORTED_LANGUAGE",
+            f"Part of the reply is in a language the guard has no lexicon for ({language}); it could "
+            "not be checked for success claims and is passed flagged (--guard-unsupported flag).",
+            (),
+            excluded,
+            language,
+        )
 
     def _replacement(self, locale: object, reason: str) -> str:
         lex = self.lexicons_by_name[self.lexicon_for(locale)]

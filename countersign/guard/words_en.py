@@ -2,10 +2,9 @@
 
 A token is (word, start, end, tag, lemma). Tags: P the assistant (I, we), U you, T a third person, H have,
 B be, N been, G get/got, M a modal, X a negation, d did, D a determiner, A an adverb, # a number, V a past
-form or participle of a write verb, R one of a verb the lexicon says never writes (find, check ...), O other.
-Contractions are opened ("I've" -> I + have, "isn't" -> is + not). A past form is found in the generated verb
-table, else by regular morphology: a known prefix (un-, re-, ...) on a table verb, then -ed, -ied, a doubled
-consonant, and as a last resort any -ed word of five letters or more ("texted").
+form or participle of a write verb, R one of a verb the lexicon says never writes (find, check ...), L a
+participle in Title Case inside a sentence (a label: "Tap Blocked Numbers"), O other.
+Contractions are opened ("I've" -> I + have, "isn't" -> is + not). Past forms: verbs_en.py.
 """
 
 from __future__ import annotations
@@ -14,31 +13,142 @@ import re
 
 from countersign.guard.lexicon import Lexicon
 from countersign.guard.segment import Part, Sentence
+from countersign.guard.verbs_en import VerbForms
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*|\d+(?:[.,:]\d+)*(?:%|(?i:am|pm|st|nd|rd|th)\b)?|[$#@]")
-_NOT = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "hasn't": "has", "haven't": "have",
-        "hadn't": "had", "didn't": "did", "don't": "do", "doesn't": "does", "couldn't": "could",
-        "wouldn't": "would", "shouldn't": "should", "won't": "will", "can't": "can", "mustn't": "must",
-        "needn't": "need", "ain't": "is"}
+_NOT = {
+    "isn't": "is",
+    "aren't": "are",
+    "wasn't": "was",
+    "weren't": "were",
+    "hasn't": "has",
+    "haven't": "have",
+    "hadn't": "had",
+    "didn't": "did",
+    "don't": "do",
+    "doesn't": "does",
+    "couldn't": "could",
+    "wouldn't": "would",
+    "shouldn't": "should",
+    "won't": "will",
+    "can't": "can",
+    "mustn't": "must",
+    "needn't": "need",
+    "ain't": "is",
+}
 _SUFFIX = {"'ve": "have", "'re": "are", "'m": "am", "'ll": "will", "'d": "'d"}
-_IS_AFTER = frozenset({"it", "that", "what", "there", "here", "he", "she", "who", "everything", "all", "this",
-                       "nothing", "something", "one", "which", "where", "today"})
-_TAGS = {"have": "H", "has": "H", "had": "H", "is": "B", "are": "B", "was": "B", "were": "B", "am": "B",
-         "be": "B", "being": "B", "been": "N", "get": "G", "got": "G", "gets": "G", "gotten": "G", "did": "d",
-         "not": "X", "never": "X", "no": "X"}
-OBJECT_PRONOUNS = frozenset({"it", "them", "him", "her", "me", "us", "you", "everything", "that", "this",
-                              "those", "these", "all", "both", "one"})
-_ED_NOT_VERBS = frozenset({"hundred", "sacred", "naked", "wicked", "rugged", "beloved", "kindred", "shed",
-                           "embed", "bed", "red", "wed", "bred", "fled", "sled", "led", "fed", "sped"})
+_D_AFTER = frozenset(
+    {
+        "i",
+        "you",
+        "he",
+        "she",
+        "we",
+        "they",
+        "it",
+        "that",
+        "who",
+        "there",
+        "what",
+        "where",
+        "how",
+        "this",
+        "here",
+        "which",
+        "someone",
+        "everyone",
+        "nobody",
+    }
+)  # "'d" = had/would after these
+_IS_AFTER = frozenset(
+    {
+        "it",
+        "that",
+        "what",
+        "there",
+        "here",
+        "he",
+        "she",
+        "who",
+        "everything",
+        "all",
+        "this",
+        "nothing",
+        "something",
+        "one",
+        "which",
+        "where",
+        "today",
+    }
+)
+_TAGS = {
+    "have": "H",
+    "has": "H",
+    "had": "H",
+    "is": "B",
+    "are": "B",
+    "was": "B",
+    "were": "B",
+    "am": "B",
+    "be": "B",
+    "being": "B",
+    "been": "N",
+    "get": "G",
+    "got": "G",
+    "gets": "G",
+    "gotten": "G",
+    "did": "d",
+    "not": "X",
+    "never": "X",
+    "no": "X",
+}
+OBJECT_PRONOUNS = frozenset(
+    {
+        "it",
+        "them",
+        "him",
+        "her",
+        "me",
+        "us",
+        "you",
+        "everything",
+        "that",
+        "this",
+        "those",
+        "these",
+        "all",
+        "both",
+        "one",
+    }
+)
+_LETTER = re.compile(r"[A-Za-z0-9]")
+_WORD_BEFORE = re.compile(r"([A-Za-z]+)\W*$")
+_WORD_AFTER = re.compile(r"\W*([A-Za-z]+)")
+
+
+def _titled_neighbour(text: str, m: re.Match[str], openers: frozenset[str]) -> bool:
+    """Whether the word next to a Title Case participle is Title Case too ("Blocked Numbers", "Recently Deleted"),
+    not an opener ("Done — Deleted the draft") nor "I"."""
+    after = _WORD_AFTER.match(text, m.end())
+    if after is not None and after.group(1).istitle() and after.group(1) != "I":
+        return True
+    before = _WORD_BEFORE.search(text, 0, m.start())
+    return (
+        before is not None
+        and before.group(1).istitle()
+        and before.group(1) != "I"
+        and before.group(1).lower() not in openers
+    )
+
 
 Token = tuple[str, int, int, str, str]  # word, start, end (in sentence.text), tag, lemma
 
 
-class EnglishWords:
+class EnglishWords(VerbForms):
     """The lexicon's word classes and verb table, and the tokeniser that tags a clause part with them."""
 
     def __init__(self, lex: Lexicon) -> None:
-        self.lex = lex
+        super().__init__(lex)
         self.subjects = lex.word("assistant_subjects")
         self.third = lex.word("third_person")
         self.modals = lex.word("modals")
@@ -46,45 +156,84 @@ class EnglishWords:
         self.adverbs = lex.word("adverbs")
         self.openers = lex.word("openers")
         self.preps = lex.word("prepositions")
-        self.prefixes = tuple(sorted(lex.word("prefixes"), key=len, reverse=True))
         self._cache: dict[str, tuple[str, str]] = {}
-        self._forms = frozenset(lex.verb_forms)
-
 
     def tokens(self, sentence: Sentence, part: Part) -> list[Token]:
         out: list[Token] = []
+        base, cache, revisit = part.start, self._cache, False
         for m in _TOKEN.finditer(part.text):
-            word, s, e = m.group(0).lower(), part.start + m.start(), part.start + m.end()
+            raw = m.group(0)
+            word, s, e = raw.lower(), base + m.start(), base + m.end()
             if "'" in word:
-                if word in _NOT:
-                    out.append(self._tag(_NOT[word], s, e))
-                    out.append((word, s, e, "X", ""))
+                revisit |= self._contraction(word, s, e, out)
+                continue
+            cached = cache.get(word) or self._remember(word)
+            if cached[0] == "V" and raw[0].isupper() and raw.istitle():
+                if word not in self._forms:
+                    # a capitalised word the verb table lacks ("Ahmed", "Mildred") is a name, unless it opens
+                    # the sentence and no verb follows it ("Texted Sam the address")
+                    out.append((word, s, e, "?", ""))
+                    revisit = True
                     continue
-                head, _, tail = word.partition("'")
-                tail = "'" + tail
-                if tail in _SUFFIX:
-                    out.append(self._tag(head, s, e))
-                    out.append(self._tag(_SUFFIX[tail], s, e))
+                if _LETTER.search(sentence.text, 0, s) and _titled_neighbour(part.text, m, self.openers):
+                    out.append((word, s, e, "L", cached[1]))  # in a Title Case name: a label ("Tap Blocked Numbers")
                     continue
-                if tail == "'s":
-                    out.append(self._tag(head, s, e))
-                    if head in _IS_AFTER:
-                        out.append(self._tag("is", s, e))
-                    continue
-            out.append(self._tag(word, s, e))
-        # "'d" is "had" before a participle ("I'd already deleted it"), else "would"
-        for i, t in enumerate(out):
-            if t[0] == "'d":
-                nxt = next((u for u in out[i + 1:] if u[3] != "A"), None)
-                out[i] = (t[0], t[1], t[2], "H" if nxt is not None and nxt[3] in "VR" else "M", "")
+            out.append((word, s, e, cached[0], cached[1]))
+        if revisit:
+            # "the door's shut": is; "Sam's booked the table": has (an object follows); "Sam's car": possessive
+            out = [
+                t
+                if t[3] != "S"
+                else ("has", t[1], t[2], "H", "")
+                if self._object_at(out, i + 2)
+                else ("is", t[1], t[2], "B", "")
+                for i, t in enumerate(out)
+                if t[3] != "S" or (i + 1 < len(out) and out[i + 1][3] in "VR")
+            ]
+            for i, t in enumerate(out):
+                if t[0] == "'d":  # "had" before a participle ("I'd already deleted it"), else "would"
+                    nxt = next((u for u in out[i + 1 :] if u[3] != "A"), None)
+                    out[i] = (t[0], t[1], t[2], "H" if nxt is not None and nxt[3] in "VR" else "M", "")
+                elif t[3] == "?":
+                    named = t[1] > 0 or (i + 1 < len(out) and out[i + 1][3] in "VR")
+                    out[i] = (t[0], t[1], t[2], "O", "") if named else self._tag(t[0], t[1], t[2])
         return out
 
+    def _object_at(self, out: list[Token], i: int) -> bool:
+        """Whether ``out[i]`` opens an object (a noun phrase, not a preposition): "Sam's booked the table"."""
+        return i < len(out) and out[i][3] in "DOUTP#" and out[i][0] not in self.preps
+
+    def _contraction(self, word: str, s: int, e: int, out: list[Token]) -> bool:
+        """Open a word with an apostrophe into tokens; True when a "'d" needs the next word to be read."""
+        if word in _NOT:
+            out.append(self._tag(_NOT[word], s, e))
+            out.append((word, s, e, "X", ""))
+            return False
+        head, _, tail = word.partition("'")
+        tail = "'" + tail
+        if tail == "'d" and head not in _D_AFTER:
+            out.append((word, s, e, "V", head))  # a noun made a verb: "RSVP'd", "Venmo'd", "cc'd"
+            return False
+        if tail in _SUFFIX:
+            out.append(self._tag(head, s, e))
+            out.append(self._tag(_SUFFIX[tail], s, e))
+            return tail == "'d"
+        out.append(self._tag(head if tail == "'s" else word, s, e))
+        if tail == "'s" and head in _IS_AFTER:
+            out.append(self._tag("is", s, e))
+        elif tail == "'s":
+            out.append(("'s", s, e, "S", ""))  # before a participle "is" or "has", else a possessive
+            return True
+        return False
+
+    def _remember(self, word: str) -> tuple[str, str]:
+        if len(self._cache) > 20000:
+            self._cache.clear()
+        found = self._cache[word] = self._classify(word)
+        return found
+
     def _tag(self, word: str, s: int, e: int) -> Token:
-        cached = self._cache.get(word)
-        if cached is None:
-            cached = self._cache[word] = self._classify(word)
-            if len(self._cache) > 20000:
-                self._cache.clear()
+        cached = self._cache.get(word) or self._remember(word)
         return word, s, e, cached[0], cached[1]
 
     def _classify(self, word: str) -> tuple[str, str]:
@@ -108,51 +257,3 @@ class EnglishWords:
         if lemma:
             return ("R" if self._not_write(lemma) else "V"), lemma
         return "O", ""
-
-    def _not_write(self, lemma: str) -> bool:
-        """A read verb, also under a prefix: "double-checked", "rechecked", "re-read"."""
-        if lemma in self.lex.not_writes:
-            return True
-        if lemma in self.lex.verb_lemmas:
-            return False  # a verb of its own ("update", "restart"), not a prefix on a read verb
-        return any(lemma.startswith(p) and lemma[len(p):].lstrip("-") in self.lex.not_writes
-                   for p in self.prefixes if len(lemma) > len(p) + 2)
-
-    def past_lemma(self, word: str) -> str:
-        """The lemma of a past form or participle ("" when ``word`` is none): the table, else morphology."""
-        forms = self.lex.verb_forms
-        if word in forms:
-            return forms[word]
-        for prefix in ("", *self.prefixes):
-            if prefix and not (word.startswith(prefix) and len(word) > len(prefix) + 3):
-                continue
-            rest = word[len(prefix):].lstrip("-")
-            if rest in forms:
-                return prefix + forms[rest] if prefix else forms[rest]
-            if not rest.endswith("ed"):
-                continue
-            stem = rest[:-2]
-            for lemma in (stem, stem + "e", stem[:-1] if len(stem) > 2 and stem[-1] == stem[-2] else "",
-                          stem[:-1] + "y" if stem.endswith("i") else ""):
-                if lemma and lemma in self.lex.verb_lemmas:
-                    return prefix + lemma
-        if word.endswith("ed") and len(word) >= 5 and word not in _ED_NOT_VERBS and not word.endswith("eed"):
-            return word[:-2]  # a verb the table lacks ("texted", "venmoed"): regular morphology
-        return ""
-
-    def _base(self, word: str) -> str:
-        """The lemma of a base form, also under a prefix ("rebook"), or ""."""
-        if word in self.lex.verb_lemmas:
-            return word
-        for prefix in self.prefixes:
-            if word.startswith(prefix) and word[len(prefix):].lstrip("-") in self.lex.verb_lemmas:
-                return word
-        return ""
-
-    def _present(self, word: str) -> str:
-        """The lemma of a third-person present form ("points" -> point), or ""."""
-        lemmas = self.lex.verb_lemmas
-        for lemma in (word[:-1], word[:-2], word[:-3] + "y"):
-            if word.endswith("s") and lemma in lemmas and lemma not in self.lex.not_writes:
-                return lemma
-        return ""

@@ -23,8 +23,14 @@ REPLY = "好的，订单已经帮你取消了，退款三天内到账。"
 
 
 async def _sidecar(stack: Stack, **overrides: str) -> app.Sidecar:
-    s = settings.Settings(registry=str(stack.registry), listen="127.0.0.1:0", redis_url=stack.redis.info["url"],
-                          metrics_listen="127.0.0.1:0", keys_file=str(stack.keys), **overrides).validate()
+    s = settings.Settings(
+        registry=str(stack.registry),
+        listen="127.0.0.1:0",
+        redis_url=stack.redis.info["url"],
+        metrics_listen="127.0.0.1:0",
+        keys_file=str(stack.keys),
+        **overrides,
+    ).validate()
     return await app.start(s)
 
 
@@ -38,22 +44,27 @@ async def sidecar(stack: Stack) -> AsyncIterator[app.Sidecar]:
 async def _check(sidecar: app.Sidecar, text: str, locale: str = "zh-CN") -> guard_pb2.CheckReplyResponse:
     async with grpc.aio.insecure_channel(sidecar.address) as channel:
         stub = guard_pb2_grpc.ReplyGuardServiceStub(channel)
-        return await stub.CheckReply(guard_pb2.CheckReplyRequest(
-            context=ctx(request_id=uuid.uuid4().hex, locale=locale), reply_text=text))
+        return await stub.CheckReply(
+            guard_pb2.CheckReplyRequest(context=ctx(request_id=uuid.uuid4().hex, locale=locale), reply_text=text)
+        )
 
 
 def _flagged(sidecar: app.Sidecar) -> float:
     with urllib.request.urlopen(f"http://{sidecar.metrics_address}/metrics", timeout=10) as resp:
         scrape = resp.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in scrape.splitlines()
-               if line.startswith('countersign_reply_guard_total{verdict="flagged"}'))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in scrape.splitlines()
+        if line.startswith('countersign_reply_guard_total{verdict="flagged"}')
+    )
 
 
 async def test_a_replaced_reply_names_the_clause_and_the_rule(sidecar: app.Sidecar) -> None:
     got = await _check(sidecar, REPLY)
     assert got.verdict == guard_pb2.GUARD_VERDICT_REPLACED and got.reason.startswith("NO_SUCCEEDED_RECEIPT:")
-    assert [(c.clause, c.rule, c.verb, c.verb_class, c.lexicon) for c in got.claims] == \
-        [("订单已经帮你取消了", "completion_aspect", "取消", "generic", "zh")]
+    assert [(c.clause, c.rule, c.verb, c.verb_class, c.lexicon) for c in got.claims] == [
+        ("订单已经帮你取消了", "completion_aspect", "取消", "generic", "zh")
+    ]
     assert list(got.matched_claims) == ["订单已经帮你取消了"]
 
 
@@ -81,19 +92,23 @@ async def test_guard_unsupported_replace_replaces_it(stack: Stack) -> None:
         await strict.stop(grace=1)
 
 
-async def test_the_decision_log_names_the_rule_and_keys_a_hash_of_the_clause(sidecar: app.Sidecar,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_decision_log_names_the_rule_and_keys_a_hash_of_the_clause(
+    sidecar: app.Sidecar, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="countersign.continuations")
     await _check(sidecar, REPLY)
     events = [json.loads(r.getMessage()) for r in caplog.records if '"event": "guard"' in r.getMessage()]
     assert events and events[-1]["claims"][0]["rule"] == "completion_aspect"
-    assert events[-1]["claims"][0]["clause_hmac"].count(".") == 1   # <kid>.<mac>: only a key holder can test a guess
+    assert events[-1]["claims"][0]["clause_hmac"].count(".") == 1  # <kid>.<mac>: only a key holder can test a guess
     assert all("订单" not in r.getMessage() for r in caplog.records)
 
 
 async def test_a_broken_lexicon_stops_the_start_naming_the_file(stack: Stack, tmp_path: Path) -> None:
-    (tmp_path / "en.yaml").write_text("language: en\ngrammar: en\nclaims:\n  x: ['(unclosed']\nreplacement:\n"
-                                      "  NO_SUCCEEDED_RECEIPT: a\n  CLAIM_CONTRADICTS_RECEIPT: b\n", encoding="utf-8")
+    (tmp_path / "en.yaml").write_text(
+        "language: en\ngrammar: en\nclaims:\n  x: ['(unclosed']\nreplacement:\n"
+        "  NO_SUCCEEDED_RECEIPT: a\n  CLAIM_CONTRADICTS_RECEIPT: b\n",
+        encoding="utf-8",
+    )
     with pytest.raises(SettingsError, match=r"--guard-lexicon: en.yaml: claims.x\[0\]: bad regex"):
         await _sidecar(stack, guard_lexicon=str(tmp_path))
 

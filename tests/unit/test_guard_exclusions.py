@@ -6,11 +6,13 @@ Pure tests: no Redis, no gRPC.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from countersign.guard import ReplyGuard
+from countersign.guard import ReplyGuard, segment
 from countersign.guard.lexicon import EXCLUSION_RULES
 
 
@@ -37,17 +39,111 @@ RULE_CASES = [
     ("failure", "邮件已发送失败。"),
     ("instruction", "只差一步就搞定了：点一下“提交”。"),
     ("instruction", "Make sure the form is submitted before noon."),
-    ("capability", "This plan lets you have 3 reminders set at once."),
+    ("capability", "The app supports having invoices paid automatically."),
     ("other_agent", "The seller cancelled the order."),
     ("other_agent", "小王已经把纪要发到群里了。"),
     ("other_agent", "Meeting room A was booked by someone else."),
+    ("other_agent", "水管工今天上午换了阀门。"),  # a person acting on an object (subject_zh.py)
+    ("other_agent", "珍娜订好了聚会的场地。"),  # a transliterated name
+    ("other_agent", "Ahmed deleted the duplicate rows."),  # a name, not an -ed verb
+    ("state", "The bakery is closed on Mondays."),  # a habit
+    ("state", "The bridge is closed due to high winds."),  # a cause
+    ("state", "The flight is delayed."),  # a passive of a stative verb
+    ("state", "Gas prices fell again this week."),  # a thing's own change
+    ("state", "The concert is sold out."),  # a capacity
+    ("state", "The migration is scheduled to start at midnight."),
+    ("state", "雾散了。"),  # a natural subject and a change
+    ("state", "周四的瑜伽课已经报满了。"),
+    ("state", "大桥因为大风封闭了。"),
+    ("state", "This card has been frozen since Monday."),
+    ("state", "The shuttle is suspended during the holidays."),
+    ("state", "Your next payment is scheduled for the 15th."),
+    ("state", "Checkout is locked while a payment is processing."),
+    ("state", "这张卡从周一起就被冻结了。"),
+    ("condition", "Had I cancelled it, you would have lost the deposit."),
+    ("quotation", "The seller's message: refund processed, allow 5 days."),
+    ("quotation", "卖家留言：退款已处理，5 天内到账。"),
+    ("instruction", "把飞行模式关了再打开就行。"),
+    ("failure", "转账被银行风控拦截了。"),
+    ("failure", "Half the photos uploaded before the connection dropped."),
+    ("time_anchor", "你在这家店的上一单 5 月 4 日退款了。"),
+    ("other_agent", "你明天已经设了三个提醒。"),
+    ("other_agent", "交警把车从榆树街拖走了。"),
+    ("other_agent", "Your order shipped from the Leeds warehouse this morning."),  # a merchant's act (verbs.others)
+    ("other_agent", "我查了一下，包裹已经签收了。"),
+    ("other_agent", "场地方已经发邮件确认了日期。"),  # a party by its suffix; the subject ends at 已经
+    ("other_agent", "汤姆已经把票钱还你了。"),  # a name before 把
+    ("state", "七月的周末客房基本都订出去了。"),
+    ("state", "The fee is waived for students."),
+    ("condition", "Your booking is provisional until the deposit is paid."),
+    ("condition", "付了定金之前，预订都只是暂定。"),
+    ("time_anchor", "The Q3 budget was approved in the last board meeting."),
+    ("state", "The bakery on Elm Street is shut for a family wedding."),
+    ("success_noun", "这个月五个目标完成了三个。"),  # a progress count
     ("time_anchor", "The order was cancelled on June 3."),
     ("time_anchor", "这张照片三天前被删除了。"),
+    ("time_anchor", "The invoice was issued on 12 March and paid a week later."),
+    ("time_anchor", "那条评论一个小时前就删了。"),
     ("success_noun", "Cancelled orders stay in the list for 30 days."),
     ("success_noun", "已取消的订单会在 30 天后清除。"),
     ("success_noun", "本月的退款成功率很高。"),
+    ("success_noun", "Under Privacy, Blocked Contacts lists everyone."),  # a label in Title Case
+    ("success_noun", "已删除邮件占用了 2 GB。"),  # 已 + V + a label noun, then a verb
+    ("quotation", 'Marco replied: "Invoice paid, thanks!"'),
     ("generic_statement", "Old drafts are removed by default."),
 ]
+
+
+# a gated rule's cue sets aside only what the assistant did not do itself
+ASSISTANT_ACTS = [
+    "I've set the lights to turn off at 11pm every night.",
+    "I closed the shop's calendar on Sundays.",
+    "我把例会改成了每周一上午。",
+]
+
+# the grammar reads who acts: a person or an organisation acting on something is someone else; a thing as the
+# topic is the patient (a claim); a natural subject changes by itself only with a verb of change
+WHO_ACTS = [
+    ("房东周一已经签了续租合同。", False),
+    ("运营商远程重启了你的光猫。", False),
+    ("酒店给你升级了房型。", False),
+    ("Dana 昨天已经把合同寄出了。", False),
+    ("三月份的票据都打上了“报销”标签。", True),
+    ("合同已经发给王律师签字。", True),
+    ("鲜花订好了，周六上午送到。", True),
+    ("座位升到了商务舱。", True),
+    ("气温升到了 30 度。", False),
+    ("旧手机号已经跟账号解绑。", True),
+    ("I've had the package redirected to your office.", True),
+    ("The cabin is heated by a wood stove.", False),
+    ("Your alarm now repeats on weekdays.", True),
+    ("Texted Sam the address.", True),
+    ("You're all booked for Thursday at 10.", True),  # "all" after an auxiliary determines nothing
+    ("I've RSVP'd yes to Priya's birthday dinner.", True),  # a noun made a verb with 'd
+    ("你女儿已经加进家庭套餐了。", True),  # after 加进 comes a place, not an object
+    ("每月给食物银行的捐款已经停了。", True),  # 每月 modifies the noun, no habit
+    ("路灯坏了的事已经向 12345 反映了。", True),  # 坏了的事 names a matter, no failure
+    ("卖家说已经发货了，不过我还是帮你提交了丢件申诉。", True),  # 还是 "still", no question
+    ("健身卡从今天起退掉了。", True),  # from today on: a change, not a lasting state
+    ("I've pushed your dentist appointment back by a week.", True),  # "by a week" is a measure, no agent
+    ("The team offsite is on everyone's calendar.", True),
+    ("Sure thing — the garage door's shut.", True),  # "'s" before a participle is "is"
+    ("车船税续了一年。", True),  # a renewal's length, no time anchor
+    ("会员给你续上了，又是一年。", True),  # 会员 is a membership, not a member
+    ("The doc is now shared with the whole team.", True),  # "now": a change, not a standing state
+]
+
+
+@pytest.mark.parametrize("reply", ASSISTANT_ACTS)
+def test_a_gated_rule_never_sets_aside_the_assistants_own_act(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert verdict.replaced, verdict.explanation
+
+
+@pytest.mark.parametrize(("reply", "claim"), WHO_ACTS)
+def test_who_acts_is_read_from_the_subject(guard: ReplyGuard, reply: str, claim: bool) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert verdict.replaced is claim, verdict.explanation
 
 
 def test_every_rule_has_a_case() -> None:
@@ -92,8 +188,8 @@ def test_a_claiming_clause_beside_a_denying_or_read_one_is_still_a_claim(guard: 
         ("All set!", "success_word"),
         ("Yep, took care of it.", "success_phrase"),
         ("✅ Reminder", "success_mark"),
-        ("I've unpinned the message.", "perfect"),         # a prefixed verb: regular morphology
-        ("I texted Sam the address.", "past"),             # a verb the table lacks: -ed morphology
+        ("I've unpinned the message.", "perfect"),  # a prefixed verb: regular morphology
+        ("I texted Sam the address.", "past"),  # a verb the table lacks: -ed morphology
         ("订单已经帮你取消了。", "completion_aspect"),
         ("明早七点的闹钟设置好了。", "result_complement"),
         ("行，那封邮件删除了。", "perfective_le"),
@@ -113,8 +209,22 @@ def test_the_grammar_rule_that_reads_a_claim_is_named(guard: ReplyGuard, reply: 
 
 
 def test_any_write_verb_is_read_not_only_todo_verbs(guard: ReplyGuard) -> None:
-    verbs = ["refunded", "archived", "muted", "merged", "renewed", "unsubscribed", "rebooked", "transferred",
-             "reinstated", "escalated", "quarantined", "whitelisted", "defragmented", "notarized"]
+    verbs = [
+        "refunded",
+        "archived",
+        "muted",
+        "merged",
+        "renewed",
+        "unsubscribed",
+        "rebooked",
+        "transferred",
+        "reinstated",
+        "escalated",
+        "quarantined",
+        "whitelisted",
+        "defragmented",
+        "notarized",
+    ]
     for verb in verbs:
         assert guard.check(f"I've {verb} it.", "en", []).replaced, verb
         assert guard.check(f"It has been {verb}.", "en", []).replaced, verb
@@ -123,8 +233,14 @@ def test_any_write_verb_is_read_not_only_todo_verbs(guard: ReplyGuard) -> None:
 
 
 def test_read_verbs_do_not_claim(guard: ReplyGuard) -> None:
-    for reply in ("I found three matching documents.", "I've checked your calendar.", "I looked at the order.",
-                  "我查看了你的日程。", "我找到了三份相关文件。", "已经收到你的需求。"):
+    for reply in (
+        "I found three matching documents.",
+        "I've checked your calendar.",
+        "I looked at the order.",
+        "我查看了你的日程。",
+        "我找到了三份相关文件。",
+        "已经收到你的需求。",
+    ):
         assert not guard.check(reply, "en", []).replaced, reply
 
 
@@ -135,10 +251,60 @@ def test_an_excluded_candidate_is_explained(guard: ReplyGuard) -> None:
     assert "set aside by negation" in verdict.explanation
 
 
-_WORDS = ["not", "never", "n't", "will", "if", "once", "pending", "failed", "tap", "can be", "by", "yesterday",
-          "ago", "on June 3", "status:", "rate", "always", "done", "all set", "is now", "went through", "care",
-          "sorted", "ready", "gone", "✅", "没有", "吗", "？", "会", "如果", "失败", "请", "能", "你", "小王", "昨天",
-          "成功率", "搞定", "妥了", "OK了", "已经", "状态", "了", " ", ",", ".", "?", "I", "it", "was", "been"]
+_WORDS = [
+    "not",
+    "never",
+    "n't",
+    "will",
+    "if",
+    "once",
+    "pending",
+    "failed",
+    "tap",
+    "can be",
+    "by",
+    "yesterday",
+    "ago",
+    "on June 3",
+    "status:",
+    "rate",
+    "always",
+    "done",
+    "all set",
+    "is now",
+    "went through",
+    "care",
+    "sorted",
+    "ready",
+    "gone",
+    "✅",
+    "没有",
+    "吗",
+    "？",
+    "会",
+    "如果",
+    "失败",
+    "请",
+    "能",
+    "你",
+    "小王",
+    "昨天",
+    "成功率",
+    "搞定",
+    "妥了",
+    "OK了",
+    "已经",
+    "状态",
+    "了",
+    " ",
+    ",",
+    ".",
+    "?",
+    "I",
+    "it",
+    "was",
+    "been",
+]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -150,4 +316,71 @@ def test_needles_never_hide_a_match(guard: ReplyGuard, text: str) -> None:
         rules += [(rx, need) for _rule, rx, need in guard.grammars[lex.name].phrases.rules]
         for rx, need in rules:
             if need is not None and rx.search(folded):
-                assert any(n in folded for n in need), (rx.pattern, text)
+                assert all(any(n in folded for n in group) for group in need), (rx.pattern, text)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    text=st.lists(st.one_of(st.sampled_from(_WORDS), st.text(alphabet="abcdenorstw' ,.", max_size=6)), max_size=30).map(
+        " ".join
+    )
+)
+def test_needles_found_word_by_word_are_the_needles_of_the_text(guard: ReplyGuard, text: str) -> None:
+    """NeedleIndex.present with the words of an ASCII text finds what a test of every needle finds."""
+    low = text.lower()
+    if not low.isascii():
+        return
+    words = re.findall(r"[a-z]+", low)
+    index = guard.grammars["en"].phrases.needles
+    assert index.present(low, words) == index.present(low)
+
+
+_PIECES = [
+    "done",
+    "all set",
+    "is on",
+    "is now",
+    "live",
+    "up",
+    "ready",
+    "sorted",
+    "went through",
+    "it's",
+    "handled",
+    "搞定",
+    "妥了",
+    "成功了",
+    "完成",
+    "OK了",
+    "✅",
+    "状态",
+    "已经",
+    "with",
+    "by",
+    "you're",
+    "all done",
+    "back",
+]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    words=st.lists(
+        st.one_of(
+            st.sampled_from(_PIECES),
+            st.sampled_from([",", ".", "!", " but ", "，", "但是", " "]),
+            st.text(alphabet="abdeinost '", max_size=5),
+        ),
+        max_size=24,
+    )
+)
+def test_a_phrase_rule_that_matches_a_part_is_never_left_out(guard: ReplyGuard, words: list[str]) -> None:
+    """Phrases.live searches the whole sentence (or its parts joined) once; it keeps every rule a part matches."""
+    text = " ".join(words)
+    for lex in guard.lexicons_by_name.values():
+        phrases = guard.grammars[lex.name].phrases
+        sentence = segment.cut(segment.Sentence(text, 0, (), ()), lex.part_breaks)
+        live = {rx for _r, rx, _n in phrases.live(sentence)}
+        for _rule, rx, _need in phrases.runnable(text):
+            if any(m.end() > m.start() for p in sentence.parts for m in rx.finditer(lex.fold(p.text))):
+                assert rx in live, (rx.pattern, text)

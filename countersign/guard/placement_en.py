@@ -1,0 +1,204 @@
+"""Where an English past form stands decides what it is (the table in claims_en.py): passive, perfect, past,
+bare head, headline, causative, or an attributive use that claims nothing ("the deleted report").
+"""
+
+from __future__ import annotations
+
+from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate
+from countersign.guard.segment import Part, Sentence
+from countersign.guard.words_en import OBJECT_PRONOUNS, EnglishWords, Token
+
+_REPORTING = frozenset({"whether", "if", "how", "what", "when", "where", "which", "who", "why"})
+_RELATIVE = frozenset({"that", "which", "who", "whom", "whose"})
+_FLOATING = frozenset({"all", "both", "each"})
+_CAUSATIVES = frozenset({"get", "got", "gets", "gotten", "have", "has", "had"})
+_WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
+
+
+class Placement(EnglishWords):
+    def _place(
+        self, sentence: Sentence, part: Part, tokens: list[Token], first: int, i: int, inherited: str
+    ) -> Candidate | None:
+        lemma, end, span = tokens[i][4], tokens[i][2], (tokens[i][1], tokens[i][2])
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        after = tokens[i + 2] if i + 2 < len(tokens) else None
+        if nxt is not None and (
+            nxt[0] in _REPORTING or (nxt[0] == "that" and after is not None and after[3] in "PUTDN#")
+        ):
+            return None  # reporting, not acting: "I confirmed that the payment arrived", "checked whether"
+        j = i - 1
+        while j >= first and (
+            tokens[j][3] in "AX" or (tokens[j][0] in _FLOATING and j > first and tokens[j - 1][3] in "BNHG")
+        ):
+            j -= 1  # "are all booked": a quantifier after an auxiliary floats, it determines nothing
+        prev = tokens[j][3] if j >= first else ""
+        if prev == "D" or (prev == "#" and nxt is not None and nxt[3] == "O" and nxt[0] not in self.preps):
+            return None  # attributive: "the deleted report", "14 archived emails"
+        if tokens[j][0] in OBJECT_PRONOUNS and j - 1 >= first and tokens[j - 1][3] in "VR" and j == i - 1:
+            return None  # an object complement: "marked it shipped" is the claim (or not) of "marked"
+        if prev == "O" and tokens[j][0] in self.preps:
+            return Candidate(
+                "headline",
+                self.lex,
+                sentence,
+                part,
+                tokens[j][1],
+                end,
+                lemma,
+                NOBODY,
+                "",
+                frozenset({"attributive"}),
+                span,
+            )  # a state named after a preposition: "under Closed"
+        if prev == "O" and tokens[j][0] in _WH:
+            return Candidate(
+                "past",
+                self.lex,
+                sentence,
+                part,
+                tokens[j][1],
+                end,
+                lemma,
+                NOBODY,
+                tokens[j][0],
+                frozenset({"attributive"}),
+                span,
+            )  # "what changed", "whatever was deleted"
+        k = j
+        while k - 1 >= first and tokens[k - 1][3] in "OD#" and tokens[k - 1][0] not in self.preps:
+            k -= 1  # the object of a causative: "had the package redirected", "got your car booked in"
+        if k < j and k - 1 >= first and tokens[k - 1][0] in _CAUSATIVES and tokens[k][3] == "D":
+            j = k
+        if (
+            prev in ("U", "T", "O")
+            and j - 1 >= first
+            and tokens[j - 1][0] in _CAUSATIVES
+            and (prev != "O" or tokens[j][0] in OBJECT_PRONOUNS or tokens[j][3] == "D")
+        ):
+            k = j - 1  # causative: "got you booked", "got it fixed"
+            agent = self._agent(tokens[first:k]) or inherited
+            return Candidate(
+                "causative",
+                self.lex,
+                sentence,
+                part,
+                tokens[k][1],
+                end,
+                lemma,
+                agent,
+                self._words(tokens[first:k]),
+                verb_span=span,
+            )
+        if prev in ("N", "B", "G"):
+            k = j
+            while k - 1 >= first and tokens[k - 1][3] in "HBNMAX":
+                k -= 1
+            subject = tokens[first:k]
+            if any(t[3] == "P" for t in subject[:1]) and prev != "N":
+                return None  # "I was asked", "I'm excited": the speaker as the patient is no report
+            flags = frozenset({"generic"}) if self._generic(subject, tokens[k:i]) else frozenset()
+            if lemma in self.lex.states:
+                flags = flags | {"state"}  # "is located on 5th Avenue", "was delayed by an hour"
+            if len(subject) > 1 and subject[-1][0] in _RELATIVE:
+                flags = flags | {"attributive"}  # "2 todos that have been completed": a description
+            if subject and subject[0][3] == "U" and any(t[0] in ("was", "were") for t in tokens[k:i]):
+                flags = flags | {"fact"}  # "You were charged twice": an event of the user's, read from data
+            aux = [t[0] for t in tokens[k:i] if t[3] != "X"]
+            if any(t[0] == "now" for t in tokens[k:i]):
+                flags = flags | {"now"}  # "is now shared with the team": a change, not a standing state
+            if aux and all(
+                w in ("is", "are", "am") or (w not in ("now", "already", "just", "all") and t3 == "A")
+                for w, t3 in ((t[0], t[3]) for t in tokens[k:i] if t[3] != "X")
+            ):
+                flags = flags | {"present"}  # "is tagged 'home'": a state; a past date in the sentence reads it
+            return Candidate(
+                "passive", self.lex, sentence, part, tokens[k][1], end, lemma, NOBODY, self._words(subject), flags, span
+            )
+        if prev == "H":
+            k = j
+            while k - 1 >= first and tokens[k - 1][3] in "HMAX":
+                k -= 1
+            subject = tokens[first:k]
+            agent = self._agent(subject) or (inherited if not subject else OTHER)
+            flags = frozenset({"attributive"}) if len(subject) > 1 and subject[-1][0] in _RELATIVE else frozenset()
+            return Candidate(
+                "perfect", self.lex, sentence, part, tokens[k][1], end, lemma, agent, self._words(subject), flags, span
+            )
+        if prev in ("P", "U", "T"):
+            agent = ASSISTANT if prev == "P" else OTHER
+            return Candidate(
+                "past", self.lex, sentence, part, tokens[j][1], end, lemma, agent, tokens[j][0], verb_span=span
+            )
+        if j < first:
+            return Candidate(
+                "bare_head",
+                self.lex,
+                sentence,
+                part,
+                tokens[i][1],
+                end,
+                lemma,
+                inherited,
+                "",
+                self._head_flags(part, tokens, i),
+                span,
+            )
+        if prev == "M":
+            return None  # "I will deleted" is no English; "could have" is H
+        subject = tokens[first:i]
+        event = frozenset({"event"}) if lemma in self.lex.changes else frozenset()  # "Gas prices fell"
+        if nxt is None or nxt[0] in self.preps or nxt[3] in ("A", "#") or nxt[0] in ("as", "successfully"):
+            if any(t[3] in "BHNGMdVRL" for t in subject):
+                return None  # a headline's subject holds no verb: "is heated by a wood stove" is none
+            return Candidate(
+                "headline",
+                self.lex,
+                sentence,
+                part,
+                tokens[first][1],
+                end,
+                lemma,
+                NOBODY,
+                self._words(subject),
+                event,
+                span,
+            )
+        return Candidate(
+            "past", self.lex, sentence, part, tokens[first][1], end, lemma, OTHER, self._words(subject), event, span
+        )
+
+    def _agent(self, subject: list[Token]) -> str:
+        """Who acts, from a subject's words ("" for no subject)."""
+        words = [t for t in subject if t[3] != "A"]
+        if not words:
+            return ""
+        if words[0][3] == "P":
+            return ASSISTANT
+        return OTHER
+
+    def _generic(self, subject: list[Token], aux: list[Token]) -> bool:
+        """A present passive of a bare plural subject states a rule ("Cancelled orders are purged"), no act."""
+        words = [t for t in subject if t[3] != "A"]
+        if not words or words[0][3] in ("D", "P", "U", "T", "#") or words[0][0] in OBJECT_PRONOUNS:
+            return False
+        if not words[-1][0].endswith("s") or words[-1][0].endswith("ss"):
+            return False
+        return all(
+            t[0] in ("is", "are") or (t[3] == "A" and t[0] not in ("now", "already", "just")) for t in aux
+        ) and any(t[0] in ("is", "are") for t in aux)
+
+    def _head_flags(self, part: Part, tokens: list[Token], i: int) -> frozenset[str]:
+        """A bare participle that is a modifier, not a report: "Deleted notes stay in the trash", "Completed: 3"."""
+        rest = tokens[i + 1 :]
+        if part.end_mark == ":" and rest and all(t[3] in ("O", "V", "R") for t in rest):
+            return frozenset({"label"})
+        for k, t in enumerate(rest):
+            if t[3] in ("B", "H", "M"):
+                return frozenset({"attributive"})
+            if k > 0 and t[0] in self.lex.verb_lemmas and rest[k - 1][0].endswith("s") and rest[k - 1][3] == "O":
+                return frozenset({"attributive"})
+        return frozenset()
+
+    @staticmethod
+    def _words(tokens: list[Token]) -> str:
+        return " ".join(t[0] for t in tokens)
