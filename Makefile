@@ -44,7 +44,7 @@ test: deps test-tools proto-check lint
 ## the unit tier: no redis-server, no process of ours; seconds. (The guard's two tests still at tests/ join
 ## tests/unit after the guard2 merge.)
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit tests/test_reply_guard.py tests/test_guard_normalise.py
+	$(BIN)/python -m pytest -q tests/unit
 
 lint: $(STAMP)
 	cd proto && ../$(BIN)/buf lint

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -28,10 +27,9 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from countersign.guard import Evidence, ReplyGuard, verbs_of
 
-from countersign.guard import Evidence, ReplyGuard, verbs_of  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CORPORA = [
     ROOT / "tests" / "fixtures" / name
@@ -202,11 +200,14 @@ def cpu(guard: ReplyGuard, calls: int, rounds: int) -> None:
                 guard.check(reply, "zh-CN", ev)
                 cpu_ns[name].append(thread() - c0)
                 wall_ns[name].append(clock() - w0)
+
+    def p(s: list[int], q: float) -> float:
+        return s[min(len(s) - 1, int(len(s) * q))] / 1e3
+
     print(f"CPU per reply (python {platform.python_version()} on {platform.machine()}; thread CPU clock per call):")
     for name, reply, ev, _n in cases:
         xs, ws = sorted(cpu_ns[name]), sorted(wall_ns[name])
         v = guard.check(reply, "zh-CN", ev)
-        p = lambda s, q: s[min(len(s) - 1, int(len(s) * q))] / 1e3  # noqa: E731
         print(
             f"  {name:<30} {len(reply.encode()):>6} B {len(xs):>6} calls  cpu p50 {p(xs, 0.5):7.1f} us  "
             f"p99 {p(xs, 0.99):7.1f} us   wall p50 {p(ws, 0.5):7.1f} us  p99 {p(ws, 0.99):7.1f} us  -> {v.reason}"

@@ -3,6 +3,7 @@ its settings, its metric and its decision log."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import urllib.request
@@ -114,7 +115,7 @@ async def test_a_broken_lexicon_stops_the_start_naming_the_file(stack: Stack, tm
 
 
 def test_the_guard_unsupported_setting_is_checked() -> None:
-    args = settings.argparse.Namespace(guard_unsupported=None)
+    args = argparse.Namespace(guard_unsupported=None)
     parsed = settings.from_args(args, {"COUNTERSIGN_REGISTRY": "r.yaml", "COUNTERSIGN_GUARD_UNSUPPORTED": "replace"})
     assert parsed.guard_unsupported == "replace"
     assert settings.Settings(registry="r.yaml").validate().guard_unsupported == "flag"

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from countersign.guard import REASONS, REPLACED_REASONS, Evidence, LexiconError, ReplyGuard, Verdict, verbs_of
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CORPUS = FIXTURES / "guard_corpus.yaml"
 HELDOUT = FIXTURES / "guard_heldout_dev.yaml"
 # every held-out file, in the order written: dev (issue 14), dev2 (before guard2's changes), dev3 (after them)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from countersign.guard import ReplyGuard, segment
 from countersign.guard.normalise import STEPS
 
-DATA = Path(__file__).resolve().parent.parent / "countersign" / "guard" / "data"
+DATA = Path(__file__).resolve().parents[2] / "countersign" / "guard" / "data"
 
 
 @pytest.fixture(scope="module")
