@@ -2,14 +2,16 @@
 
 ``Normaliser.normalise(reply)`` undoes what hides a claim from a matcher but not from a person:
 
-0. HTML character references are decoded ("I&#39;ve").
-1. HTML comments and struck-through text (``~~x~~``, ``<del>``/``<s>``/``<strike>``, letters under a combining
-   strike overlay) are removed: a reader does not read them, so ``has ~~not~~ been moved`` says "has been moved".
-2. NFKC (full-width letters, mathematical letters, ligatures), then format characters are removed: every
+1. Text a reader is not shown is removed: HTML comments, struck-through text (``~~x~~``, ``<del>``/``<s>``/
+   ``<strike>``), hidden elements (``hidden``, ``display:none``, ``<script>``) and markdown link definitions; so
+   ``has ~~not~~ been moved`` says "has been moved", and ``~~I've cancelled it~~`` says nothing. Then HTML tags
+   (a block tag becomes a line break). Markup counts only as a renderer reads it: written in ASCII, before
+   character references are decoded (``&lt;!-- not --&gt;`` and full-width ``～～not～～`` are shown, so read).
+2. HTML character references are decoded ("I&#39;ve").
+3. NFKC (full-width letters, mathematical letters, ligatures), then format characters are removed: every
    category Cf (zero-width space/joiner, word joiner, soft hyphen, bidi marks, BOM, tag characters), variation
-   selectors and stray combining marks (category Mn left after NFKC) and invisible fillers.
-3. HTML tags and markdown marks (emphasis, code, links, headings, quote marks at a line start) are dropped; a
-   block tag becomes a line break.
+   selectors and stray combining marks (category Mn left after NFKC; letters under a strike overlay go with
+   them) and invisible fillers. Markdown marks (emphasis, code, links, headings, quote marks) are dropped.
 4. Letters of other scripts that look Latin (``data/confusables.tsv``) are folded into Latin inside a word that
    also holds a Latin letter (a Cyrillic "е" in "dеleted"), or in a word of look-alikes only that is an
    English word or all Latin small capitals ("ᴅᴇʟᴇᴛᴇᴅ"); a Russian word is left alone.
@@ -33,6 +35,17 @@ from importlib import resources
 # struck-through text: ~~x~~ (markdown), <del>/<s>/<strike> (HTML); non-greedy, within 2,000 characters
 _STRUCK = re.compile(r"~~(?=\S)(.{1,2000}?)(?<=\S)~~|<(del|s|strike)\b[^>]*>.{0,2000}?</\2\s*>", re.S | re.I)
 _COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.S)
+# an element a browser does not show (the hidden attribute, display:none, visibility:hidden; script, style and
+# template), and a markdown link definition ("[note]: # (text)"), which renders as nothing
+_HIDDEN = re.compile(
+    r"<(script|style|template)\b[^>]*>.{0,2000}?</\1\s*>"
+    r"|<([A-Za-z][A-Za-z0-9-]*)\b(?=[^>]*?(?:\shidden(?:[\s=/>])|display\s*:\s*none|visibility\s*:\s*hidden))"
+    r"[^>]*>.{0,2000}?</\2\s*>",
+    re.S | re.I,
+)
+_LINK_DEFINITION = re.compile(
+    r"^ {0,3}\[[^\]\n]{1,200}\]:[ \t]*\S+(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$", re.M
+)
 # a letter followed by one or more combining strike/slash overlays (U+0335..U+0338): struck, so removed
 _OVERLAY = re.compile(r".[\u0335-\u0338]+", re.S)
 # combining diacritics NFKC left standing alone (a mark it composed into its letter, é, is no longer one)
@@ -89,6 +102,7 @@ STEPS = (
     "format",
     "marks",
     "struck",
+    "hidden",
     "tags",
     "markdown",
     "confusables",
@@ -104,6 +118,13 @@ _SPACED_CJK = re.compile(r" (?<=[\u3400-\u9fff] )(?=[\u3400-\u9fff])")  # the sp
 
 
 _SPACED_APOSTROPHE = re.compile(r"(?<=[A-Za-z])\s+'(?=(?:ve|s|re|m|ll|d|t)\b)")
+
+
+def _hidden(text: str) -> str:
+    """Text a reader is never shown: hidden HTML elements and markdown link definitions, removed."""
+    if "<" in text:
+        text = _HIDDEN.sub("", text)
+    return _LINK_DEFINITION.sub("", text) if "]:" in text else text
 
 
 def _spaced(text: str) -> str:
@@ -168,26 +189,28 @@ class Normaliser:
     def normalise(self, text: str, skip: frozenset[str] = frozenset()) -> str:
         """``text`` as a reader sees it. ``skip`` names steps (STEPS) to leave out: the tests show that each
         step's own sentence is missed without it."""
-        # each pass is skipped when a cheap test shows it has nothing to do: most replies are plain text
-        if "&" in text and "entities" not in skip and _ENTITY.search(text):
-            text = html.unescape(text)  # "I&#39;ve", "已&#21024;除", "can&shy;celled"
+        # each pass is skipped when a cheap test shows it has nothing to do: most replies are plain text.
+        # Markup is read only as a renderer reads it, in its own ASCII characters and before character references
+        # are decoded: "&lt;!-- not --&gt;", "～～not～～" and "＜！－－" are text a reader sees, not hidden text.
         if "<" in text and "comments" not in skip:
             text = _COMMENT.sub("", text)
+        if ("~" in text or "<" in text) and "struck" not in skip:
+            text = _STRUCK.sub("", text)
+        if ("<" in text or "]:" in text) and "hidden" not in skip:
+            text = _hidden(text)
+        if "<" in text and "tags" not in skip:
+            text = _BLOCK_TAG.sub("\n", text)
+            text = _TAG.sub("", text)
+        if "&" in text and "entities" not in skip and _ENTITY.search(text):
+            text = html.unescape(text)  # "I&#39;ve", "已&#21024;除", "can&shy;celled"
         if not text.isascii():
             if "nfkc" not in skip and not unicodedata.is_normalized("NFKC", text):
                 text = unicodedata.normalize("NFKC", text)
-                if "<" in text and "comments" not in skip:
-                    text = _COMMENT.sub("", text)  # a comment written in full-width forms
             if "format" not in skip and self._drop_rx.search(text):
                 text = self._drop_rx.sub("", text)
             if "marks" not in skip and _MARKS.search(text):
                 text = _OVERLAY.sub("", text)  # a letter under a strike overlay is struck
                 text = _MARKS.sub("", text)
-        if ("~" in text or "<" in text) and "struck" not in skip:
-            text = _STRUCK.sub("", text)
-        if "<" in text and "tags" not in skip:
-            text = _BLOCK_TAG.sub("\n", text)
-            text = _TAG.sub("", text)
         if "markdown" not in skip:
             text = _markdown(text)
         if not text.isascii():

@@ -31,6 +31,7 @@ DISGUISED = {
     "format": "I've can\u200bcel\u2060led your or\u00adder.",
     "marks": "I've de\u0353leted the note.",
     "struck": "The meeting has ~~not~~ been moved.",
+    "hidden": "I have <span hidden>not</span> cancelled your order.",
     "tags": "I've <em>del</em>eted the old note.",
     "markdown": "I've dele**ted** the old note.",
     "confusables": "I've d\u0435leted the note.",
@@ -52,6 +53,42 @@ def test_a_claim_disguised_against_one_step_is_read_only_with_that_step(guard: R
     without, _dropped, _lang = guard.read(reply, skip_steps=frozenset({step}))
     assert not without, f"{step}: {reply!r} is read as a claim even without the step: the test proves nothing"
     assert guard.check(reply, "en", []).replaced
+
+
+# text a reader is not shown says nothing, either way: a claim in it is no claim (while the visible negation
+# beside it stands); each is a claim with its step left out, so the step is what keeps it from counting
+DELETED_CLAIMS = [
+    ("struck", "~~I've issued your refund~~ — the refund request was rejected."),
+    ("struck", "<del>已经帮你退款了。</del>退款申请被驳回了。"),
+    ("comments", "<!-- I've archived the thread. --> Nothing has been archived yet."),
+    ("hidden", '<p style="display:none">Invoice paid.</p>The invoice is still open.'),
+    ("hidden", "<div hidden>提醒已设置。</div>提醒还没有设置。"),
+    ("hidden", "[done]: # (I've deleted the old backups)\nThe old backups are still there."),
+]
+
+
+@pytest.mark.parametrize(("step", "reply"), DELETED_CLAIMS)
+def test_text_a_reader_is_not_shown_creates_no_claim(guard: ReplyGuard, step: str, reply: str) -> None:
+    claims, _dropped, _lang = guard.read(reply)
+    assert not claims, [c.text for c in claims]
+    without, _dropped, _lang = guard.read(reply, skip_steps=frozenset({step}))
+    assert without, f"without {step}, {reply!r} should read as a claim: the test proves nothing"
+
+
+# markup a renderer does not read as markup (full-width, or written as character references) is shown as it
+# is: the negation in it is read, so normalisation does not turn these into claims
+SHOWN = [
+    "文件～～没有～～被删除了。",
+    "订单＜！－－没有－－＞取消了。",
+    "The order has &lt;!-- not --&gt; been cancelled.",
+    "The meeting was &lt;del&gt;not&lt;/del&gt; moved.",
+]
+
+
+@pytest.mark.parametrize("reply", SHOWN)
+def test_markup_a_renderer_shows_is_read_as_text(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert not verdict.replaced, verdict.explanation
 
 
 @pytest.mark.parametrize(
