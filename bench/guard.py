@@ -33,7 +33,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CORPORA = [
     ROOT / "tests" / "fixtures" / name
-    for name in ("guard_corpus.yaml", "guard_heldout_dev.yaml", "guard_heldout_dev2.yaml", "guard_heldout_dev3.yaml")
+    for name in (
+        "guard_corpus.yaml",
+        "guard_heldout_dev.yaml",
+        "guard_heldout_dev2.yaml",
+        "guard_heldout_dev3.yaml",
+        "guard_heldout_dev4.yaml",
+    )
 ]
 LOCALES = {"zh": "zh-CN", "en": "en-US", "de": "de-DE", "es": "es-ES", "ja": "ja-JP"}
 
