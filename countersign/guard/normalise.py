@@ -35,16 +35,18 @@ from importlib import resources
 # struck-through text: ~~x~~ (markdown), <del>/<s>/<strike> (HTML); non-greedy, within 2,000 characters
 _STRUCK = re.compile(r"~~(?=\S)(.{1,2000}?)(?<=\S)~~|<(del|s|strike)\b[^>]*>.{0,2000}?</\2\s*>", re.S | re.I)
 _COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.S)
-# an element a browser does not show (the hidden attribute, display:none, visibility:hidden; script, style and
-# template), and a markdown link definition ("[note]: # (text)"), which renders as nothing
-_HIDDEN = re.compile(
-    r"<(script|style|template)\b[^>]*>.{0,2000}?</\1\s*>"
-    r"|<([A-Za-z][A-Za-z0-9-]*)\b(?=[^>]*?(?:\shidden(?:[\s=/>])|display\s*:\s*none|visibility\s*:\s*hidden))"
-    r"[^>]*>.{0,2000}?</\2\s*>",
-    re.S | re.I,
-)
+# an element a browser does not show: <script>, <style>, <template>, or an element whose own attributes hide it
+# (the hidden attribute, a style of display:none or visibility:hidden). Attributes are parsed, so the word
+# "hidden" in a title or a data attribute hides nothing.
+_OPEN_TAG = re.compile(r"<([A-Za-z][A-Za-z0-9-]*)((?:\s[^<>]*)?)>")
+_ATTRIBUTE = re.compile(r"""([^\s"'=<>/`]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+)))?""")
+_HIDING_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
+_HIDING_HINT = re.compile(r"hidden|display|<\s*(?:script|style|template)", re.I)
+_HIDING_ELEMENTS = frozenset({"script", "style", "template"})
+# a markdown link reference definition ("[note]: # (text)"): renders as nothing, but it cannot interrupt a
+# paragraph (CommonMark 4.7), so a line under a line of text is shown
 _LINK_DEFINITION = re.compile(
-    r"^ {0,3}\[[^\]\n]{1,200}\]:[ \t]*\S+(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$", re.M
+    r" {0,3}\[[^\]\n]{1,200}\]:[ \t]*\S+(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*"
 )
 # a letter followed by one or more combining strike/slash overlays (U+0335..U+0338): struck, so removed
 _OVERLAY = re.compile(r".[\u0335-\u0338]+", re.S)
@@ -120,11 +122,61 @@ _SPACED_CJK = re.compile(r" (?<=[\u3400-\u9fff] )(?=[\u3400-\u9fff])")  # the sp
 _SPACED_APOSTROPHE = re.compile(r"(?<=[A-Za-z])\s+'(?=(?:ve|s|re|m|ll|d|t)\b)")
 
 
+def _hides(name: str, attributes: str) -> bool:
+    if name in _HIDING_ELEMENTS:
+        return True
+    for m in _ATTRIBUTE.finditer(attributes):
+        key = m.group(1).lower()
+        if key == "hidden":
+            return True
+        if key == "style" and _HIDING_STYLE.search(m.group(2) or m.group(3) or m.group(4) or ""):
+            return True
+    return False
+
+
+def _element_end(text: str, name: str, start: int) -> int | None:
+    """Where the element opened before ``start`` closes (elements of its own name nest), within 2,000
+    characters; None when it does not close there (then it is left to be read: the safe side)."""
+    depth = 1
+    for m in re.finditer(rf"<(/?){re.escape(name)}\b[^<>]*>", text[start : start + 2000], re.I):
+        if m.group(0).endswith("/>") and not m.group(1):
+            continue
+        depth += -1 if m.group(1) else 1
+        if not depth:
+            return start + m.end()
+    return None
+
+
+def _hidden_elements(text: str) -> str:
+    out: list[str] = []
+    pos = 0
+    while m := _OPEN_TAG.search(text, pos):
+        name, attributes = m.group(1).lower(), m.group(2)
+        end = None
+        if not attributes.rstrip().endswith("/") and _hides(name, attributes):
+            end = _element_end(text, name, m.end())
+        out.append(text[pos : m.end()] if end is None else text[pos : m.start()])
+        pos = m.end() if end is None else end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _link_definitions(text: str) -> str:
+    lines = text.split("\n")
+    in_paragraph = False
+    for i, line in enumerate(lines):
+        if not in_paragraph and _LINK_DEFINITION.fullmatch(line):
+            lines[i] = ""  # a definition may follow another one
+            continue
+        in_paragraph = bool(line.strip())
+    return "\n".join(lines)
+
+
 def _hidden(text: str) -> str:
     """Text a reader is never shown: hidden HTML elements and markdown link definitions, removed."""
-    if "<" in text:
-        text = _HIDDEN.sub("", text)
-    return _LINK_DEFINITION.sub("", text) if "]:" in text else text
+    if "<" in text and _HIDING_HINT.search(text):
+        text = _hidden_elements(text)
+    return _link_definitions(text) if "]:" in text else text
 
 
 def _spaced(text: str) -> str:

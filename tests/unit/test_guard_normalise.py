@@ -64,6 +64,10 @@ DELETED_CLAIMS = [
     ("hidden", '<p style="display:none">Invoice paid.</p>The invoice is still open.'),
     ("hidden", "<div hidden>提醒已设置。</div>提醒还没有设置。"),
     ("hidden", "[done]: # (I've deleted the old backups)\nThe old backups are still there."),
+    ("hidden", "[a]: #\n[b]: # (I've deleted the old backups)\nThe old backups are still there."),
+    ("hidden", "<div hidden><div>Status</div>I've paid the invoice.</div>The invoice is still open."),
+    ("hidden", "<template>Your subscription has been cancelled.</template>Nothing was changed."),
+    ("hidden", "<span style='visibility: hidden'>已经帮你取消了订阅。</span>订阅还在。"),
 ]
 
 
@@ -75,6 +79,24 @@ def test_text_a_reader_is_not_shown_creates_no_claim(guard: ReplyGuard, step: st
     assert without, f"without {step}, {reply!r} should read as a claim: the test proves nothing"
 
 
+# what a reader is shown, though a word of hiding stands near it: the word in another attribute, a self-closing
+# or unclosed element (the safe side), a link definition under a line of text (a definition cannot interrupt a
+# paragraph, so the line is shown)
+SHOWN_CLAIMS = [
+    '<span title="a hidden fee applies">I have cancelled your order.</span>',
+    '<p data-note="display:none">Invoice paid.</p>',
+    "<span hidden/>I've paid the invoice.",
+    "<div hidden>I've paid the invoice.",
+    "Status of your orders:\n[Order 1042]: cancelled",
+]
+
+
+@pytest.mark.parametrize("reply", SHOWN_CLAIMS)
+def test_text_a_reader_is_shown_is_read_beside_a_hiding_word(guard: ReplyGuard, reply: str) -> None:
+    claims, _dropped, _lang = guard.read(reply)
+    assert claims, guard.normaliser.normalise(reply)
+
+
 # markup a renderer does not read as markup (full-width, or written as character references) is shown as it
 # is: the negation in it is read, so normalisation does not turn these into claims
 SHOWN = [
@@ -82,6 +104,8 @@ SHOWN = [
     "订单＜！－－没有－－＞取消了。",
     "The order has &lt;!-- not --&gt; been cancelled.",
     "The meeting was &lt;del&gt;not&lt;/del&gt; moved.",
+    "Your order was &lt;span hidden&gt;not&lt;/span&gt; cancelled.",
+    "订单＜span hidden＞没有＜/span＞取消。",
 ]
 
 
