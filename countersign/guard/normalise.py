@@ -59,6 +59,11 @@ _CODE = re.compile(r"`+")
 _STARS = re.compile(r"(?<!^)\*{1,3}|^\*{2,3}", re.M)  # a single "* " at a line start is a bullet: kept
 _UNDERSCORES = re.compile(r"(?<![A-Za-z0-9])_{1,3}|_{1,3}(?![A-Za-z0-9])")
 _LINE_MARKUP = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|>[ \t]?)+", re.M)
+# the characters NFKC changes in most Chinese and full-width text (full-width ASCII forms, the ideographic space),
+# folded one by one before NFKC's quick check, which then mostly finds nothing left to do: NFKC of the folded
+# text is NFKC of the text (each is replaced by its own compatibility mapping, and none has a combining class)
+_WIDE = {cp: unicodedata.normalize("NFKC", chr(cp)) for cp in (*range(0xFF01, 0xFF5F), 0x3000)}
+_WIDE_FORMS = re.compile("[\uff01-\uff5e\u3000]")
 _INVISIBLE = "\u115f\u1160\u3164\uffa0\u2800"  # Hangul fillers and the braille blank: letters that show nothing
 # a line that starts a new unit: a list marker, a check mark, a table row, a heading
 _NEW_LINE_UNIT = re.compile(r"^\s*(?:[-*+•·▪‣◦]\s|\d{1,3}[.)、]\s*|[✅✔☑✓❌✗✘⚠]|\||#)")
@@ -120,6 +125,12 @@ _SPACED_CJK = re.compile(r" (?<=[\u3400-\u9fff] )(?=[\u3400-\u9fff])")  # the sp
 
 
 _SPACED_APOSTROPHE = re.compile(r"(?<=[A-Za-z])\s+'(?=(?:ve|s|re|m|ll|d|t)\b)")
+_SPACE_APOSTROPHE = re.compile(r"\s'(?:ve|s|re|m|ll|d|t)\b")  # what every match above holds: found fast
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+def _wide(m: re.Match[str]) -> str:
+    return _WIDE[ord(m.group(0))]
 
 
 def _hides(name: str, attributes: str) -> bool:
@@ -180,7 +191,7 @@ def _hidden(text: str) -> str:
 
 
 def _spaced(text: str) -> str:
-    if "'" in text:
+    if "'" in text and _SPACE_APOSTROPHE.search(text):
         text = _SPACED_APOSTROPHE.sub("'", text)  # "I 've" (a thin space NFKC made a space)
     if _SPACED_HINT.search(text):  # every spaced-out word holds " x y ": a literal-first search skips fast
         text = _SPACED_LATIN.sub(lambda m: m.group(0).replace(" ", ""), text)
@@ -231,7 +242,13 @@ class Normaliser:
             "[A-Za-z\u00c0-\u024f" + "".join(sorted(re.escape(ch) for ch in self._confusable_chars)) + "]+"
         )
         self._drop_rx = re.compile(_char_class(_drop_table()))
+        # the same class in the Basic Multilingual Plane only: re tests it by a bitmap, several times faster than
+        # the whole class (whose astral ranges are tested one by one); the whole class runs only on a text that
+        # holds an astral character at all
+        self._drop_bmp = re.compile(_char_class(cp for cp in _drop_table() if cp < 0x10000))
         self._traditional = frozenset(chr(c) for c in self._t2s)
+        # as with format characters: the BMP part as one class (a bitmap), the rest only behind an astral gate
+        self._traditional_bmp = re.compile(_char_class(c for c in self._t2s if c < 0x10000))
         # a letter that is not plain Latin but may sit in a Latin word: a look-alike or a diacritic
         self._foldable = re.compile(
             "[\u00c0-\u024f" + "".join(sorted(re.escape(ch) for ch in self._confusable_chars)) + "]"
@@ -256,9 +273,14 @@ class Normaliser:
         if "&" in text and "entities" not in skip and _ENTITY.search(text):
             text = html.unescape(text)  # "I&#39;ve", "已&#21024;除", "can&shy;celled"
         if not text.isascii():
-            if "nfkc" not in skip and not unicodedata.is_normalized("NFKC", text):
-                text = unicodedata.normalize("NFKC", text)
-            if "format" not in skip and self._drop_rx.search(text):
+            if "nfkc" not in skip:
+                if _WIDE_FORMS.search(text):
+                    text = _WIDE_FORMS.sub(_wide, text)
+                if not unicodedata.is_normalized("NFKC", text):
+                    text = unicodedata.normalize("NFKC", text)
+            if "format" not in skip and (
+                self._drop_bmp.search(text) or (_ASTRAL.search(text) and self._drop_rx.search(text))
+            ):
                 text = self._drop_rx.sub("", text)
             if "marks" not in skip and _MARKS.search(text):
                 text = _OVERLAY.sub("", text)  # a letter under a strike overlay is struck
@@ -268,7 +290,9 @@ class Normaliser:
         if not text.isascii():
             if "confusables" not in skip and self._foldable.search(text):
                 text = self._latinish.sub(self._fold_word, text)
-            if "traditional" not in skip and not self._traditional.isdisjoint(text):
+            if "traditional" not in skip and (
+                self._traditional_bmp.search(text) or (_ASTRAL.search(text) and not self._traditional.isdisjoint(text))
+            ):
                 text = text.translate(self._t2s)
         if ("\n" in text or "\r" in text) and "lines" not in skip:
             text = self._join_lines(text)

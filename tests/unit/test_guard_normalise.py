@@ -6,13 +6,14 @@ Pure tests: no Redis, no gRPC.
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from countersign.guard import ReplyGuard, segment
+from countersign.guard import ReplyGuard, normalise, segment
 from countersign.guard.normalise import STEPS
 
 DATA = Path(__file__).resolve().parents[2] / "countersign" / "guard" / "data"
@@ -179,6 +180,35 @@ def test_the_fast_segment_regexes_cut_where_their_readable_forms_do(text: str) -
         m.span() for m in _SENTENCE_END_SPEC.finditer(text)
     ]
     assert [m.span() for m in segment._PART_BREAK.finditer(text)] == [m.span() for m in _PART_BREAK_SPEC.finditer(text)]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    text=st.text(
+        alphabet="，。（）：；！？～＜＞Ａｚ０\u3000\u0338\u0301\u0308\u3099a>=e中カ가\uff9e\u00a0 ", max_size=12
+    )
+)
+def test_full_width_forms_folded_first_give_what_nfkc_gives(text: str) -> None:
+    """normalise folds full-width forms one by one before NFKC (speed): the text a reader sees is NFKC's."""
+    folded = normalise._WIDE_FORMS.sub(normalise._wide, text)
+    assert unicodedata.normalize("NFKC", folded) == unicodedata.normalize("NFKC", text)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    text=st.text(
+        alphabet="a中經㑮\U0002005e\U00020325\U00020001\U000e0041\U000e0100\u200b\u00ad\ufe0f\U0001f600", max_size=8
+    )
+)
+def test_the_plane_gates_never_hide_a_format_or_traditional_character(text: str) -> None:
+    """Format characters and traditional forms are searched in the BMP by one class, elsewhere behind a gate."""
+    n = _DETECTOR.normaliser
+    has_format = n._drop_bmp.search(text) or (normalise._ASTRAL.search(text) and n._drop_rx.search(text))
+    assert bool(has_format) == bool(n._drop_rx.search(text))
+    has_traditional = n._traditional_bmp.search(text) or (
+        normalise._ASTRAL.search(text) and not n._traditional.isdisjoint(text)
+    )
+    assert bool(has_traditional) == (not n._traditional.isdisjoint(text))
 
 
 _DETECTOR = ReplyGuard.load()
