@@ -202,9 +202,15 @@ def _status_list(c: Candidate) -> bool:
     """A bare status that is one item of a list of three or more short items, some of which are not
     completions: the names of states, not a report ("分为待付款、已发货、已签收三栏", "columns: unpaid, sent, and
     archived", "Open, Resolved or Closed"). A list of completions only ("已转发、已归档、已标星") stays a report."""
+    # cheap tests first: the candidate's own part is a bare status (or two joined), in a sentence of parts
     if len(c.part.text) > 24 or len(c.sentence.parts) < 2:
         return False
     zh = c.lexicon.grammar == "zh"
+    own = _JOINS.sub("", c.part.text.strip())
+    if zh and (len(own) > 10 or not own.startswith("已")):
+        return False
+    if not zh and len(own.split()) > 2:
+        return False
     items: list[tuple[bool, bool]] = []  # (is the candidate's, is a bare status), per short item in order
     runs: list[list[tuple[bool, bool]]] = [items]
     for part in c.sentence.parts:
