@@ -36,6 +36,9 @@ _PIECES = re.compile(r"[,;:—–()]|\s-\s|\b(?=and\b|but\b|so\b|though\b|then\b
 _NOW = frozenset({"now"})  # a change, not a standing state: "Your alarm now repeats on weekdays"
 
 
+_REMEDY = frozenset({"so", "therefore", "instead", "thus"})
+
+
 class EnglishGrammar(Placement):
     def __init__(self, lex: Lexicon) -> None:
         super().__init__(lex)
@@ -69,7 +72,9 @@ class EnglishGrammar(Placement):
         rules = self.phrases.live(sentence, words)
         for part in sentence.parts:
             tokens = self.tokens(sentence, part)
-            found, subject_agent = self._part(sentence, part, tokens, inherited)
+            # "so"/"instead" opens the speaker's own next step: "The payment failed, so retried it with your Visa"
+            agent = ASSISTANT if tokens and tokens[0][0] in _REMEDY else inherited
+            found, subject_agent = self._part(sentence, part, tokens, agent)
             out.extend(found)
             out.extend(self.phrases.candidates(sentence, part, rules=rules))
             if subject_agent:

@@ -141,6 +141,7 @@ WHO_ACTS = [
     ("The plumber came by and fixed the tap.", False),
     ("维修师傅来过一趟，还换了滤芯。", False),
     ("The plumber came by, and I paid him from your account.", True),  # a subject of its own
+    ("The payment failed, so retried it with your other card.", True),  # "so" opens the speaker's next step
     ("已经帮你建好了待办，并发送了邀请邮件。", True),  # the assistant's part: no one else to go on from
     # guard3: what the failure and the status-list rules must leave standing
     ("同步失败了，所以我把文件重新上传了。", True),
