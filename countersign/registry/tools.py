@@ -43,7 +43,7 @@ _TOOL_KEYS = {
 }
 _ADAPTER_KEYS = {"kind", "execute", "lookup", "fence", "prepare", "target", "timeout_ms"}
 _CALL_KEYS = {"method", "url"}
-_PREVIEW_KEYS = {"title", "target", "impact", "details"}
+_PREVIEW_KEYS = {"title", "target", "impact", "details", "locales"}
 _RECEIPT_KEYS = {"resource_id", "resource_version", "summary"}
 _COMP_KEYS = {"tool", "args"}
 
@@ -52,6 +52,17 @@ def check_keys(raw: Mapping[str, Any], allowed: set[str], tool: str, where: str,
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise fail(tool, "known-keys", f"unknown key(s) {', '.join(map(str, unknown))} in {where}")
+
+
+def check_preview(preview: Mapping[str, Any], known: set[str], tool: str, where: str, fail: Any) -> None:
+    """A preview's keys are known and its templates name only the tool's properties and the action's fields."""
+    check_keys(preview, _PREVIEW_KEYS, tool, where, fail)
+    for key in ("title", "target", "impact"):
+        check_template(str(preview.get(key, "")), known, tool, fail)
+    for detail in preview.get("details") or []:
+        if not isinstance(detail, dict) or set(detail) != {"label", "value"}:
+            raise fail(tool, "known-keys", f"{where} details are {{label, value}} mappings")
+        check_template(str(detail["value"]), known, tool, fail)
 
 
 def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Tool:
@@ -129,13 +140,14 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
     preview = raw.get("preview") or {}
     if not isinstance(preview, dict):
         raise fail(name, "known-keys", "preview must be a mapping")
-    check_keys(preview, _PREVIEW_KEYS, name, "preview", fail)
-    for key in ("title", "target", "impact"):
-        check_template(str(preview.get(key, "")), known, name, fail)
-    for detail in preview.get("details") or []:
-        if not isinstance(detail, dict) or set(detail) != {"label", "value"}:
-            raise fail(name, "known-keys", "preview details are {label, value} mappings")
-        check_template(str(detail["value"]), known, name, fail)
+    check_preview(preview, known, name, "preview", fail)
+    locales = preview.get("locales") or {}
+    if not isinstance(locales, dict):
+        raise fail(name, "known-keys", "preview.locales must map a locale to a preview")
+    for locale, variant in locales.items():
+        if not isinstance(variant, dict) or "locales" in variant:
+            raise fail(name, "known-keys", f"preview.locales.{locale} must be a preview (title, target, impact…)")
+        check_preview(variant, known, name, f"preview.locales.{locale}", fail)
 
     adapter = adapter_spec(raw.get("adapter"), name, known, fail)
     receipt_raw = raw.get("receipt") or {}

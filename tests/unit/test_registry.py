@@ -440,3 +440,34 @@ def test_a_key_given_twice_stops_the_start() -> None:
         registry.load(str(path))
     assert str(info.value).startswith(f"{path}: tool '-': yaml: ")
     assert "duplicate key 'confirmation'" in str(info.value)
+
+
+# -- previews in the caller's locale -------------------------------------------------------------
+
+
+def test_a_localized_preview_is_checked_like_the_default(tmp_path: Path) -> None:
+    """A preview under preview.locales names only the tool's properties, like the default one."""
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "examples" / "registry.yaml").read_text())
+    tool = next(t for t in raw["tools"] if t["name"] == "delete_todo")
+    tool["preview"]["locales"]["en"]["impact"] = "deletes {nosuch}"
+    with pytest.raises(RegistryError) as info:
+        registry.build(raw, "x.yaml")
+    assert info.value.tool == "delete_todo" and "nosuch" in str(info.value)
+    tool["preview"]["locales"]["en"] = {"title": "t", "colour": "red"}
+    with pytest.raises(RegistryError, match=r"unknown key\(s\) colour in preview.locales.en"):
+        registry.build(raw, "x.yaml")
+    tool["preview"]["locales"] = ["en"]
+    with pytest.raises(RegistryError, match=r"preview.locales must map a locale to a preview"):
+        registry.build(raw, "x.yaml")
+
+
+def test_preview_locale_fallback(example: registry.Registry) -> None:
+    from countersign.path.prepare import localized
+
+    preview = example.tools["set_todo_status"].preview
+    assert localized(preview, "en")["title"] == "Change a to-do's status"
+    assert localized(preview, "en-US")["title"] == "Change a to-do's status"
+    assert localized(preview, "zh-CN")["title"] == "更新待办状态"
+    assert localized(preview, "")["title"] == "更新待办状态"
