@@ -30,6 +30,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CONNECTION_CLOSED, Implementation
 
 CLIENT = Implementation(name="countersign", version="1")
+LINGER = 1.0  # seconds an answer may still arrive after its call's deadline (the caller has given up by then)
+# an idle connection is dropped before the usual server keep-alive (uvicorn's and node's are 5 s) can close it
+# under a request being written: such a request would be lost after send (UNKNOWN) though nothing reached a tool
+KEEPALIVE = 4.0
 
 
 @dataclass
@@ -75,6 +79,9 @@ class _Capped(httpx2.AsyncByteStream):
                 if self.probe.read > self.probe.cap:
                     self.probe.problem = self.probe.problem or f"the answer is larger than {self.probe.cap} bytes"
                     raise _Oversize(self.probe.problem)  # the SDK ends this call's stream (and only it)
+                if time.monotonic() > self.probe.deadline + LINGER:
+                    # a stream that trickles on past the deadline is closed: no call holds a connection for ever
+                    raise httpx2.ReadTimeout("the answer was still streaming at the deadline")
                 yield chunk
         except httpx2.TransportError as exc:
             if self.first:
@@ -94,7 +101,7 @@ class Wire(httpx2.AsyncBaseTransport):
 
     def __init__(self) -> None:
         self.inner = httpx2.AsyncHTTPTransport(
-            trust_env=False, limits=httpx2.Limits(max_connections=128, keepalive_expiry=30)
+            trust_env=False, limits=httpx2.Limits(max_connections=128, keepalive_expiry=KEEPALIVE)
         )
 
     async def aclose(self) -> None:
@@ -158,6 +165,8 @@ class Wire(httpx2.AsyncBaseTransport):
                 body += chunk
                 if probe.read + len(body) > probe.cap:
                     raise _Oversize(f"the answer is larger than {probe.cap} bytes")
+                if time.monotonic() > probe.deadline + LINGER:
+                    raise httpx2.ReadTimeout("the answer was still arriving at the deadline")
         except _Oversize as exc:
             if first:
                 probe.problem = str(exc)

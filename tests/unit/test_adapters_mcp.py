@@ -248,9 +248,11 @@ async def test_is_error_is_failed_with_the_answers_reason(
         )
 
 
-def _sse(message: dict[str, Any], result: Any, pad: int = 0) -> list[Step]:
+def _sse(message: dict[str, Any], result: Any, pad: int = 0, split: tuple[int, ...] = ()) -> list[Step]:
+    """The answer as an SSE stream: a comment (``pad`` bytes of it), then the event with the result."""
     event = b"event: message\ndata: " + json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}).encode()
-    return answer(200, b": " + b"x" * pad + b"\n\n" + event + b"\n\n", headers={"Content-Type": "text/event-stream"})
+    body = b": " + b"x" * pad + b"\n\n" + event + b"\n\n"
+    return answer(200, body, headers={"Content-Type": "text/event-stream"}, split=split, chunked=bool(split))
 
 
 BROKEN: dict[str, Answer] = {
@@ -302,6 +304,42 @@ async def test_an_answer_a_read_can_use_or_not(raw: Raw, adapter: mcp.McpAdapter
         assert (outcome.kind, outcome.reason) == (Kind.FAILED, "DOWNSTREAM_ANSWER_INVALID"), outcome
 
 
+@pytest.mark.parametrize(
+    "how",
+    [
+        lambda m: rpc(m, tool_result(TODO), split=(7,), pause=0.1),
+        lambda m: rpc(m, tool_result(TODO), split=(1, 2, 30, 31), chunked=True),
+        lambda m: _sse(m, tool_result(TODO), split=(3, 30, 31, 60)),
+    ],
+    ids=["two segments", "chunked in pieces", "an SSE stream"],
+)
+async def test_an_answer_in_pieces_is_read_whole(raw: Raw, adapter: mcp.McpAdapter, how: Answer) -> None:
+    serve(raw, how)
+    outcome = await create(adapter, raw)
+    assert (outcome.kind, outcome.resource_id) == (Kind.SUCCEEDED, "t_1"), outcome
+
+
+async def test_a_stream_that_trickles_past_the_deadline_is_closed_and_unknown(
+    raw: Raw, adapter: mcp.McpAdapter
+) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    comment = b"3\r\n:\n\n\r\n"
+    serve(raw, lambda m: [head, *([comment, 0.2] * 100)])  # 20 s of keep-alive comments, never an answer
+    started = asyncio.get_running_loop().time()
+    outcome = await create(adapter, raw, timeout=1.0)
+    assert (outcome.kind, outcome.reason) == (Kind.UNKNOWN, "DOWNSTREAM_TIMEOUT"), outcome
+    if raw.handlers:  # each handler ends when a write to its connection fails
+        await asyncio.wait(set(raw.handlers), timeout=8)
+    assert not raw.handlers, "the connection was closed: the server's writes failed"
+    assert asyncio.get_running_loop().time() - started < 5, "soon after the deadline, not when the server stops"
+
+
+async def test_an_answer_to_another_request_is_no_answer(raw: Raw, adapter: mcp.McpAdapter) -> None:
+    serve(raw, lambda m: rpc({**m, "id": 999}, tool_result(TODO)))
+    outcome = await create(adapter, raw, timeout=1.0)
+    assert (outcome.kind, outcome.reason) == (Kind.UNKNOWN, "DOWNSTREAM_TIMEOUT"), outcome
+
+
 async def test_a_write_that_declares_no_receipt_accepts_any_result(raw: Raw, adapter: mcp.McpAdapter) -> None:
     serve(raw, lambda m: rpc(m, tool_result(text="done")))
     assert (await create(adapter, raw, "create_plain")).kind is Kind.SUCCEEDED
@@ -328,13 +366,16 @@ async def test_a_redirect_is_never_followed(
     raw: Raw, adapter: mcp.McpAdapter, elsewhere: tuple[str, list[str]], status: int
 ) -> None:
     there, seen = elsewhere
-    serve(raw, lambda m: answer(status, b"", headers={"Location": f"{raw.url}/mcp-moved"}))
-    write = await create(adapter, raw)
-    assert (write.kind, write.reason) == (Kind.UNKNOWN, "DOWNSTREAM_REDIRECT"), write
-    read = await create(adapter, raw, "read_things")
-    assert (read.kind, read.reason) == (Kind.FAILED, "DOWNSTREAM_REDIRECT"), read
+    for location in (f"{raw.url}/mcp-moved", f"{there}/mcp"):
+        serve(raw, lambda m, to=location: answer(status, b"", headers={"Location": to}))
+        write = await create(adapter, raw)
+        assert (write.kind, write.reason) == (Kind.UNKNOWN, "DOWNSTREAM_REDIRECT"), write
+        read = await create(adapter, raw, "read_things")
+        assert (read.kind, read.reason) == (Kind.FAILED, "DOWNSTREAM_REDIRECT"), read
+        found = await adapter.lookup(tools(raw.url).tools["create_thing"], META, True, 2.0)
+        assert found.kind is LookupKind.UNREADABLE
     assert not [s for s in raw.seen if s.target != "/mcp"], "the moved-to path saw nothing"
-    del there, seen
+    assert seen == [], "the host the redirect named saw nothing"
 
 
 # -- nothing sent, something sent -------------------------------------------------------------------------
