@@ -117,12 +117,17 @@ def test_a_read_tool_answers_its_structured_result(mcp: McpStack) -> None:
 # -- what the answer says -----------------------------------------------------------------------------------------
 
 
-def test_is_error_is_failed_with_the_tools_reason_and_nothing_written(mcp: McpStack) -> None:
+def test_is_error_is_failed_not_retryable_with_the_tools_reason_and_nothing_written(mcp: McpStack) -> None:
     stub = mcp.stub()
     issued = card(stub, "被拒绝")
     mcp.mcp.fault(tool="create_todo", mode="error", reason="TODO_QUOTA_REACHED")
     action = confirm(stub, issued.token)
     assert (action.state, action.error.reason) == (S.ACTION_STATE_FAILED, "TODO_QUOTA_REACHED")
+    # the tool ran and refused: the action is over (a new attempt is a new card, with a new key)
+    assert not action.error.retryable, "a tool's refusal is not retryable"
+    again = confirm(stub, issued.token)
+    assert again.replayed and (again.state, again.error.reason) == (S.ACTION_STATE_FAILED, "TODO_QUOTA_REACHED")
+    assert len(mcp.mcp.calls("create_todo", issued.action_id)) == 1, "a second Confirm never re-sends"
     assert mcp.mcp.todos("被拒绝") == []
 
 
