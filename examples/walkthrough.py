@@ -1,7 +1,8 @@
 """The Countersign walkthrough: a scripted agent (no language model) against the real parts.
 
 Starts the example todo service, the example MCP todo server (the last step writes through the MCP adapter,
-the back door) and the sidecar (with its own private, embedded redis-server) as real processes on free ports, plays one user's conversation over gRPC and prints a short transcript.
+the back door) and the sidecar (with its own private, embedded redis-server) as real processes on free ports,
+plays one user's conversation over gRPC and prints a short transcript.
 Every step checks what it expects; ``main`` returns 0 only when all of them behaved.
 
     python -m examples.walkthrough [--verbose]      (or: countersign demo [--verbose])
@@ -19,16 +20,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import grpc
-import yaml
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from countersign.testing import processes
-from countersign.testing.mcp import McpTodo
+from countersign.testing.mcp import McpTodo, write_both_registry
 from countersign.v1 import (
     common_pb2,
     continuation_pb2,
@@ -555,24 +554,8 @@ def cont_state(state: int) -> str:
 
 # ---------------------------------------------------------------------------- processes
 
-MCP_TOOL = "create_mcp_todo"  # the demo's name for the MCP server's create_todo (the back door)
+MCP_TOOL = "create_mcp_todo"  # the MCP server's create_todo, beside the HTTP one (countersign.testing.mcp)
 MCP_KEY = "io.countersign/idempotency-key"
-
-
-def demo_registry(work: Path, todo_url: str, mcp_url: str) -> Path:
-    """The example registry (the HTTP todo service), plus the MCP todo server's create_todo as MCP_TOOL."""
-    doc = yaml.safe_load(processes.write_registry(work, todo_url).read_text(encoding="utf-8"))
-    back = yaml.safe_load(processes.write_mcp_registry(work, mcp_url).read_text(encoding="utf-8"))
-    [tool] = [t for t in back["tools"] if t["name"] == "create_todo"]
-    tool["name"], tool["capability"] = MCP_TOOL, "mcp_todo.create"
-    tool["adapter"]["timeout_ms"] = 5000  # the demo's sidecar deadline (1 s) is for step 12; a session opens here
-    doc["capabilities"].append(
-        {"id": "mcp_todo.create", "status": "enabled", "tool": MCP_TOOL, "risk": "low", "confirmation": "default"}
-    )
-    doc["tools"].append(tool)
-    path = work / "registry-demo.yaml"
-    path.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False), encoding="utf-8")
-    return path
 
 
 def main(verbose: bool = False) -> int:
@@ -588,7 +571,9 @@ def main(verbose: bool = False) -> int:
         mcp = processes.start_mcp_todo(work)
         procs.append(mcp)
         names.append("MCP todo server")
-        registry = demo_registry(work, todo.info["url"], mcp.info["url"])
+        # the example registry plus the MCP server's tools (5 s deadline: the session opens on step 14's call;
+        # the sidecar's 1 s is for step 12)
+        registry = write_both_registry(work, todo.info["url"], mcp.info["url"], timeout_ms=5000)
         sidecar = processes.start_sidecar(
             work,
             registry,

@@ -5,6 +5,7 @@ todos it holds, faults to inject)."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import yaml
 
 from countersign.testing import processes
 from countersign.v1 import gateway_pb2_grpc
@@ -117,3 +119,26 @@ def start_mcp_stack(work: Path, flags: list[str] | None = None, *, json_response
         if mcp is not None:
             mcp.stop()  # the process it runs now (a test may have restarted it)
         redis.stop()
+
+
+# the MCP todo server's tools under the names a registry beside the HTTP example gives them
+BESIDE = {"create_todo": ("create_mcp_todo", "mcp_todo.create"), "list_todos": ("list_mcp_todos", "mcp_todo.list")}
+
+
+def write_both_registry(work: Path, todo_url: str, mcp_url: str, *, timeout_ms: int = 0) -> Path:
+    """The example registry (the HTTP todo service) plus the MCP todo server's create_todo and list_todos as
+    create_mcp_todo and list_mcp_todos: one sidecar in front of both kinds of downstream (the walkthrough's back
+    door step, bench/mcp_adapter.py). ``timeout_ms`` gives the MCP tools a deadline of their own."""
+    doc = yaml.safe_load(processes.write_registry(work, todo_url).read_text(encoding="utf-8"))
+    back = yaml.safe_load(processes.write_mcp_registry(work, mcp_url).read_text(encoding="utf-8"))
+    capabilities = {c["tool"]: c for c in back["capabilities"]}
+    for tool in back["tools"]:
+        name, capability = BESIDE[tool["name"]]
+        doc["capabilities"].append({**capabilities[tool["name"]], "id": capability, "tool": name})
+        tool["name"], tool["capability"] = name, capability
+        if timeout_ms:
+            tool["adapter"]["timeout_ms"] = timeout_ms
+        doc["tools"].append(tool)
+    path = work / f"registry-both-{time.monotonic_ns()}.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
