@@ -34,6 +34,7 @@ LINGER = 1.0  # seconds an answer may still arrive after its call's deadline (th
 # an idle connection is dropped before the usual server keep-alive (uvicorn's and node's are 5 s) can close it
 # under a request being written: such a request would be lost after send (UNKNOWN) though nothing reached a tool
 KEEPALIVE = 4.0
+DRAIN_SECONDS, DRAIN_BYTES = 1.0, 64 << 10  # the most of an answer stream's rest read to keep its connection
 
 
 @dataclass
@@ -67,29 +68,49 @@ def _failed(request: httpx2.Request, message: str) -> httpx2.Response:
 
 
 class _Capped(httpx2.AsyncByteStream):
-    """An answer stream (SSE) read under the call's cap; a cut is noted as lost."""
+    """An answer stream (SSE) read under the call's cap; a cut is noted as lost. Closed before its end, its rest
+    is read (briefly, a little) so that its connection can serve the next call."""
 
     def __init__(self, stream: httpx2.AsyncByteStream, probe: Probe, first: bool) -> None:
         self.stream, self.probe, self.first = stream, probe, first
+        self.chunks = aiter(stream)  # one iterator, so that the drain at close goes on where the SDK stopped
+        self.ended = False  # read to its end, or given up on (oversize, past the deadline, cut): no drain
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self.stream:
+            async for chunk in self.chunks:
                 self.probe.read += len(chunk)
                 if self.probe.read > self.probe.cap:
+                    self.ended = True
                     self.probe.problem = self.probe.problem or f"the answer is larger than {self.probe.cap} bytes"
                     raise _Oversize(self.probe.problem)  # the SDK ends this call's stream (and only it)
                 if time.monotonic() > self.probe.deadline + LINGER:
                     # a stream that trickles on past the deadline is closed: no call holds a connection for ever
+                    self.ended = True
                     raise httpx2.ReadTimeout("the answer was still streaming at the deadline")
                 yield chunk
+            self.ended = True
         except httpx2.TransportError as exc:
+            self.ended = True
             if self.first:
                 self.probe.lost = self.probe.lost or _lost(exc)
             raise
 
     async def aclose(self) -> None:
-        await self.stream.aclose()
+        # The SDK closes the stream as soon as it holds the result, before the server's end of the stream (the
+        # last chunk, sent right after) is read; a connection whose answer was not read to its end is not reused,
+        # so every call opened a new one. The answer is already on its way to the caller: this waits for no one.
+        try:
+            if not self.ended:
+                with contextlib.suppress(Exception):  # a timeout or a cut: the connection is closed, as it was
+                    async with asyncio.timeout(DRAIN_SECONDS):
+                        left = DRAIN_BYTES
+                        async for chunk in self.chunks:
+                            left -= len(chunk)
+                            if left < 0:
+                                break
+        finally:  # also when the SDK cancels its task: the pool must hear of the stream's end
+            await self.stream.aclose()
 
 
 def _lost(exc: BaseException) -> str:

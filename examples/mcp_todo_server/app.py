@@ -37,7 +37,8 @@ class Recorder:
             if not message.get("more_body"):
                 break
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        ids = self._record(raw, headers)
+        client = scope.get("client")
+        ids = self._record(raw, headers, f"{client[0]}:{client[1]}" if client else "")
         replayed = False
 
         async def replay() -> Message:
@@ -92,7 +93,7 @@ class Recorder:
             # an application error after the answer started: the server closes the connection mid-answer
             raise ConnectionAbortedError("fault drop_after_commit: the todo was written, the answer is dropped")
 
-    def _record(self, raw: bytes, headers: dict[str, str]) -> list[str]:
+    def _record(self, raw: bytes, headers: dict[str, str], peer: str) -> list[str]:
         """Log each JSON-RPC message of the body; the ids of its requests."""
         try:
             doc = json.loads(raw)
@@ -121,6 +122,7 @@ class Recorder:
                     "idempotency_key": meta.get(KEY_META) or header_key,
                     "header_key": header_key,
                     "session": headers.get("mcp-session-id"),
+                    "peer": peer,  # the client's address and port: one per TCP connection
                     "headers": recorded_headers(headers.items()),
                 }
             )

@@ -114,6 +114,19 @@ def test_a_read_tool_answers_its_structured_result(mcp: McpStack) -> None:
     assert call["meta"] == {} and "idempotency-key" not in call["headers"], "a read carries no key"
 
 
+def test_calls_answered_as_sse_streams_share_one_connection(mcp: McpStack) -> None:
+    stub = mcp.stub()
+    read = gateway_pb2.InvokeRequest(context=ctx(request_id=turn()), tool_name="list_todos", arguments_json="{}")
+    stub.Invoke(read)  # the session and its connection are open
+    before = len(mcp.mcp.requests("list_todos"))
+    for _ in range(6):
+        stub.Invoke(read)
+    peers = {e["peer"] for e in mcp.mcp.requests("list_todos")[before:]}
+    # the SDK stops reading an answer's SSE stream at its result; unless the adapter reads the stream's end, the
+    # connection cannot be reused and every call opens a new one (a TCP handshake, and its latency, per call)
+    assert len(peers) <= 2, f"6 calls, one after the other, came over {len(peers)} connections"
+
+
 # -- what the answer says -----------------------------------------------------------------------------------------
 
 
