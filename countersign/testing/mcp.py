@@ -8,7 +8,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,7 +100,7 @@ class McpStack:
         )
 
 
-def start_mcp_stack(work: Path, flags: list[str] | None = None, *, json_response: bool = False) -> Iterator[McpStack]:
+def start_mcp_stack(work: Path, flags: list[str] | None = None, *, json_response: bool = False) -> Generator[McpStack]:
     """Redis, the MCP todo server, and a sidecar whose registry sends create_todo and list_todos to it."""
     redis = processes.start_redis(work)
     mcp: McpTodo | None = None

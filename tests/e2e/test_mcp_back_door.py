@@ -218,6 +218,26 @@ def test_commit_then_drop_is_unknown_then_reconcile_resolves_it_through_the_look
     assert get(stub, issued.action_id).receipt == settled.receipt
 
 
+def test_commit_then_drop_by_a_server_answering_json_is_unknown_and_reconciled(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The same over a server that answers plain JSON, not an SSE stream (the other Streamable HTTP answer)."""
+    stacks = start_mcp_stack(tmp_path_factory.mktemp("mcp-json"), ["--reconcile-interval", "1h"], json_response=True)
+    stack = next(stacks)
+    try:
+        stub = stack.stub()
+        issued = card(stub, "JSON 提交后断开")
+        stack.mcp.fault(tool="create_todo", mode="drop_after_commit")
+        action = confirm(stub, issued.token)
+        assert (action.state, action.error.reason) == (S.ACTION_STATE_UNKNOWN, "DOWNSTREAM_CONNECTION_LOST")
+        settled = reconcile(stub, issued.action_id)
+        assert settled.state == S.ACTION_STATE_SUCCEEDED
+        assert settled.receipt.resource_id == stack.mcp.todos("JSON 提交后断开")[0]["id"]
+        assert len(stack.mcp.calls("create_todo", issued.action_id)) == 1
+    finally:
+        stacks.close()  # its processes stop, by PID
+
+
 def test_the_background_reconciler_resolves_a_dropped_answer(mcp: McpStack) -> None:
     sidecar = mcp.start_sidecar(flags=["--reconcile-interval", "200ms", "--downstream-deadline", "1500ms"])
     try:
