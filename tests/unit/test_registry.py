@@ -80,7 +80,42 @@ BAD: dict[str, tuple[str, str, str]] = {
         "template-fields",
         "template '{titel}' names {titel}, which is not an argument, the action or the receipt",
     ),
-    "adapter-valid": ("delete_item", "adapter-valid", "adapter kind must be http or grpc, not 'ftp'"),
+    "adapter-valid": ("delete_item", "adapter-valid", "adapter kind must be http, grpc or mcp, not 'ftp'"),
+    # an MCP server's tool (issue 15, the back door): one fixed endpoint, the write's tool, other tools to look up
+    "adapter-valid-mcp-url": (
+        "delete_item",
+        "adapter-valid",
+        "an mcp adapter needs url, the server's Streamable HTTP endpoint (http(s))",
+    ),
+    "adapter-valid-mcp-url-template": (
+        "delete_item",
+        "adapter-valid",
+        "adapter.url of an mcp adapter is one fixed endpoint: no template in it",
+    ),
+    "adapter-valid-mcp-no-host": ("delete_item", "adapter-valid", "adapter.url of an mcp adapter names no host"),
+    "adapter-valid-mcp-tool": (
+        "delete_item",
+        "adapter-valid",
+        "an mcp adapter needs tool, the server's tool name (1-128 of A-Za-z0-9_.-)",
+    ),
+    "adapter-valid-mcp-lookup-tool": (
+        "delete_item",
+        "adapter-valid",
+        "adapter.lookup.tool must be the server's tool name (1-128 of A-Za-z0-9_.-)",
+    ),
+    "adapter-valid-mcp-lookup-is-the-write": (
+        "delete_item",
+        "adapter-valid",
+        "adapter.lookup.tool must be another tool than adapter.tool ('delete_item')",
+    ),
+    "adapter-valid-mcp-fence": ("delete_item", "adapter-valid", "adapter.lookup.fence is true or false"),
+    "adapter-valid-mcp-prepare": (
+        "delete_item",
+        "adapter-valid",
+        "adapter.prepare is a mapping {tool: <the server's tool name>}",
+    ),
+    "known-keys-mcp-adapter": ("delete_item", "known-keys", "unknown key(s) execute in adapter (kind mcp)"),
+    "known-keys-mcp-lookup": ("delete_item", "known-keys", "unknown key(s) fenc in adapter.lookup"),
     "unique-names": ("list_items", "unique-names", "the tool is declared twice"),
     "unique-names-capability": ("list_items", "unique-names", "capability 'item.list' is declared twice"),
     "schema-valid": (
