@@ -56,6 +56,7 @@ class AdapterSpec:
     grpc_lookup: bool = False
     grpc_fence: bool = False
     timeout_ms: int = 0  # 0: the sidecar's downstream deadline
+    tls: bool = False  # grpc: a TLS channel (--downstream-ca, --downstream-cert); http: the URL's scheme says
 
     @property
     def can_fence(self) -> bool:

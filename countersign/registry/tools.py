@@ -43,7 +43,7 @@ _TOOL_KEYS = {
     "verbs",
     "approval",
 }
-_ADAPTER_KEYS = {"kind", "execute", "lookup", "fence", "prepare", "target", "timeout_ms"}
+_ADAPTER_KEYS = {"kind", "execute", "lookup", "fence", "prepare", "target", "timeout_ms", "tls"}
 _CALL_KEYS = {"method", "url"}
 _PREVIEW_KEYS = {"title", "target", "impact", "details"}
 _RECEIPT_KEYS = {"resource_id", "resource_version", "summary"}
@@ -237,9 +237,9 @@ def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec
         target = raw.get("target")
         if not isinstance(target, str) or not target:
             raise fail(tool, "adapter-valid", "a grpc adapter needs a target (host:port or unix:/path)")
-        flags = {k: raw.get(k, False) for k in ("prepare", "lookup", "fence", "execute")}
+        flags = {k: raw.get(k, False) for k in ("prepare", "lookup", "fence", "execute", "tls")}
         if not all(isinstance(v, bool) for v in flags.values()):
-            raise fail(tool, "adapter-valid", "grpc adapter prepare/lookup/fence are true or false")
+            raise fail(tool, "adapter-valid", "grpc adapter prepare/lookup/fence/tls are true or false")
         return AdapterSpec(
             "grpc",
             target=target,
@@ -247,9 +247,12 @@ def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec
             grpc_lookup=bool(flags["lookup"] or flags["fence"]),
             grpc_fence=bool(flags["fence"]),
             timeout_ms=timeout,
+            tls=bool(flags["tls"]),
         )
     if kind != "http":
         raise fail(tool, "adapter-valid", f"adapter kind must be http or grpc, not {kind!r}")
+    if "tls" in raw:
+        raise fail(tool, "adapter-valid", "an http adapter takes TLS from its URLs (https://), not from tls")
     calls: dict[str, HttpCall | None] = {}
     for key, default in (("execute", "POST"), ("lookup", "GET"), ("fence", "POST"), ("prepare", "POST")):
         call = raw.get(key)

@@ -82,7 +82,9 @@ def test_registry_check_reads_rendered_manifests_from_stdin() -> None:
     assert ": risk-matches-capability: " in result.stderr
 
 
-def test_registry_check_with_the_sidecars_approvals_applies_the_approval_rule_as_the_sidecar_does(tmp_path: Path) -> None:
+def test_registry_check_with_the_sidecars_approvals_applies_the_approval_rule_as_the_sidecar_does(
+    tmp_path: Path,
+) -> None:
     """approval: signed needs an issuer: without --approvals the check fails as the sidecar's start would; with the
     sidecars' approvals file it passes (its keys are not fetched: CI needs no network)."""
     fixture = str(FIXTURES / "approval-needs-issuer.yaml")
