@@ -52,7 +52,13 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
     try:
         chain, key = read(settings.tls_cert), read(settings.tls_key)
         client_ca = read(settings.tls_client_ca) if settings.tls_client_ca else None
-    except OSError as exc:
+        # the ssl module names what is wrong (a key that does not fit its certificate, a PEM that is none);
+        # grpc would only say that it cannot bind
+        check = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        check.load_cert_chain(settings.tls_cert, settings.tls_key)
+        if client_ca is not None:
+            check.load_verify_locations(cadata=client_ca.decode("ascii", "replace"))
+    except (OSError, ssl.SSLError, ValueError) as exc:
         raise SettingsError(f"--tls-cert / --tls-key / --tls-client-ca: {exc}") from exc
     return grpc.ssl_server_credentials(
         [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
