@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 from countersign.testing.calls import ctx, error_info
 from countersign.testing.stack import Stack
@@ -157,3 +159,22 @@ def test_every_rpc_that_reveals_or_changes_an_action_refuses_another_owner(stack
         e for e in stack.todo.requests() if e["method"] == "DELETE" and action.receipt.resource_id in e["path"]
     ] == []
     assert json.loads(action.receipt.evidence_json)["status"]
+
+
+def test_reconcile_passes_the_same_policy_step_as_every_entry(stack: Stack, tmp_path: Path) -> None:
+    """An admin of the action's tenant in MAINTAIN mode, but of a role the tool does not list, is refused by
+    Reconcile as by any other entry (ROLE_NOT_ALLOWED), and hears nothing of the receipt."""
+    _, action = settled(stack, f"角色不符 {uuid.uuid4().hex[:6]}")
+    doc = yaml.safe_load(stack.registry.read_text(encoding="utf-8"))
+    next(t for t in doc["tools"] if t["name"] == "create_todo")["roles"] = ["user"]
+    users_only = tmp_path / "users-only.yaml"
+    users_only.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    sidecar = stack.start_sidecar(registry=users_only)
+    try:
+        admin = ctx(actor_id="ann", subject_id="alice", role="admin", admin_context_id="t1:ops", admin_mode=MAINTAIN)
+        request = gateway_pb2.ReconcileRequest(context=admin, action_id=action.action_id)
+        err = refused(lambda: stack.stub(sidecar.info["grpc"]).Reconcile(request))
+    finally:
+        sidecar.stop()
+    assert (err.code(), error_info(err).reason) == (grpc.StatusCode.PERMISSION_DENIED, "ROLE_NOT_ALLOWED")
+    reveals_nothing(err, action)
