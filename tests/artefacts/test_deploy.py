@@ -526,7 +526,7 @@ def test_grpc_probes_need_a_wildcard_tcp_listener() -> None:
 
 
 def test_a_wildcard_listener_needs_tls_or_an_acknowledged_plaintext() -> None:
-    with pytest.raises(helm.HelmError, match="listen.insecure"):
+    with pytest.raises(helm.HelmError, match=r"listen\.insecure"):
         render({**STANDALONE, "listen": {"host": "0.0.0.0"}})
     insecure = env(sidecar(render({**STANDALONE, "listen": {"host": "0.0.0.0", "insecure": True}})))
     assert insecure["COUNTERSIGN_INSECURE_LISTEN"] == "yes"
