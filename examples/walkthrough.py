@@ -496,20 +496,35 @@ class Walkthrough:
         assert self.reconciled is not None
         todo_id = self.reconciled.receipt.resource_id
         request = gateway_pb2.CompensateRequest(context=ctx("turn-8"), action_id=self.reconciled.action_id)
-        undone = self.agent.stub.Compensate(request, timeout=RPC_TIMEOUT).action
-        twice = self.agent.stub.Compensate(request, timeout=RPC_TIMEOUT).action
+        proposed = self.agent.stub.Compensate(request, timeout=RPC_TIMEOUT)
+        inverse = proposed.confirmation
+        before = self.todo_writes(inverse.action_id)
+        print(
+            f"[{n}] the user changes their mind: Compensate proposes the declared inverse as a card of its own → "
+            f"{inverse.preview.title} {inverse.preview.target} ({state_name(proposed.action.state)}); "
+            f"the service saw {len(before)} request(s)"
+        )
+        undone = self.agent.stub.Confirm(
+            gateway_pb2.ConfirmRequest(context=ctx("turn-8"), token=inverse.token), timeout=RPC_TIMEOUT
+        ).action
+        twice = self.agent.stub.Compensate(request, timeout=RPC_TIMEOUT)
         gone = self.todo.call("GET", f"/todos/{todo_id}")
         print(
-            f"[{n}] the user changes their mind: Compensate runs the declared inverse (delete_todo {todo_id}) → "
-            f"{state_name(undone.state)}; again → {state_name(twice.state)} (replayed: {twice.replayed})"
+            f"    the user confirms the undo → {state_name(undone.state)}; Compensate again → "
+            f"{state_name(twice.action.state)} (replayed: {twice.action.replayed}, no card)"
         )
         print(f"    the todo at the service: {gone.get('reason', gone)}")
-        expect("COMPENSATED", undone.state == common_pb2.ACTION_STATE_COMPENSATED, short(undone))
+        expect("a card, nothing run yet", bool(inverse.token) and before == [], (inverse.token, before))
+        expect("COMPENSATING while it waits", proposed.action.state == common_pb2.ACTION_STATE_COMPENSATING, proposed)
+        expect("the inverse ran once", undone.state == common_pb2.ACTION_STATE_SUCCEEDED, short(undone))
         expect(
-            "the first outcome again",
-            twice.state == common_pb2.ACTION_STATE_COMPENSATED and twice.replayed,
-            short(twice),
+            "COMPENSATED, replayed",
+            twice.action.state == common_pb2.ACTION_STATE_COMPENSATED
+            and twice.action.replayed
+            and not twice.HasField("confirmation"),
+            short(twice.action),
         )
+        expect("one DELETE", len(self.todo_writes(inverse.action_id)) == 1, self.todo_writes(inverse.action_id))
         expect("the todo deleted", gone.get("reason") == "TODO_NOT_FOUND", gone)
 
     def todo_writes(self, key: str) -> list[dict[str, Any]]:

@@ -50,6 +50,9 @@ class Card:
     preview: dict[str, Any]
     issued_at_ms: int
     expires_at_ms: int
+    compensates: str = ""  # an inverse's card: the action it undoes (path/inverse.py)
+    compensates_tool: str = ""
+    grant: str = ""  # issued under a standing grant: its id (no card was shown; path/grants.py)
 
 
 def owner(context: common_pb2.CallContext) -> list[str]:
@@ -208,6 +211,9 @@ def open_card(keyring: Keyring, action_id: str, record: CardRecord) -> Card:
         preview=body.get("preview", {}),
         issued_at_ms=int(body["issued_at_ms"]),
         expires_at_ms=int(body["expires_at_ms"]),
+        compensates=str(body.get("compensates", "")),
+        compensates_tool=str(body.get("compensates_tool", "")),
+        grant=str(body.get("grant", "")),
     )
 
 

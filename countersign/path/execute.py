@@ -25,6 +25,7 @@ from countersign.observability.logs import decision
 from countersign.observability.metrics import Metrics
 from countersign.path import policy
 from countersign.path.cards import Card, open_card
+from countersign.path.inverse import record_settled
 from countersign.path.receipts import open_action, refused_action, to_action
 from countersign.path.settle import Settler, Timing, spawn
 from countersign.reasons import Reason
@@ -82,12 +83,9 @@ class Executor:
         with self.metrics.timed("policy"):
             tool = self._recheck(registry, context, card)
         if isinstance(tool, FailedPrecondition):
-            await self.settler.settle(
-                action_id,
-                card.kid,
-                claim_id,
-                refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms()),
-            )
+            refused = refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms())
+            await self.settler.settle(action_id, card.kid, claim_id, refused)
+            record_settled(self.audit, self.metrics, card, refused)
             raise tool
         # the prepared version travels as If-Match: a resource changed since the card was shown is not written
         meta = CallMeta(
@@ -127,6 +125,7 @@ class Executor:
             return await self._give_back(action_id, claim_id, tool, outcome)
         action = to_action(action_id, tool, card, outcome, self._now_ms())
         await self.settler.settle(action_id, card.kid, claim_id, action)
+        record_settled(self.audit, self.metrics, card, action)
         decision(
             action_id, tool.name, "executed", outcome.reason or outcome.kind.value.upper(), outcome=outcome.kind.value
         )

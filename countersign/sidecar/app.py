@@ -230,7 +230,12 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
         downstream_deadline=timing.downstream_deadline,
     )
     compensator = Compensator(
-        store=store, keyring=keyring, executor=executor, registry=registry, timing=timing, metrics=metrics, audit=audit
+        store=store,
+        keyring=keyring,
+        registry=registry,
+        metrics=metrics,
+        audit=audit,
+        confirm_ttl_ms=int(settings.confirm_ttl * 1000),
     )
     continuations = Continuations(
         store=store,

@@ -279,8 +279,7 @@ class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
 
     @rpc("Compensate")
     async def Compensate(self, request: gateway_pb2.CompensateRequest, context: Ctx) -> gateway_pb2.CompensateResponse:
-        action = await self.compensator.compensate(request.context, request.action_id)
-        return gateway_pb2.CompensateResponse(action=action)
+        return await self.compensator.compensate(request.context, request.action_id)
 
     @rpc("Reconcile")
     async def Reconcile(self, request: gateway_pb2.ReconcileRequest, context: Ctx) -> gateway_pb2.ReconcileResponse:

@@ -27,7 +27,11 @@ def _assert_behaved(done: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_walkthrough_module() -> None:
-    _assert_behaved(_run([sys.executable, "-m", "examples.walkthrough"]))
+    done = _run([sys.executable, "-m", "examples.walkthrough"])
+    _assert_behaved(done)
+    # the undo is a card of its own: nothing reached the service before the user confirmed it
+    assert "Compensate proposes the declared inverse as a card of its own" in done.stdout, done.stdout
+    assert "the service saw 0 request(s)" in done.stdout and "the user confirms the undo → SUCCEEDED" in done.stdout
 
 
 @pytest.mark.skipif(not COUNTERSIGN.exists(), reason="the countersign console script is not installed")
