@@ -33,6 +33,9 @@ RPCS = (
     "GetAction",
     "Compensate",
     "Reconcile",
+    "CreateGrant",
+    "ListGrants",
+    "RevokeGrant",
     "OpenContinuation",
     "ClaimContinuation",
     "SettleContinuation",
@@ -183,7 +186,7 @@ class Metrics:
             kind, decisions = (
                 ("read", ("succeeded", "failed", "unknown"))
                 if tool in reads
-                else ("write", ("card", "same_card", "replay"))
+                else ("write", ("card", "same_card", "replay", "grant"))  # grant: run under a standing grant
             )
             for decision in decisions:
                 self.invocations.labels(tool, kind, decision)

@@ -59,15 +59,29 @@ class Executor:
         return int(self.clock() * 1000)
 
     async def run(
-        self, registry: Registry, context: common_pb2.CallContext, action_id: str, claim_id: str, record: CardRecord
+        self,
+        registry: Registry,
+        context: common_pb2.CallContext,
+        action_id: str,
+        claim_id: str,
+        record: CardRecord,
+        **claimed: str,
     ) -> common_pb2.Action:
-        """Shielded from the caller: the work of a won claim always ends in a settle attempt."""
-        return await asyncio.shield(spawn(self.background, self._run(registry, context, action_id, claim_id, record)))
+        """Shielded from the caller: the work of a won claim always ends in a settle attempt. ``claimed``: more
+        fields of the claimed event (the grant it runs under)."""
+        work = self._run(registry, context, action_id, claim_id, record, claimed)
+        return await asyncio.shield(spawn(self.background, work))
 
     async def _run(
-        self, registry: Registry, context: common_pb2.CallContext, action_id: str, claim_id: str, record: CardRecord
+        self,
+        registry: Registry,
+        context: common_pb2.CallContext,
+        action_id: str,
+        claim_id: str,
+        record: CardRecord,
+        claimed: dict[str, str],
     ) -> common_pb2.Action:
-        self.audit.event(action_id, "claimed", tool=record.tool)
+        self.audit.event(action_id, "claimed", tool=record.tool, **claimed)
         try:
             card = open_card(self.keyring, action_id, record)
         except DataLoss as exc:
@@ -84,6 +98,7 @@ class Executor:
             tool = self._recheck(registry, context, card)
         if isinstance(tool, FailedPrecondition):
             refused = refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms())
+            refused.receipt.grant_id = card.grant
             await self.settler.settle(action_id, card.kid, claim_id, refused)
             record_settled(self.audit, self.metrics, card, refused)
             raise tool

@@ -20,14 +20,16 @@ from countersign import registry as registry_mod
 from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
+from countersign.approvals import Verifier
 from countersign.audit import Audit
-from countersign.errors import SettingsError, StoreUnavailable
+from countersign.errors import SettingsError
 from countersign.guard import LexiconError, ReplyGuard
 from countersign.keyring import Keyring
 from countersign.observability import logs, tracing
 from countersign.observability.metrics import Metrics
 from countersign.path.claim import Claims
 from countersign.path.execute import Executor
+from countersign.path.grants import Grants
 from countersign.path.pipeline import Pipeline
 from countersign.path.quota import Quota
 from countersign.path.settle import Settler, Timing
@@ -47,6 +49,7 @@ from countersign.sidecar.server import (
     register,
 )
 from countersign.sidecar.settings import LEASE_MARGIN, Settings
+from countersign.sidecar.trust import check_id_key, load_approvals, load_keys
 from countersign.store.redis_store import RedisStore
 from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
 
@@ -77,6 +80,8 @@ class Components:
     compensator: Compensator
     continuations: Continuations
     checker: ReplyCheck
+    grants: Grants
+    verifier: Verifier | None = None
 
 
 @dataclass
@@ -111,53 +116,12 @@ class Sidecar:
         for adapter in parts.adapters.values():
             await adapter.close()
         await parts.store.close()
+        if parts.verifier is not None:
+            await parts.verifier.close()
         for close in self.closers:
             close()
         if self.embedded is not None:
             self.embedded.stop()
-
-
-def load_keys(settings: Settings) -> Keyring:
-    if settings.keys_file:
-        return Keyring.from_file(settings.keys_file)
-    log.warning(
-        "COUNTERSIGN_KEYS_FILE is not set: a random key was generated. Tokens will not survive a "
-        "restart and will not work across replicas. Do not run like this in production.",
-        extra={"event": "generated_key"},
-    )
-    return Keyring.generate()
-
-
-async def check_id_key(store: RedisStore, keyring: Keyring) -> None:
-    """Refuse to start when this keys file derives action ids with another id key than the sidecars that used
-    this Redis before (docs/design.md §7): one call would become two actions, and could run twice."""
-    if keyring.generated:
-        return
-    mine = keyring.id_fingerprint()
-    try:
-        pinned = await store.pin_id_key(mine)
-    except StoreUnavailable as exc:
-        log.warning(
-            json.dumps(
-                {
-                    "event": "id_key_unchecked",
-                    "message": f"could not compare the id key with the one this Redis's actions use: {exc.message}",
-                }
-            )
-        )
-        return
-    if pinned.rpartition(":")[2] != mine.rpartition(":")[2]:  # the same key, wherever it is written
-        source = pinned.split(":", 1)[0]
-        keep = (
-            'the same "id_key"'
-            if source == "id_key"
-            else f'key {source!r} listed (it need not be active), or pin it as "id_key"'
-        )
-        raise SettingsError(
-            f"the keys file derives action ids from {keyring.id_key_source!r} (fingerprint {mine}), but the actions "
-            f"in this Redis were derived from {source!r} ({pinned}): two id keys on one Redis make one call two "
-            f"actions. Keep {keep}; see docs/runbook.md, 'Rotating keys'"
-        )
 
 
 async def start(settings: Settings) -> Sidecar:
@@ -167,20 +131,30 @@ async def start(settings: Settings) -> Sidecar:
     keyring = load_keys(settings)
     registry = registry_mod.load(settings.registry)
     registry_mod.check_deadlines(registry, settings.lease, settings.downstream_deadline, LEASE_MARGIN)
+    verifier = await load_approvals(settings)
     embedded = None
     url = settings.redis_url
-    if not url:
-        embedded = EmbeddedRedis().start()
-        url = embedded.url
     try:
-        return await _start(settings, keyring, registry, url, embedded)
+        if not url:
+            embedded = EmbeddedRedis().start()
+            url = embedded.url
+        return await _start(settings, keyring, registry, url, embedded, verifier)
     except BaseException:
         if embedded is not None:
             embedded.stop()
+        if verifier is not None:
+            await verifier.close()
         raise
 
 
-def build(settings: Settings, keyring: Keyring, registry: Registry, store: RedisStore, guard: ReplyGuard) -> Components:
+def build(
+    settings: Settings,
+    keyring: Keyring,
+    registry: Registry,
+    store: RedisStore,
+    guard: ReplyGuard,
+    verifier: Verifier | None = None,
+) -> Components:
     """The one place components are made: each once, each handed what it calls."""
     metrics = Metrics(
         frozenset(registry.tools),
@@ -204,6 +178,7 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
     settler = Settler(store, keyring, audit, metrics, timing)
     executor = Executor(store, keyring, adapters, settler, timing, metrics, audit)
     claims = Claims(store, keyring, metrics, lease_ms=timing.lease_ms, max_wait=settings.max_wait)
+    grants = Grants(store, keyring, registry, verifier, audit, metrics)
     pipeline = Pipeline(
         registry=registry,
         store=store,
@@ -216,6 +191,7 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
         metrics=metrics,
         timing=timing,
         confirm_ttl_ms=int(settings.confirm_ttl * 1000),
+        grants=grants,
     )
     reconciler = Reconciler(
         store=store,
@@ -262,11 +238,18 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
         compensator,
         continuations,
         checker,
+        grants,
+        verifier,
     )
 
 
 async def _start(
-    settings: Settings, keyring: Keyring, registry: Registry, url: str, embedded: EmbeddedRedis | None
+    settings: Settings,
+    keyring: Keyring,
+    registry: Registry,
+    url: str,
+    embedded: EmbeddedRedis | None,
+    verifier: Verifier | None,
 ) -> Sidecar:
     try:
         store = RedisStore.from_url(
@@ -289,7 +272,7 @@ async def _start(
     except SettingsError:
         await store.close()
         raise
-    parts = build(settings, keyring, registry, store, guard)
+    parts = build(settings, keyring, registry, store, guard, verifier)
     metrics = parts.metrics
 
     options = [
@@ -302,7 +285,7 @@ async def _start(
     metrics.watch_admission(lambda: gate.holding, settings.max_in_flight)
     register(
         gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server,
-        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, metrics, gate),
+        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, parts.grants, metrics, gate),
         server,
     )
     register(

@@ -21,6 +21,7 @@ from grpc_status import rpc_status
 from countersign.errors import DOMAIN, CountersignError, InvalidArgument, ResourceExhausted, StoreUnavailable
 from countersign.observability import tracing
 from countersign.observability.metrics import Metrics
+from countersign.path.grants import Grants
 from countersign.path.pipeline import Pipeline
 from countersign.reasons import Reason
 from countersign.recovery.compensate import Compensator
@@ -60,6 +61,8 @@ QUICK = frozenset(
         "SettleContinuation",
         "ReleaseContinuation",
         "CheckReply",
+        "ListGrants",
+        "RevokeGrant",
     }
 )
 
@@ -254,9 +257,15 @@ def _token(token: str) -> str:
 
 class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
     def __init__(
-        self, pipeline: Pipeline, compensator: Compensator, reconciler: Reconciler, metrics: Metrics, gate: Gate
+        self,
+        pipeline: Pipeline,
+        compensator: Compensator,
+        reconciler: Reconciler,
+        grants: Grants,
+        metrics: Metrics,
+        gate: Gate,
     ) -> None:
-        self.pipeline, self.compensator, self.reconciler = pipeline, compensator, reconciler
+        self.pipeline, self.compensator, self.reconciler, self.grants = pipeline, compensator, reconciler, grants
         self.metrics, self.gate = metrics, gate
 
     @rpc("Invoke")
@@ -285,6 +294,22 @@ class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
     async def Reconcile(self, request: gateway_pb2.ReconcileRequest, context: Ctx) -> gateway_pb2.ReconcileResponse:
         action = await self.reconciler.reconcile_rpc(request.context, request.action_id)
         return gateway_pb2.ReconcileResponse(action=action)
+
+    @rpc("CreateGrant")
+    async def CreateGrant(
+        self, request: gateway_pb2.CreateGrantRequest, context: Ctx
+    ) -> gateway_pb2.CreateGrantResponse:
+        return await self.grants.create(request.context, request.approval)
+
+    @rpc("ListGrants")
+    async def ListGrants(self, request: gateway_pb2.ListGrantsRequest, context: Ctx) -> gateway_pb2.ListGrantsResponse:
+        return await self.grants.list(request.context)
+
+    @rpc("RevokeGrant")
+    async def RevokeGrant(
+        self, request: gateway_pb2.RevokeGrantRequest, context: Ctx
+    ) -> gateway_pb2.RevokeGrantResponse:
+        return await self.grants.revoke(request.context, request.grant_id)
 
 
 class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):

@@ -47,6 +47,11 @@ class Settings:
     redis_wait_timeout: float = _setting(0.1, "how long claim/settle wait for the replicas", kind="duration")
     metrics_listen: str = _setting("127.0.0.1:9464", "Prometheus /metrics address (host:port); empty: off")
     keys_file: str = _setting("", 'HMAC keys JSON {"active": kid, "keys": {kid: hex}}; empty: generated')
+    approvals: str = _setting(
+        "",
+        "the approval issuers the sidecar trusts (YAML or JSON: issuers, audiences, JWKS; docs/approvals.md); "
+        "standing grants are verified against them. Empty: none, and no grant covers anything",
+    )
     confirm_ttl: float = _setting(300.0, "how long a card waits for the user", kind="duration")
     replay_ttl: float = _setting(86400.0, "how long a settled outcome is replayed to duplicates", kind="duration")
     lease: float = _setting(30.0, "how long a claim may run before it is reported UNKNOWN", kind="duration")

@@ -664,8 +664,8 @@ async def _(s: RedisStore) -> bool:
 
 @shape("grant_use", "none")
 async def _(s: RedisStore) -> bool:
-    owner, grant, exp = await granted(s)
-    return await use(s, aid(), grant, exp) == "none", "another owner's hash holds no such grant"
+    _, grant, exp = await granted(s)
+    return await use(s, aid(), grant, exp) == "none"  # another owner's hash holds no such grant
 
 
 @shape("grant_use", "tampered")
