@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,6 +17,9 @@ import grpc
 import pytest
 import redis
 
+from countersign.keyring import Keyring
+from countersign.path.grants import owner_of
+from countersign.store.keys import grants_key
 from countersign.testing import processes
 from countersign.testing.approvals import (
     SigningKey,
@@ -391,3 +396,63 @@ def test_a_covered_write_whose_request_was_never_sent_becomes_a_card(granting: S
     assert [g.uses_left for g in listed(granting, **who)] == [2], "the use stays taken by that action"
     done = granting.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(**who), token=retried.confirmation.token))
     assert done.action.state == S.ACTION_STATE_SUCCEEDED and len(posts(granting, {done.action.action_id})) == 1
+
+
+def test_a_grant_copied_into_another_owners_record_or_edited_covers_nothing(granting: Stack) -> None:
+    """What an attacker with Redis write access could copy or edit is detected (the sealed grant's MAC binds its
+    owner, capability, uses, expiry and pinned values), and then covers nothing."""
+    rae, sam = {"actor_id": "rae", "subject_id": "rae"}, {"actor_id": "sam", "subject_id": "sam"}
+    mine = create(granting, grant(uses=3, actor_id="rae"), **rae).grant
+    create(granting, grant(uses=1, actor_id="sam", args={"title": "只这一条"}), **sam)
+    r = redis.Redis(unix_socket_path=granting.redis.info["socket"])
+    keyring = Keyring.from_file(str(granting.keys))
+    rae_key, sam_key = (grants_key(owner_of(keyring, ctx(**who))) for who in (rae, sam))
+    sealed = r.hget(rae_key, mine.grant_id)
+    assert sealed is not None
+    r.hset(
+        sam_key,
+        mapping={
+            mine.grant_id: sealed,
+            f"{mine.grant_id}:exp": r.hget(rae_key, f"{mine.grant_id}:exp") or b"0",
+            f"{mine.grant_id}:n": 0,
+        },
+    )
+    assert [g.pinned_arguments_json for g in listed(granting, **sam)] == ['{"title":"只这一条"}'], (
+        "the copy is not listed"
+    )
+    assert invoke(granting, title="随便写", **sam).WhichOneof("outcome") == "confirmation", "nor does it cover"
+    # an edited grant (more uses, no pinned value) is not obeyed either
+    doc = json.loads(sealed)
+    body = json.loads(doc["body"])
+    body["uses"] = 1000
+    doc["body"] = json.dumps(body)
+    r.hset(rae_key, mine.grant_id, json.dumps(doc))
+    assert listed(granting, **rae) == [] and invoke(granting, **rae).WhichOneof("outcome") == "confirmation"
+
+
+def test_audit_verify_finds_nothing_wrong_with_grants_and_the_writes_they_covered(granting: Stack) -> None:
+    who = {"actor_id": "tia", "subject_id": "tia"}
+    made = create(granting, grant(uses=2, actor_id="tia"), **who).grant
+    assert invoke(granting, **who).WhichOneof("outcome") == "action"
+    granting.stub().RevokeGrant(gateway_pb2.RevokeGrantRequest(context=ctx(**who), grant_id=made.grant_id))
+    time.sleep(0.3)  # audit events are written in the background
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "countersign.sidecar.cli",
+            "audit",
+            "verify",
+            "--event-grace",
+            "300ms",
+            "--redis-url",
+            granting.redis.info["url"],
+            "--keys-file",
+            str(granting.keys),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=processes.ROOT,
+    )
+    assert done.returncode == 0 and "looked at again" not in done.stdout, done.stdout + done.stderr
