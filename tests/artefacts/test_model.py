@@ -32,6 +32,11 @@ EXPECTED = {
     "failover.pml WAIT=0 one_send": 1,
     "failover.pml WAIT=0 one_effect": 0,
     "failover.pml WAIT=0 never_ready_after_send": 1,
+    **{f"grants.pml ATOMIC=1 {p}": 0 for p in ("uses_bounded", "grant_writes_bounded", "at_most_once")},
+    # a check-then-set outside one script: both read the counter before either writes; two writes, one use counted
+    "grants.pml ATOMIC=0 uses_bounded": 0,
+    "grants.pml ATOMIC=0 grant_writes_bounded": 1,
+    "grants.pml ATOMIC=0 at_most_once": 0,
 }
 
 
