@@ -4,7 +4,8 @@ Invoke     registry -> policy -> (read: quota -> adapter now -> the turn's fact)
                                | (write: action id -> quota -> prepare -> preview -> card -> issue)
                                | (write a standing grant covers: ... -> prepare -> grant_use -> grant_run
                                   -> execute -> settle: the action, no card)
-Confirm    claim (token, context may write, claim.lua) -> (won: execute -> settle) | (else: replay / RUNNING)
+Confirm    claim (token, context may write, the approval verified, claim.lua) -> (won: execute -> settle)
+                                                                                 | (else: replay / RUNNING)
 Reject     token -> reject.lua
 GetAction  the owned action -> its outcome, seen through its compensation
 """
@@ -153,26 +154,34 @@ class Pipeline:
                 prepared = await prepare.prepare(
                     adapter, tool, allowed.arguments, meta, self.timing.downstream_deadline
                 )
+            preview = prepare.preview(tool, prepared, action_id)
+            now_ms = int(self.clock() * 1000)
+
+            def seal(grant_id: str = "") -> CardRecord:
+                return cards.seal(
+                    self.keyring,
+                    action_id=action_id,
+                    binding=self.keyring.binding(self.keyring.active, cards.owner(context)),
+                    tool=tool,
+                    policy_version=registry.policy_version,
+                    arguments=prepared.arguments,
+                    resource_version=prepared.resource_version,
+                    preview=preview,
+                    now_ms=now_ms,
+                    ttl_ms=self.confirm_ttl_ms,
+                    tenant=context.tenant_id,
+                    extra={"grant": grant_id} if grant_id else None,
+                )
+
+            record = seal()  # a card that cannot be sealed (PREPARED_ARGS_INVALID) takes no grant's use
         except CountersignError:
             with contextlib.suppress(CountersignError):  # the refusal is the answer, whatever Redis does now
                 await self.quota.forget(tenant, ["a:" + action_id])  # no card: the action keeps nothing
             raise
         # a standing grant of the caller may cover exactly these prepared arguments: one use taken (step one)
         grant = await self.grants.cover(context, tool, prepared.arguments, action_id) if self.grants else None
-        record = cards.seal(
-            self.keyring,
-            action_id=action_id,
-            binding=self.keyring.binding(self.keyring.active, cards.owner(context)),
-            tool=tool,
-            policy_version=registry.policy_version,
-            arguments=prepared.arguments,
-            resource_version=prepared.resource_version,
-            preview=prepare.preview(tool, prepared, action_id),
-            now_ms=int(self.clock() * 1000),
-            ttl_ms=self.confirm_ttl_ms,
-            extra={"grant": grant.grant_id} if grant else None,
-        )
         if grant is not None:
+            record = seal(grant.grant_id)
             return await self._under_grant(context, tool, action_id, record, grant, allowed.canonical_args, turn)
         with self.metrics.timed("issue"):
             found = await self.store.issue(action_id, record, self.confirm_ttl_ms)
@@ -250,12 +259,16 @@ class Pipeline:
 
     # -- Confirm -------------------------------------------------------------------------------
 
-    async def confirm(self, context: common_pb2.CallContext, token: str, wait_ms: int) -> common_pb2.Action:
+    async def confirm(
+        self, context: common_pb2.CallContext, token: str, wait_ms: int, approval: str = ""
+    ) -> common_pb2.Action:
         registry = self.registry
-        claimed = await self.claims.claim(registry, context, token, wait_ms)
+        claimed = await self.claims.claim(registry, context, token, wait_ms, approval)
         if isinstance(claimed, common_pb2.Action):
             return claimed
-        return await self.executor.run(registry, context, claimed.action_id, claimed.claim_id, claimed.card)
+        return await self.executor.run(
+            registry, context, claimed.action_id, claimed.claim_id, claimed.card, claimed.approval
+        )
 
     # -- Reject / GetAction --------------------------------------------------------------------
 
@@ -277,7 +290,7 @@ class Pipeline:
         return open_action(self.keyring, action_id, result, replayed=True)
 
     async def get_action(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
-        found = await cards.owned_action(self.store, self.keyring, context, action_id)
+        found = await cards.owned_action(self.store, self.keyring, context, action_id, admin_modes=cards.ADMIN_READ)
         if isinstance(found, CardRecord):
             return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         action = open_action(self.keyring, action_id, found, replayed=False)

@@ -152,6 +152,7 @@ class Compensator:
             preview=preview,
             now_ms=int(self.clock() * 1000),
             ttl_ms=self.confirm_ttl_ms,
+            tenant=context.tenant_id,
             extra={"compensates": original.action_id, "compensates_tool": original.tool_name},
         )
 

@@ -20,13 +20,14 @@ from countersign import registry as registry_mod
 from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
-from countersign.approvals import Verifier
+from countersign.approvals import ContextMode, Verifier
 from countersign.audit import Audit
 from countersign.errors import SettingsError
 from countersign.guard import LexiconError, ReplyGuard
 from countersign.keyring import Keyring
 from countersign.observability import logs, tracing
 from countersign.observability.metrics import Metrics
+from countersign.path.approval import Approvals
 from countersign.path.claim import Claims
 from countersign.path.execute import Executor
 from countersign.path.grants import Grants
@@ -40,6 +41,7 @@ from countersign.reply.check import ReplyCheck
 from countersign.reply.continuations import Continuations
 from countersign.sidecar.admission import Gate, Health, new_server
 from countersign.sidecar.embedded_redis import EmbeddedRedis
+from countersign.sidecar.identity import Identity
 from countersign.sidecar.probes import Probes, serve_probes
 from countersign.sidecar.server import (
     SERVICES,
@@ -49,6 +51,7 @@ from countersign.sidecar.server import (
     register,
 )
 from countersign.sidecar.settings import LEASE_MARGIN, Settings
+from countersign.sidecar.tls import add_port, downstream_tls, server_credentials
 from countersign.sidecar.trust import check_id_key, load_approvals, load_keys
 from countersign.store.redis_store import RedisStore
 from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
@@ -81,7 +84,6 @@ class Components:
     continuations: Continuations
     checker: ReplyCheck
     grants: Grants
-    verifier: Verifier | None = None
 
 
 @dataclass
@@ -94,6 +96,7 @@ class Sidecar:
     metrics_address: str = ""
     probes: Probes | None = None
     embedded: EmbeddedRedis | None = None
+    verifier: Verifier | None = None
     closers: list[Any] = field(default_factory=list)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
@@ -116,8 +119,8 @@ class Sidecar:
         for adapter in parts.adapters.values():
             await adapter.close()
         await parts.store.close()
-        if parts.verifier is not None:
-            await parts.verifier.close()
+        if self.verifier is not None:
+            await self.verifier.close()
         for close in self.closers:
             close()
         if self.embedded is not None:
@@ -129,12 +132,12 @@ async def start(settings: Settings) -> Sidecar:
     if settings.telemetry == "on":
         tracing.setup()
     keyring = load_keys(settings)
-    registry = registry_mod.load(settings.registry)
-    registry_mod.check_deadlines(registry, settings.lease, settings.downstream_deadline, LEASE_MARGIN)
     verifier = await load_approvals(settings)
     embedded = None
-    url = settings.redis_url
     try:
+        registry = registry_mod.load(settings.registry, issuers=verifier is not None)
+        registry_mod.check_deadlines(registry, settings.lease, settings.downstream_deadline, LEASE_MARGIN)
+        url = settings.redis_url
         if not url:
             embedded = EmbeddedRedis().start()
             url = embedded.url
@@ -164,9 +167,10 @@ def build(
     store.observe = metrics.redis_observer()
     # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)
     cap = max(min(MAX_ANSWER_BYTES, settings.max_message_bytes - ANSWER_HEADROOM), 1024)
+    tls, credentials = downstream_tls(settings)
     adapters: dict[str, Adapter] = {
-        "http": HttpAdapter(max_answer_bytes=cap),
-        "grpc": GrpcAdapter(max_answer_bytes=cap),
+        "http": HttpAdapter(max_answer_bytes=cap, ssl_context=tls),
+        "grpc": GrpcAdapter(max_answer_bytes=cap, credentials=credentials),
     }
     timing = Timing(
         lease_ms=int(settings.lease * 1000),
@@ -177,7 +181,9 @@ def build(
     quota = Quota(store, settings.tenant_quota, timing.replay_ttl_ms)
     settler = Settler(store, keyring, audit, metrics, timing)
     executor = Executor(store, keyring, adapters, settler, timing, metrics, audit)
-    claims = Claims(store, keyring, metrics, lease_ms=timing.lease_ms, max_wait=settings.max_wait)
+    claims = Claims(
+        store, keyring, metrics, lease_ms=timing.lease_ms, max_wait=settings.max_wait, approvals=Approvals(verifier)
+    )
     grants = Grants(store, keyring, registry, verifier, audit, metrics)
     pipeline = Pipeline(
         registry=registry,
@@ -239,7 +245,6 @@ def build(
         continuations,
         checker,
         grants,
-        verifier,
     )
 
 
@@ -272,8 +277,13 @@ async def _start(
     except SettingsError:
         await store.close()
         raise
-    parts = build(settings, keyring, registry, store, guard, verifier)
+    try:
+        parts = build(settings, keyring, registry, store, guard, verifier)
+    except SettingsError:
+        await store.close()
+        raise
     metrics = parts.metrics
+    identity = Identity(verifier, ContextMode(settings.verified_context), settings.allowed_peers)
 
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
@@ -285,16 +295,18 @@ async def _start(
     metrics.watch_admission(lambda: gate.holding, settings.max_in_flight)
     register(
         gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server,
-        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, parts.grants, metrics, gate),
+        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, parts.grants, metrics, gate, identity),
         server,
     )
     register(
         continuation_pb2_grpc.add_ContinuationServiceServicer_to_server,
-        ContinuationServicer(parts.continuations, metrics, gate),
+        ContinuationServicer(parts.continuations, metrics, gate, identity),
         server,
     )
     register(
-        guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server, ReplyGuardServicer(parts.checker, metrics, gate), server
+        guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server,
+        ReplyGuardServicer(parts.checker, metrics, gate, identity),
+        server,
     )
     health = Health(gate)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -302,16 +314,17 @@ async def _start(
         (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
     )
 
+    credentials = server_credentials(settings)
     if settings.listen.startswith("unix:"):
-        server.add_insecure_port(settings.listen)
+        add_port(server, settings.listen, credentials)
         address = settings.listen
     else:
         host, port = split_addr(settings.listen)
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = add_port(server, f"{host}:{port}", credentials)
         if bound == 0:
             raise SettingsError(f"cannot listen on {settings.listen}")
         address = f"{host}:{bound}"
-    sidecar = Sidecar(settings, parts, server, health, address, embedded=embedded)
+    sidecar = Sidecar(settings, parts, server, health, address, embedded=embedded, verifier=verifier)
     if settings.metrics_listen:
         host, port = split_addr(settings.metrics_listen)
         sidecar.probes = Probes(

@@ -1,5 +1,5 @@
-"""What the sidecar trusts, loaded at start (docs/design.md §12): its keys file, the id key the actions in this
-Redis were derived with, and the approval issuers (--approvals). Anything that cannot be used stops the start."""
+"""What the sidecar trusts (docs/design.md §12), loaded at start: its HMAC keys, the id key this Redis's actions
+were derived with, and the approval issuers. Anything that cannot be loaded stops the start."""
 
 from __future__ import annotations
 
@@ -59,9 +59,15 @@ async def check_id_key(store: RedisStore, keyring: Keyring) -> None:
 
 
 async def load_approvals(settings: Settings) -> Verifier | None:
-    """The approval issuers and their keys (--approvals), or None; a file or key that cannot be used stops the
-    start, as a bad registry does."""
+    """The approval issuers and their keys (a key that cannot be loaded stops the start, as a bad registry does);
+    without any, one loud warning: writes are then confirmable without proof that a user approved them."""
     if not settings.approvals:
+        log.warning(
+            "NO APPROVAL ISSUER IS CONFIGURED (--approvals / COUNTERSIGN_APPROVALS): every write is confirmable by "
+            "the confirmation token alone, which the agent holds; nothing proves that a user approved it. "
+            "Configure the app backend or identity provider that signs approvals (docs/approvals.md).",
+            extra={"event": "no_approval_issuer"},
+        )
         return None
     try:
         return await Verifier.load(settings.approvals)
