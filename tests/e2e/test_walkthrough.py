@@ -32,6 +32,11 @@ def test_walkthrough_module() -> None:
     # the undo is a card of its own: nothing reached the service before the user confirmed it
     assert "Compensate proposes the declared inverse as a card of its own" in done.stdout, done.stdout
     assert "the service saw 0 request(s)" in done.stdout and "the user confirms the undo → SUCCEEDED" in done.stdout
+    # the countersignature (issue 13): the agent's own Confirm of a signed tool is refused and the card waits;
+    # the app's signed approval runs it; a grant of 2 uses covers two writes and not a third
+    assert "PERMISSION_DENIED APPROVAL_REQUIRED; the card is READY, the service saw 0 request(s)" in done.stdout
+    assert "it needs alice's approval (SIGNED)" in done.stdout
+    assert done.stdout.count("under grant") == 2 and "confirmation: the grant is spent" in done.stdout
 
 
 @pytest.mark.skipif(not COUNTERSIGN.exists(), reason="the countersign console script is not installed")
