@@ -30,6 +30,7 @@ from countersign.observability.metrics import Metrics
 from countersign.path.approval import Approvals
 from countersign.path.claim import Claims
 from countersign.path.execute import Executor
+from countersign.path.grants import Grants
 from countersign.path.pipeline import Pipeline
 from countersign.path.quota import Quota
 from countersign.path.settle import Settler, Timing
@@ -82,6 +83,7 @@ class Components:
     compensator: Compensator
     continuations: Continuations
     checker: ReplyCheck
+    grants: Grants
 
 
 @dataclass
@@ -187,6 +189,7 @@ def build(
     claims = Claims(
         store, keyring, metrics, lease_ms=timing.lease_ms, max_wait=settings.max_wait, approvals=Approvals(verifier)
     )
+    grants = Grants(store, keyring, registry, verifier, audit, metrics)
     pipeline = Pipeline(
         registry=registry,
         store=store,
@@ -199,6 +202,7 @@ def build(
         metrics=metrics,
         timing=timing,
         confirm_ttl_ms=int(settings.confirm_ttl * 1000),
+        grants=grants,
     )
     reconciler = Reconciler(
         store=store,
@@ -213,7 +217,12 @@ def build(
         downstream_deadline=timing.downstream_deadline,
     )
     compensator = Compensator(
-        store=store, keyring=keyring, executor=executor, registry=registry, timing=timing, metrics=metrics, audit=audit
+        store=store,
+        keyring=keyring,
+        registry=registry,
+        metrics=metrics,
+        audit=audit,
+        confirm_ttl_ms=int(settings.confirm_ttl * 1000),
     )
     continuations = Continuations(
         store=store,
@@ -240,6 +249,7 @@ def build(
         compensator,
         continuations,
         checker,
+        grants,
     )
 
 
@@ -290,7 +300,7 @@ async def _start(
     metrics.watch_admission(lambda: gate.holding, settings.max_in_flight)
     register(
         gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server,
-        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, metrics, gate, identity),
+        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, parts.grants, metrics, gate, identity),
         server,
     )
     register(

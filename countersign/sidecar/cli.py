@@ -139,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     generating.add_argument(
         "--out", default="-", help="a new file (written 0600, never overwritten), or - for standard output"
     )
-    demo = sub.add_parser("demo", help="the walkthrough: embedded Redis, the example service, a scripted agent")
+    demo = sub.add_parser(
+        "demo", help="the walkthrough: embedded Redis, the example todo and approval services, a scripted agent"
+    )
     demo.add_argument("--verbose", action="store_true", help="also show the sidecar's and service's logs")
     args = parser.parse_args(argv)
 
