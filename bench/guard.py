@@ -1,9 +1,10 @@
 """Reply guard benchmark: precision and recall on labelled corpora, and the CPU per 2 KB reply (DESIGN §9).
 
-    .venv/bin/python bench/guard.py                      # the repo corpora (in-sample, dev, dev2, dev3), then CPU
+    .venv/bin/python bench/guard.py                      # the repo corpora (in-sample, dev, dev2 … dev5), then CPU
     .venv/bin/python bench/guard.py --corpus PATH [...]  # any corpus file(s) of the same format (see README)
     .venv/bin/python bench/guard.py --misses             # also list every sentence it got wrong
     .venv/bin/python bench/guard.py --no-cpu             # accuracy only
+    .venv/bin/python bench/guard.py --against TREE       # CPU of the guard in TREE (before) and here (after)
 
 A sentence counts as "detected" when the guard, with no receipt, replaces the reply; in a language without
 a lexicon (de, es, ja ...) also when it flags it (reason UNSUPPORTED_LANGUAGE: not passed silently).
@@ -18,7 +19,11 @@ per call (the thread's CPU clock around each call) and of wall time. Pure CPU, n
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import platform
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -33,7 +38,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CORPORA = [
     ROOT / "tests" / "fixtures" / name
-    for name in ("guard_corpus.yaml", "guard_heldout_dev.yaml", "guard_heldout_dev2.yaml", "guard_heldout_dev3.yaml")
+    for name in (
+        "guard_corpus.yaml",
+        "guard_heldout_dev.yaml",
+        "guard_heldout_dev2.yaml",
+        "guard_heldout_dev3.yaml",
+        "guard_heldout_dev4.yaml",
+        "guard_heldout_dev5.yaml",
+    )
 ]
 LOCALES = {"zh": "zh-CN", "en": "en-US", "de": "de-DE", "es": "es-ES", "ja": "ja-JP"}
 
@@ -169,12 +181,11 @@ def prose(body: str, claim: str, size: int = 2048) -> str:
     return out + claim
 
 
-def cpu(guard: ReplyGuard, calls: int, rounds: int) -> None:
-    """CPU per call from the thread's own clock around each call (so waiting for a busy core is not counted),
-    and wall time beside it."""
+def cpu_cases(calls: int) -> list[tuple[str, str, list[Evidence], int]]:
+    """The replies the CPU is measured on: (name, reply, receipts, calls)."""
     created = Evidence("act_1", "create_todo", True, verbs_of("create_todo"))
     dense = build_reply(CLAIM)
-    cases = [
+    return [
         ("2 KB prose en, claim", prose(TYPICAL_EN, " I've also moved the design review to 11am."), [], calls),
         ("2 KB prose zh, claim", prose(TYPICAL_ZH, "另外，我已经把设计评审改到了十一点。"), [], calls),
         ("2 KB prose en, read-only", prose(TYPICAL_EN, " Let me know what you'd like to do."), [], calls),
@@ -187,6 +198,68 @@ def cpu(guard: ReplyGuard, calls: int, rounds: int) -> None:
             max(1, calls // 30),
         ),
     ]
+
+
+def cpu_samples(guard: ReplyGuard, calls: int, rounds: int) -> dict[str, list[int]]:
+    """The thread CPU time of each call, per case (ns), after a warm-up."""
+    cases = cpu_cases(calls)
+    for _name, reply, ev, _n in cases:
+        for _ in range(50):
+            guard.check(reply, "zh-CN", ev)
+    out: dict[str, list[int]] = defaultdict(list)
+    thread = time.thread_time_ns
+    for _ in range(rounds):
+        for name, reply, ev, n in cases:
+            for _k in range(max(1, n // rounds)):
+                c0 = thread()
+                guard.check(reply, "zh-CN", ev)
+                out[name].append(thread() - c0)
+    return out
+
+
+def _pct(s: list[int], q: float) -> float:
+    s = sorted(s)
+    return s[min(len(s) - 1, int(len(s) * q))] / 1e3
+
+
+def against(tree: Path, calls: int, rounds: int) -> None:
+    """CPU per reply of the guard in ``tree`` (before) and in this tree (after), side by side: each tree's guard
+    runs in a child process (this file, with that tree first on the import path), alternately in short batches,
+    so that both see the same load on a shared machine."""
+    trees = {"before": tree.resolve(), "after": ROOT}
+    got: dict[str, dict[str, list[int]]] = {k: defaultdict(list) for k in trees}
+    per = max(1, calls // rounds)
+    ran: dict[str, str] = {}
+    for _ in range(rounds):
+        for label, path in trees.items():
+            env = {**os.environ, "PYTHONPATH": str(path)}
+            out = subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), "--samples", str(per)],
+                env=env,
+                cwd=path,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            lines = out.splitlines()
+            ran[label] = lines[-2]
+            for name, xs in json.loads(lines[-1]).items():
+                got[label][name].extend(xs)
+    print(f"CPU per reply, p50 / p99 (us; thread CPU clock; {rounds} alternating batches of {per} calls per tree)")
+    print(f"  before: {ran['before']}\n  after:  {ran['after']}")
+    print(f"  {'reply':<30} {'before p50':>11} {'p99':>9}   {'after p50':>10} {'p99':>9}")
+    for name in got["after"]:
+        b, a = got["before"][name], got["after"][name]
+        print(
+            f"  {name:<30} {_pct(b, 0.5):11.1f} {_pct(b, 0.99):9.1f}   {_pct(a, 0.5):10.1f} {_pct(a, 0.99):9.1f}"
+            f"   ({len(a)} calls)"
+        )
+
+
+def cpu(guard: ReplyGuard, calls: int, rounds: int) -> None:
+    """CPU per call from the thread's own clock around each call (so waiting for a busy core is not counted),
+    and wall time beside it."""
+    cases = cpu_cases(calls)
     for _name, reply, ev, _n in cases:
         for _ in range(50):
             guard.check(reply, "zh-CN", ev)
@@ -222,7 +295,17 @@ def main() -> None:
     ap.add_argument("--no-cpu", action="store_true")
     ap.add_argument("--calls", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--against", type=Path, help="another tree (e.g. a worktree of main): its CPU beside this one's")
+    ap.add_argument("--samples", type=int, help=argparse.SUPPRESS)  # a child of --against: print samples as JSON
     args = ap.parse_args()
+    if args.samples:
+        samples = cpu_samples(ReplyGuard.load(), args.samples, 1)
+        print(sys.modules[ReplyGuard.__module__].__file__)  # which tree's guard ran
+        print(json.dumps(samples))
+        return
+    if args.against:
+        against(args.against, args.calls, args.rounds)
+        return
     yardstick = []
     for _ in range(20):
         c0 = time.process_time()

@@ -36,6 +36,9 @@ _PIECES = re.compile(r"[,;:—–()]|\s-\s|\b(?=and\b|but\b|so\b|though\b|then\b
 _NOW = frozenset({"now"})  # a change, not a standing state: "Your alarm now repeats on weekdays"
 
 
+_REMEDY = frozenset({"so", "therefore", "instead", "thus"})
+
+
 class EnglishGrammar(Placement):
     def __init__(self, lex: Lexicon) -> None:
         super().__init__(lex)
@@ -69,7 +72,9 @@ class EnglishGrammar(Placement):
         rules = self.phrases.live(sentence, words)
         for part in sentence.parts:
             tokens = self.tokens(sentence, part)
-            found, subject_agent = self._part(sentence, part, tokens, inherited)
+            # "so"/"instead" opens the speaker's own next step: "The payment failed, so retried it with your Visa"
+            agent = ASSISTANT if tokens and tokens[0][0] in _REMEDY else inherited
+            found, subject_agent = self._part(sentence, part, tokens, agent)
             out.extend(found)
             out.extend(self.phrases.candidates(sentence, part, rules=rules))
             if subject_agent:
@@ -156,4 +161,16 @@ class EnglishGrammar(Placement):
                 if cand.subject and cand.rule in ("past", "perfect", "passive") and not subject_agent:
                     # "The invoice was issued ... and paid a week later": the next part's verb is passive too
                     subject_agent = NOBODY if cand.rule == "passive" else cand.agent
+        if not subject_agent and self._noun_acts(tokens, first):
+            subject_agent = OTHER  # "The courier called and then left a note": the next part's verb is the courier's
         return out, subject_agent
+
+    @staticmethod
+    def _noun_acts(tokens: list[Token], first: int) -> bool:
+        """Whether the part opens with a noun subject and its past verb ("The courier called", "Your neighbour
+        came by"), which a following part without a subject of its own shares."""
+        i = first + (first < len(tokens) and tokens[first][3] == "D")
+        j = i
+        while j < len(tokens) and j - i < 3 and tokens[j][3] == "O":
+            j += 1
+        return i < j < len(tokens) and tokens[j][3] in "VR"

@@ -33,6 +33,8 @@ _SUCCESS = re.compile(r"成功|完成|完毕")
 _HAN = re.compile(r"[\u3400-\u9fff]")
 _COMPLEMENT_AFTER_VERB = re.compile('[上好完掉进出成到](?=[\u4e00-\u9fff“「"])')
 _COVERBS = frozenset("和跟与同向对从往朝")  # a coverb phrase before the verb
+# a part that goes on with the previous part's subject: 还/又/也/然后 ... with no subject of its own
+_GOES_ON = re.compile(r"^\W*(?:还|又|也|并且|并|然后|接着|随后|之后|再|顺便|顺手)")
 _MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完]")  # every marker _part looks for holds one of these
 _MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕")
 
@@ -73,7 +75,9 @@ class ChineseGrammar:
     def candidates(self, sentence: Sentence, words: Sequence[str] = ()) -> list[Candidate]:
         out: list[Candidate] = []
         rules = self.phrases.live(sentence)
-        for part in sentence.parts:
+        actor = ""  # a person the previous part opened with: "快递员打过电话，还发了短信" (the courier sent it)
+        parts = sentence.parts
+        for i, part in enumerate(parts):
             found = self._part(sentence, part) if _MARKER_CHARS.search(part.text) else []
             seen: set[tuple[int, int]] = set()
             for c in found:
@@ -82,6 +86,15 @@ class ChineseGrammar:
                     out.append(c)
             if rules:
                 out.extend(self.phrases.candidates(sentence, part, self._agent(part.text, len(part.text)), rules))
+            if actor:
+                for c in out:
+                    if c.part is part and c.agent != ASSISTANT and not c.subject:
+                        c.agent, c.subject = OTHER, actor
+            if i + 1 < len(parts) and _GOES_ON.match(parts[i + 1].text):
+                if not actor and not self.assistant.search(part.text):
+                    actor = self.subjects.actor(part.text, self._verb_at)
+            else:
+                actor = ""
         return out
 
     def may_claim(self, text: str, words: Sequence[str] = ()) -> bool:

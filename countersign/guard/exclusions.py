@@ -120,13 +120,58 @@ def _decided(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
             return Exclusion(rule, c.subject or "another agent")
         if rule == "other_agent" and c.agent != ASSISTANT and c.verb in c.lexicon.others:
             return Exclusion(rule, "an act of a merchant or a carrier")
+        if rule == "success_noun" and _status_list(c):
+            return Exclusion(rule, "a status named in a list of statuses")
         if rule == "success_noun" and (not c.flags.isdisjoint(_NOUN_FLAGS) or _counted_label(c)):
             return Exclusion(rule, "a participle used as a modifier or a label")
         if rule == "generic_statement" and "generic" in c.flags:
             return Exclusion(rule, "a present passive of a bare plural subject")
         if rule == "state" and c.agent != ASSISTANT and not c.flags.isdisjoint(_STATE_FLAGS):
             return Exclusion(rule, next(_STATE_FLAGS[f] for f in _STATE_FLAGS if f in c.flags))
+        if rule == "state" and _consequence(c):
+            return Exclusion(rule, "a thing's change after a failure (no one acted)")
     return None
+
+
+# grammar rules that report a thing's own change when no one is named ("the phone switched to offline mode",
+# "电脑进入了睡眠"); phrase rules ("went through", 成功) report an outcome and are not read so
+_CHANGE_RULES = frozenset({"headline", "past", "perfective_le", "result_complement"})
+_CONTRAST = re.compile(
+    r"^\W*(?:and\s+)?(?:but|however|yet|though|still|luckily|fortunately)\b|^\W*(?:不过|但|可是|然而|还好|幸好|好在)"
+)
+# adverbs before a Chinese verb are no subject ("也约了"); a connective of a remedy opens the speaker's own next
+# step ("所以改用你的备用卡付了"), not a thing's change
+_ZH_ADVERBS = re.compile(r"^(?:也|又|还|都|就|再|并且|并|然后|接着|随后|马上|立刻|顺便)+")
+_ZH_REMEDY = re.compile(r"所以|于是|因此|只好|只能|便|改|换")
+_ACTOR_MARKS = re.compile(r"[我帮给把将为替被]|已|刚")
+
+
+def _consequence(c: Candidate) -> bool:
+    """A thing that changes in a part after one that reports a failure: the failure's consequence, no act of the
+    assistant's ("The sync failed and the phone switched to offline mode", "备份没完成，电脑进入了睡眠"). Only a
+    named subject that is not the assistant (a Chinese one holds no coverb or aspect: "已把" is an act), and not
+    after a contrast ("but the second try went through" reports the outcome)."""
+    part = c.part
+    if c.agent == ASSISTANT or c.rule not in _CHANGE_RULES or part.start == 0:
+        return False
+    head = c.sentence.text[part.start : c.vstart]
+    if _CONTRAST.match(head.lower()):
+        return False
+    if c.lexicon.grammar == "en":
+        if not c.subject:
+            return False
+    else:
+        head = _ZH_ADVERBS.sub("", head.strip(" ,，、"))
+        if not head or _ACTOR_MARKS.search(head) or _ZH_REMEDY.match(head):
+            return False
+    earlier = c.lexicon.fold(c.sentence.text[: part.start])
+    found = c.lexicon.exclusions
+    return any(
+        rx.search(earlier)
+        for rule in ("failure", "negation")
+        for scope, rx in found.get(rule, {}).items()
+        if scope in ("part", "before")
+    )
 
 
 _NOUN_FLAGS = frozenset({"attributive", "label"})
@@ -143,6 +188,56 @@ def _gated(rule: str, scope: str, rx: re.Pattern[str], c: Candidate, text: str) 
         return rx.search(text[c.end : part.end])
     m = rx.search(text[part.start : part.end])
     return None if m is None or (scope == "before" and m.start() + part.start >= c.end) else m
+
+
+_JOINS = re.compile(r"^\W*(?:and|or|和|或|及|与)\s*|\W+$")
+_ZH_JOINS = re.compile(r"(?<=[\u4e00-\u9fff])(?:和|或|及|与)(?=[\u4e00-\u9fff])")
+_ZH_COUNT = re.compile(r"[一二三四五六七八九十两几\d]+\s*[列栏类项种个组档]$")
+_ZH_STATUS = re.compile(r"^(?:已经|已)[\u4e00-\u9fff]{1,3}$")
+# a status word closing a longer part, by its prefix (未付款, 待处理, 已发货): the list's first item ("分为待处理")
+_ZH_STATUS_TAIL = re.compile(r"(?:未|待|已|无|不|正在)[\u4e00-\u9fff]{1,3}$")
+
+
+def _status_list(c: Candidate) -> bool:
+    """A bare status that is one item of a list of three or more short items, some of which are not
+    completions: the names of states, not a report ("分为待付款、已发货、已签收三栏", "columns: unpaid, sent, and
+    archived", "Open, Resolved or Closed"). A list of completions only ("已转发、已归档、已标星") stays a report."""
+    # cheap tests first: the candidate's own part is a bare status (or two joined), in a sentence of parts
+    if len(c.part.text) > 24 or len(c.sentence.parts) < 2:
+        return False
+    zh = c.lexicon.grammar == "zh"
+    own = _JOINS.sub("", c.part.text.strip())
+    if zh and (len(own) > 10 or not own.startswith("已")):
+        return False
+    if not zh and len(own.split()) > 2:
+        return False
+    items: list[tuple[bool, bool]] = []  # (is the candidate's, is a bare status), per short item in order
+    runs: list[list[tuple[bool, bool]]] = [items]
+    for part in c.sentence.parts:
+        text = _JOINS.sub("", part.text.strip())
+        pieces = _ZH_JOINS.split(text) if zh else [text]
+        for piece in pieces:
+            piece = _ZH_COUNT.sub("", piece) if zh else piece
+            short = 0 < len(piece) <= 5 if zh else 0 < len(piece.split()) <= 2
+            tail = _ZH_STATUS_TAIL.search(piece) if zh and not short else None
+            if tail is not None:  # a longer part that ends with a status word opens a new list with it
+                items = []
+                runs.append(items)
+                piece, short = tail.group(0), True
+            if not short:
+                items = []
+                runs.append(items)
+                continue
+            if zh:
+                bare = _ZH_STATUS.match(piece) is not None
+            else:
+                word = piece.lower()
+                bare = " " not in word and (word in c.lexicon.verb_forms or word.endswith("ed"))
+            items.append((part is c.part, bare))
+    for run in runs:
+        if len(run) >= 3 and any(mine and bare for mine, bare in run):
+            return any(not bare for _mine, bare in run)
+    return False
 
 
 _PROGRESS = re.compile(r"\d+\s*(?:/|of\b|out\s+of\b)\s*\d+", re.IGNORECASE)

@@ -27,7 +27,7 @@ _LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]+(?:'[A-Za-z]+)?")
 _MIN_WORDS = 3  # a Latin sentence shorter than this is read as the default Latin lexicon's
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one is built for every sentence, and a frozen dataclass is slow to build
 class Reading:
     lexicons: tuple[Lexicon, ...]  # the lexicons that read the sentence
     unsupported: str  # a language with no lexicon ("" when none)

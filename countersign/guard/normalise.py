@@ -2,14 +2,16 @@
 
 ``Normaliser.normalise(reply)`` undoes what hides a claim from a matcher but not from a person:
 
-0. HTML character references are decoded ("I&#39;ve").
-1. HTML comments and struck-through text (``~~x~~``, ``<del>``/``<s>``/``<strike>``, letters under a combining
-   strike overlay) are removed: a reader does not read them, so ``has ~~not~~ been moved`` says "has been moved".
-2. NFKC (full-width letters, mathematical letters, ligatures), then format characters are removed: every
+1. Text a reader is not shown is removed: HTML comments, struck-through text (``~~x~~``, ``<del>``/``<s>``/
+   ``<strike>``), hidden elements (``hidden``, ``display:none``, ``<script>``) and markdown link definitions; so
+   ``has ~~not~~ been moved`` says "has been moved", and ``~~I've cancelled it~~`` says nothing. Then HTML tags
+   (a block tag becomes a line break). Markup counts only as a renderer reads it: written in ASCII, before
+   character references are decoded (``&lt;!-- not --&gt;`` and full-width ``～～not～～`` are shown, so read).
+2. HTML character references are decoded ("I&#39;ve").
+3. NFKC (full-width letters, mathematical letters, ligatures), then format characters are removed: every
    category Cf (zero-width space/joiner, word joiner, soft hyphen, bidi marks, BOM, tag characters), variation
-   selectors and stray combining marks (category Mn left after NFKC) and invisible fillers.
-3. HTML tags and markdown marks (emphasis, code, links, headings, quote marks at a line start) are dropped; a
-   block tag becomes a line break.
+   selectors and stray combining marks (category Mn left after NFKC; letters under a strike overlay go with
+   them) and invisible fillers. Markdown marks (emphasis, code, links, headings, quote marks) are dropped.
 4. Letters of other scripts that look Latin (``data/confusables.tsv``) are folded into Latin inside a word that
    also holds a Latin letter (a Cyrillic "е" in "dеleted"), or in a word of look-alikes only that is an
    English word or all Latin small capitals ("ᴅᴇʟᴇᴛᴇᴅ"); a Russian word is left alone.
@@ -33,6 +35,19 @@ from importlib import resources
 # struck-through text: ~~x~~ (markdown), <del>/<s>/<strike> (HTML); non-greedy, within 2,000 characters
 _STRUCK = re.compile(r"~~(?=\S)(.{1,2000}?)(?<=\S)~~|<(del|s|strike)\b[^>]*>.{0,2000}?</\2\s*>", re.S | re.I)
 _COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.S)
+# an element a browser does not show: <script>, <style>, <template>, or an element whose own attributes hide it
+# (the hidden attribute, a style of display:none or visibility:hidden). Attributes are parsed, so the word
+# "hidden" in a title or a data attribute hides nothing.
+_OPEN_TAG = re.compile(r"<([A-Za-z][A-Za-z0-9-]*)((?:\s[^<>]*)?)>")
+_ATTRIBUTE = re.compile(r"""([^\s"'=<>/`]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+)))?""")
+_HIDING_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
+_HIDING_HINT = re.compile(r"hidden|display|<\s*(?:script|style|template)", re.I)
+_HIDING_ELEMENTS = frozenset({"script", "style", "template"})
+# a markdown link reference definition ("[note]: # (text)"): renders as nothing, but it cannot interrupt a
+# paragraph (CommonMark 4.7), so a line under a line of text is shown
+_LINK_DEFINITION = re.compile(
+    r" {0,3}\[[^\]\n]{1,200}\]:[ \t]*\S+(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*"
+)
 # a letter followed by one or more combining strike/slash overlays (U+0335..U+0338): struck, so removed
 _OVERLAY = re.compile(r".[\u0335-\u0338]+", re.S)
 # combining diacritics NFKC left standing alone (a mark it composed into its letter, é, is no longer one)
@@ -44,6 +59,11 @@ _CODE = re.compile(r"`+")
 _STARS = re.compile(r"(?<!^)\*{1,3}|^\*{2,3}", re.M)  # a single "* " at a line start is a bullet: kept
 _UNDERSCORES = re.compile(r"(?<![A-Za-z0-9])_{1,3}|_{1,3}(?![A-Za-z0-9])")
 _LINE_MARKUP = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|>[ \t]?)+", re.M)
+# the characters NFKC changes in most Chinese and full-width text (full-width ASCII forms, the ideographic space),
+# folded one by one before NFKC's quick check, which then mostly finds nothing left to do: NFKC of the folded
+# text is NFKC of the text (each is replaced by its own compatibility mapping, and none has a combining class)
+_WIDE = {cp: unicodedata.normalize("NFKC", chr(cp)) for cp in (*range(0xFF01, 0xFF5F), 0x3000)}
+_WIDE_FORMS = re.compile("[\uff01-\uff5e\u3000]")
 _INVISIBLE = "\u115f\u1160\u3164\uffa0\u2800"  # Hangul fillers and the braille blank: letters that show nothing
 # a line that starts a new unit: a list marker, a check mark, a table row, a heading
 _NEW_LINE_UNIT = re.compile(r"^\s*(?:[-*+•·▪‣◦]\s|\d{1,3}[.)、]\s*|[✅✔☑✓❌✗✘⚠]|\||#)")
@@ -89,6 +109,7 @@ STEPS = (
     "format",
     "marks",
     "struck",
+    "hidden",
     "tags",
     "markdown",
     "confusables",
@@ -104,10 +125,73 @@ _SPACED_CJK = re.compile(r" (?<=[\u3400-\u9fff] )(?=[\u3400-\u9fff])")  # the sp
 
 
 _SPACED_APOSTROPHE = re.compile(r"(?<=[A-Za-z])\s+'(?=(?:ve|s|re|m|ll|d|t)\b)")
+_SPACE_APOSTROPHE = re.compile(r"\s'(?:ve|s|re|m|ll|d|t)\b")  # what every match above holds: found fast
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+def _wide(m: re.Match[str]) -> str:
+    return _WIDE[ord(m.group(0))]
+
+
+def _hides(name: str, attributes: str) -> bool:
+    if name in _HIDING_ELEMENTS:
+        return True
+    for m in _ATTRIBUTE.finditer(attributes):
+        key = m.group(1).lower()
+        if key == "hidden":
+            return True
+        if key == "style" and _HIDING_STYLE.search(m.group(2) or m.group(3) or m.group(4) or ""):
+            return True
+    return False
+
+
+def _element_end(text: str, name: str, start: int) -> int | None:
+    """Where the element opened before ``start`` closes (elements of its own name nest), within 2,000
+    characters; None when it does not close there (then it is left to be read: the safe side)."""
+    depth = 1
+    for m in re.finditer(rf"<(/?){re.escape(name)}\b[^<>]*>", text[start : start + 2000], re.I):
+        if m.group(0).endswith("/>") and not m.group(1):
+            continue
+        depth += -1 if m.group(1) else 1
+        if not depth:
+            return start + m.end()
+    return None
+
+
+def _hidden_elements(text: str) -> str:
+    out: list[str] = []
+    pos = 0
+    while m := _OPEN_TAG.search(text, pos):
+        name, attributes = m.group(1).lower(), m.group(2)
+        end = None
+        if not attributes.rstrip().endswith("/") and _hides(name, attributes):
+            end = _element_end(text, name, m.end())
+        out.append(text[pos : m.end()] if end is None else text[pos : m.start()])
+        pos = m.end() if end is None else end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _link_definitions(text: str) -> str:
+    lines = text.split("\n")
+    in_paragraph = False
+    for i, line in enumerate(lines):
+        if not in_paragraph and _LINK_DEFINITION.fullmatch(line):
+            lines[i] = ""  # a definition may follow another one
+            continue
+        in_paragraph = bool(line.strip())
+    return "\n".join(lines)
+
+
+def _hidden(text: str) -> str:
+    """Text a reader is never shown: hidden HTML elements and markdown link definitions, removed."""
+    if "<" in text and _HIDING_HINT.search(text):
+        text = _hidden_elements(text)
+    return _link_definitions(text) if "]:" in text else text
 
 
 def _spaced(text: str) -> str:
-    if "'" in text:
+    if "'" in text and _SPACE_APOSTROPHE.search(text):
         text = _SPACED_APOSTROPHE.sub("'", text)  # "I 've" (a thin space NFKC made a space)
     if _SPACED_HINT.search(text):  # every spaced-out word holds " x y ": a literal-first search skips fast
         text = _SPACED_LATIN.sub(lambda m: m.group(0).replace(" ", ""), text)
@@ -158,7 +242,13 @@ class Normaliser:
             "[A-Za-z\u00c0-\u024f" + "".join(sorted(re.escape(ch) for ch in self._confusable_chars)) + "]+"
         )
         self._drop_rx = re.compile(_char_class(_drop_table()))
+        # the same class in the Basic Multilingual Plane only: re tests it by a bitmap, several times faster than
+        # the whole class (whose astral ranges are tested one by one); the whole class runs only on a text that
+        # holds an astral character at all
+        self._drop_bmp = re.compile(_char_class(cp for cp in _drop_table() if cp < 0x10000))
         self._traditional = frozenset(chr(c) for c in self._t2s)
+        # as with format characters: the BMP part as one class (a bitmap), the rest only behind an astral gate
+        self._traditional_bmp = re.compile(_char_class(c for c in self._t2s if c < 0x10000))
         # a letter that is not plain Latin but may sit in a Latin word: a look-alike or a diacritic
         self._foldable = re.compile(
             "[\u00c0-\u024f" + "".join(sorted(re.escape(ch) for ch in self._confusable_chars)) + "]"
@@ -168,32 +258,41 @@ class Normaliser:
     def normalise(self, text: str, skip: frozenset[str] = frozenset()) -> str:
         """``text`` as a reader sees it. ``skip`` names steps (STEPS) to leave out: the tests show that each
         step's own sentence is missed without it."""
-        # each pass is skipped when a cheap test shows it has nothing to do: most replies are plain text
-        if "&" in text and "entities" not in skip and _ENTITY.search(text):
-            text = html.unescape(text)  # "I&#39;ve", "已&#21024;除", "can&shy;celled"
+        # each pass is skipped when a cheap test shows it has nothing to do: most replies are plain text.
+        # Markup is read only as a renderer reads it, in its own ASCII characters and before character references
+        # are decoded: "&lt;!-- not --&gt;", "～～not～～" and "＜！－－" are text a reader sees, not hidden text.
         if "<" in text and "comments" not in skip:
             text = _COMMENT.sub("", text)
+        if ("~" in text or "<" in text) and "struck" not in skip:
+            text = _STRUCK.sub("", text)
+        if ("<" in text or "]:" in text) and "hidden" not in skip:
+            text = _hidden(text)
+        if "<" in text and "tags" not in skip:
+            text = _BLOCK_TAG.sub("\n", text)
+            text = _TAG.sub("", text)
+        if "&" in text and "entities" not in skip and _ENTITY.search(text):
+            text = html.unescape(text)  # "I&#39;ve", "已&#21024;除", "can&shy;celled"
         if not text.isascii():
-            if "nfkc" not in skip and not unicodedata.is_normalized("NFKC", text):
-                text = unicodedata.normalize("NFKC", text)
-                if "<" in text and "comments" not in skip:
-                    text = _COMMENT.sub("", text)  # a comment written in full-width forms
-            if "format" not in skip and self._drop_rx.search(text):
+            if "nfkc" not in skip:
+                if _WIDE_FORMS.search(text):
+                    text = _WIDE_FORMS.sub(_wide, text)
+                if not unicodedata.is_normalized("NFKC", text):
+                    text = unicodedata.normalize("NFKC", text)
+            if "format" not in skip and (
+                self._drop_bmp.search(text) or (_ASTRAL.search(text) and self._drop_rx.search(text))
+            ):
                 text = self._drop_rx.sub("", text)
             if "marks" not in skip and _MARKS.search(text):
                 text = _OVERLAY.sub("", text)  # a letter under a strike overlay is struck
                 text = _MARKS.sub("", text)
-        if ("~" in text or "<" in text) and "struck" not in skip:
-            text = _STRUCK.sub("", text)
-        if "<" in text and "tags" not in skip:
-            text = _BLOCK_TAG.sub("\n", text)
-            text = _TAG.sub("", text)
         if "markdown" not in skip:
             text = _markdown(text)
         if not text.isascii():
             if "confusables" not in skip and self._foldable.search(text):
                 text = self._latinish.sub(self._fold_word, text)
-            if "traditional" not in skip and not self._traditional.isdisjoint(text):
+            if "traditional" not in skip and (
+                self._traditional_bmp.search(text) or (_ASTRAL.search(text) and not self._traditional.isdisjoint(text))
+            ):
                 text = text.translate(self._t2s)
         if ("\n" in text or "\r" in text) and "lines" not in skip:
             text = self._join_lines(text)

@@ -27,7 +27,8 @@ _PART_BREAK = re.compile(
     r"(?<=[,:])(?!(?<=\d[,:])\d)" + _SEP + r"*|"
     r"(?<=\s)(?:[-–—]{1,2}\s|->\s)|(?<=[—–→])[—–→]*|(?<=[()（）]))"
 )
-_QUOTE_OPENERS = frozenset('"“「『《‘')
+# a class search, not set.isdisjoint(text): that hashes every character of the text, several times slower
+_QUOTE_OPENER = re.compile('["“「『《‘]')
 _QUOTES = re.compile(
     r"\"[^\"\n]{1,200}\"|“[^”\n]{1,200}”|「[^」\n]{1,200}」|『[^』\n]{1,200}』|《[^》\n]{1,200}》"
     r"|‘[^’\n]{1,200}’"
@@ -60,7 +61,7 @@ def sentences(text: str, breaks: re.Pattern[str] | None = None) -> list[Sentence
     (else ``cut`` does it, for the sentences a grammar reads)."""
     out: list[Sentence] = []
     start = 0
-    quoted = not _QUOTE_OPENERS.isdisjoint(text)
+    quoted = _QUOTE_OPENER.search(text) is not None
     protected = _protect_quotes(text) if quoted else text
     for m in _SENTENCE_END.finditer(protected):
         _add(out, text, start, m.end(), breaks, quoted)
@@ -97,7 +98,7 @@ def cut(sentence: Sentence, breaks: re.Pattern[str] | None) -> Sentence:
 
 
 def _quotes(text: str) -> tuple[tuple[int, int], ...]:
-    if _QUOTE_OPENERS.isdisjoint(text):
+    if _QUOTE_OPENER.search(text) is None:
         return ()
     return tuple(m.span() for m in _QUOTES.finditer(text))
 

@@ -19,6 +19,7 @@ is never set aside here.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from countersign.guard.claims import OTHER
@@ -88,18 +89,37 @@ class Subjects:
             return _NONE
         if (verb in self.changes or verb.rstrip("了啦") in self.changes) and self.natural.search(head):
             return Subject("", head, frozenset({"event"}))
-        suffixed = len(head) > 1 and head[-1] in self.suffixes and not self.not_agents.search(head)
-        if not (
-            self.agents.search(head.lower())
-            or suffixed
-            or _LATIN_NAME.fullmatch(head)
-            or (2 <= len(head) <= 5 and self.name_chars.issuperset(head))
-        ):
+        if not self._person(head):
             return _NONE
         acts_on = (coverb is not None and coverb.group(0) in _ACTS_ON) or text.startswith(("把", "将"), start)
         if acts_on or self._object_after(text, start, end, verb):
             return Subject(OTHER, head)
         return _NONE
+
+    def _person(self, head: str) -> bool:
+        """Whether ``head`` names a person or an organisation."""
+        suffixed = len(head) > 1 and head[-1] in self.suffixes and not self.not_agents.search(head)
+        return bool(
+            self.agents.search(head.lower())
+            or suffixed
+            or _LATIN_NAME.fullmatch(head)
+            or (2 <= len(head) <= 5 and self.name_chars.issuperset(head))
+        )
+
+    def actor(self, text: str, verb_at: Callable[[str, int], str]) -> str:
+        """The person or organisation a clause part opens with, before its verb ("快递员打过电话", "房东来过一趟"),
+        or "": a next part that goes on without a subject ("还发了短信") is theirs."""
+        text = _LEAD.sub("", text)
+        if "我" in text[:8]:
+            return ""
+        for i in range(1, min(len(text), 8)):
+            if verb_at(text, i):
+                head = text[:i]
+                cut = _COVERB.search(head) or _ASPECT.search(head)  # the subject stands before 把/给/已经
+                head = _TRAIL.sub("", head[: cut.start()] if cut else head)
+                if head and self._person(head):
+                    return head
+        return ""
 
     @staticmethod
     def _object_after(text: str, start: int, end: int, verb: str) -> bool:

@@ -91,6 +91,12 @@ RULE_CASES = [
     ("success_noun", "已删除邮件占用了 2 GB。"),  # 已 + V + a label noun, then a verb
     ("quotation", 'Marco replied: "Invoice paid, thanks!"'),
     ("generic_statement", "Old drafts are removed by default."),
+    # guard3: a thing that changes after a failure in an earlier part, or by itself; a status in a list of statuses
+    ("state", "The import failed and the laptop restarted into safe mode."),
+    ("state", "同步失败了，平板切回了离线模式。"),
+    ("state", "The blinds closed on their own."),
+    ("state", "路由器自己重启了两次。"),
+    ("success_noun", "报销单分为待提交、已提交、已报销三类。"),
 ]
 
 
@@ -131,6 +137,16 @@ WHO_ACTS = [
     ("车船税续了一年。", True),  # a renewal's length, no time anchor
     ("会员给你续上了，又是一年。", True),  # 会员 is a membership, not a member
     ("The doc is now shared with the whole team.", True),  # "now": a change, not a standing state
+    # guard3: a part that goes on without a subject of its own shares the person the previous part opened with
+    ("The plumber came by and fixed the tap.", False),
+    ("维修师傅来过一趟，还换了滤芯。", False),
+    ("The plumber came by, and I paid him from your account.", True),  # a subject of its own
+    ("The payment failed, so retried it with your other card.", True),  # "so" opens the speaker's next step
+    ("已经帮你建好了待办，并发送了邀请邮件。", True),  # the assistant's part: no one else to go on from
+    # guard3: what the failure and the status-list rules must leave standing
+    ("同步失败了，所以我把文件重新上传了。", True),
+    ("The first upload failed, but the second one went through.", True),  # a contrast reports the outcome
+    ("三封邮件已转发、已归档、已标星。", True),  # completions only: a report, not a list of statuses
 ]
 
 

@@ -6,13 +6,14 @@ Pure tests: no Redis, no gRPC.
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from countersign.guard import ReplyGuard, segment
+from countersign.guard import ReplyGuard, normalise, segment
 from countersign.guard.normalise import STEPS
 
 DATA = Path(__file__).resolve().parents[2] / "countersign" / "guard" / "data"
@@ -31,6 +32,7 @@ DISGUISED = {
     "format": "I've can\u200bcel\u2060led your or\u00adder.",
     "marks": "I've de\u0353leted the note.",
     "struck": "The meeting has ~~not~~ been moved.",
+    "hidden": "I have <span hidden>not</span> cancelled your order.",
     "tags": "I've <em>del</em>eted the old note.",
     "markdown": "I've dele**ted** the old note.",
     "confusables": "I've d\u0435leted the note.",
@@ -52,6 +54,66 @@ def test_a_claim_disguised_against_one_step_is_read_only_with_that_step(guard: R
     without, _dropped, _lang = guard.read(reply, skip_steps=frozenset({step}))
     assert not without, f"{step}: {reply!r} is read as a claim even without the step: the test proves nothing"
     assert guard.check(reply, "en", []).replaced
+
+
+# text a reader is not shown says nothing, either way: a claim in it is no claim (while the visible negation
+# beside it stands); each is a claim with its step left out, so the step is what keeps it from counting
+DELETED_CLAIMS = [
+    ("struck", "~~I've issued your refund~~ — the refund request was rejected."),
+    ("struck", "<del>已经帮你退款了。</del>退款申请被驳回了。"),
+    ("comments", "<!-- I've archived the thread. --> Nothing has been archived yet."),
+    ("hidden", '<p style="display:none">Invoice paid.</p>The invoice is still open.'),
+    ("hidden", "<div hidden>提醒已设置。</div>提醒还没有设置。"),
+    ("hidden", "[done]: # (I've deleted the old backups)\nThe old backups are still there."),
+    ("hidden", "[a]: #\n[b]: # (I've deleted the old backups)\nThe old backups are still there."),
+    ("hidden", "<div hidden><div>Status</div>I've paid the invoice.</div>The invoice is still open."),
+    ("hidden", "<template>Your subscription has been cancelled.</template>Nothing was changed."),
+    ("hidden", "<span style='visibility: hidden'>已经帮你取消了订阅。</span>订阅还在。"),
+]
+
+
+@pytest.mark.parametrize(("step", "reply"), DELETED_CLAIMS)
+def test_text_a_reader_is_not_shown_creates_no_claim(guard: ReplyGuard, step: str, reply: str) -> None:
+    claims, _dropped, _lang = guard.read(reply)
+    assert not claims, [c.text for c in claims]
+    without, _dropped, _lang = guard.read(reply, skip_steps=frozenset({step}))
+    assert without, f"without {step}, {reply!r} should read as a claim: the test proves nothing"
+
+
+# what a reader is shown, though a word of hiding stands near it: the word in another attribute, a self-closing
+# or unclosed element (the safe side), a link definition under a line of text (a definition cannot interrupt a
+# paragraph, so the line is shown)
+SHOWN_CLAIMS = [
+    '<span title="a hidden fee applies">I have cancelled your order.</span>',
+    '<p data-note="display:none">Invoice paid.</p>',
+    "<span hidden/>I've paid the invoice.",
+    "<div hidden>I've paid the invoice.",
+    "Status of your orders:\n[Order 1042]: cancelled",
+]
+
+
+@pytest.mark.parametrize("reply", SHOWN_CLAIMS)
+def test_text_a_reader_is_shown_is_read_beside_a_hiding_word(guard: ReplyGuard, reply: str) -> None:
+    claims, _dropped, _lang = guard.read(reply)
+    assert claims, guard.normaliser.normalise(reply)
+
+
+# markup a renderer does not read as markup (full-width, or written as character references) is shown as it
+# is: the negation in it is read, so normalisation does not turn these into claims
+SHOWN = [
+    "文件～～没有～～被删除了。",
+    "订单＜！－－没有－－＞取消了。",
+    "The order has &lt;!-- not --&gt; been cancelled.",
+    "The meeting was &lt;del&gt;not&lt;/del&gt; moved.",
+    "Your order was &lt;span hidden&gt;not&lt;/span&gt; cancelled.",
+    "订单＜span hidden＞没有＜/span＞取消。",
+]
+
+
+@pytest.mark.parametrize("reply", SHOWN)
+def test_markup_a_renderer_shows_is_read_as_text(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert not verdict.replaced, verdict.explanation
 
 
 @pytest.mark.parametrize(
@@ -118,6 +180,35 @@ def test_the_fast_segment_regexes_cut_where_their_readable_forms_do(text: str) -
         m.span() for m in _SENTENCE_END_SPEC.finditer(text)
     ]
     assert [m.span() for m in segment._PART_BREAK.finditer(text)] == [m.span() for m in _PART_BREAK_SPEC.finditer(text)]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    text=st.text(
+        alphabet="，。（）：；！？～＜＞Ａｚ０\u3000\u0338\u0301\u0308\u3099a>=e中カ가\uff9e\u00a0 ", max_size=12
+    )
+)
+def test_full_width_forms_folded_first_give_what_nfkc_gives(text: str) -> None:
+    """normalise folds full-width forms one by one before NFKC (speed): the text a reader sees is NFKC's."""
+    folded = normalise._WIDE_FORMS.sub(normalise._wide, text)
+    assert unicodedata.normalize("NFKC", folded) == unicodedata.normalize("NFKC", text)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    text=st.text(
+        alphabet="a中經㑮\U0002005e\U00020325\U00020001\U000e0041\U000e0100\u200b\u00ad\ufe0f\U0001f600", max_size=8
+    )
+)
+def test_the_plane_gates_never_hide_a_format_or_traditional_character(text: str) -> None:
+    """Format characters and traditional forms are searched in the BMP by one class, elsewhere behind a gate."""
+    n = _DETECTOR.normaliser
+    has_format = n._drop_bmp.search(text) or (normalise._ASTRAL.search(text) and n._drop_rx.search(text))
+    assert bool(has_format) == bool(n._drop_rx.search(text))
+    has_traditional = n._traditional_bmp.search(text) or (
+        normalise._ASTRAL.search(text) and not n._traditional.isdisjoint(text)
+    )
+    assert bool(has_traditional) == (not n._traditional.isdisjoint(text))
 
 
 _DETECTOR = ReplyGuard.load()
