@@ -22,7 +22,6 @@ from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
 from countersign.audit import Audit
 from countersign.errors import SettingsError, StoreUnavailable
-from countersign.guard import LexiconError, ReplyGuard
 from countersign.keyring import Keyring
 from countersign.observability import logs, tracing
 from countersign.observability.metrics import Metrics
@@ -36,6 +35,7 @@ from countersign.recovery.reconcile import Reconciler
 from countersign.registry import Registry
 from countersign.reply.check import ReplyCheck
 from countersign.reply.continuations import Continuations
+from countersign.reply.guard_loader import GuardLoader
 from countersign.sidecar.admission import Gate, Health, new_server
 from countersign.sidecar.embedded_redis import EmbeddedRedis
 from countersign.sidecar.probes import Probes, serve_probes
@@ -180,7 +180,9 @@ async def start(settings: Settings) -> Sidecar:
         raise
 
 
-def build(settings: Settings, keyring: Keyring, registry: Registry, store: RedisStore, guard: ReplyGuard) -> Components:
+def build(
+    settings: Settings, keyring: Keyring, registry: Registry, store: RedisStore, guard: GuardLoader
+) -> Components:
     """The one place components are made: each once, each handed what it calls."""
     metrics = Metrics(
         frozenset(registry.tools),
@@ -260,6 +262,19 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
     )
 
 
+def load_guard(settings: Settings) -> GuardLoader:
+    """The packaged lexicons are built on first need (reply/guard_loader.py); a folder given with --guard-lexicon
+    is built and checked now, so a faulty one stops the start."""
+    if not settings.guard_lexicon:
+        return GuardLoader(None, unsupported=settings.guard_unsupported)
+    from countersign.guard import LexiconError, ReplyGuard
+
+    try:
+        return GuardLoader.ready(ReplyGuard.load(settings.guard_lexicon, unsupported=settings.guard_unsupported))
+    except LexiconError as exc:
+        raise SettingsError(f"--guard-lexicon: {exc}") from exc
+
+
 async def _start(
     settings: Settings, keyring: Keyring, registry: Registry, url: str, embedded: EmbeddedRedis | None
 ) -> Sidecar:
@@ -277,10 +292,7 @@ async def _start(
         raise SettingsError(f"--redis-url: {exc}") from exc
     try:
         await check_id_key(store, keyring)
-        guard = ReplyGuard.load(settings.guard_lexicon or None, unsupported=settings.guard_unsupported)
-    except LexiconError as exc:
-        await store.close()
-        raise SettingsError(f"--guard-lexicon: {exc}") from exc
+        guard = load_guard(settings)
     except SettingsError:
         await store.close()
         raise
