@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         redis, todo, registry, keys = processes.start_backends(work)
         procs += [redis, todo]
-        flags = ["--log-level", "warning", "--reconcile-interval", "1h"]
+        # one tenant prepares ~2,600 cards per slice; the default quota (100,000 records) ran out in round 4
+        flags = ["--log-level", "warning", "--reconcile-interval", "1h", "--tenant-quota", "10000000"]
         variants: dict[str, processes.Proc] = {}
         for name, extra, env in (
             ("off", ["--telemetry", "off"], {}),
