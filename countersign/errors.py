@@ -17,7 +17,8 @@ status. The reason is also the metric label and the google.rpc.ErrorInfo reason,
      │                                   a prepare's or a read's refusal: the downstream's own reason (e.g.
      │                                   TODO_DUE_AT_SUSPICIOUS; counted as OTHER in metrics), or what the
      │                                   adapter found: DOWNSTREAM_REDIRECT, DOWNSTREAM_ANSWER_INVALID, URL_UNSAFE,
-     │                                   RESOURCE_VERSION_CONFLICT, RESOURCE_VERSION_INVALID, REQUEST_NOT_BUILDABLE
+     │                                   RESOURCE_VERSION_CONFLICT, RESOURCE_VERSION_INVALID, REQUEST_NOT_BUILDABLE,
+     │                                   MCP_TOOL_ERROR, MCP_REQUEST_REFUSED
      ├── DataLoss                       DATA_LOSS: CONFIRMATION_TAMPERED, RECORD_TAMPERED (a record
      │                                   disagrees with what was sealed: binding, key id, tool, state)
      ├── Unavailable                    UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE,
@@ -32,7 +33,10 @@ Not a status: the reason an Action carries when it did not succeed (ActionError.
     the adapter (one downstream call)  NOT_SENT (never left: the card is given back), DOWNSTREAM_TIMEOUT,
                                        DOWNSTREAM_CONNECTION_LOST, DOWNSTREAM_REDIRECT, RECEIPT_INVALID,
                                        RESOURCE_VERSION_CONFLICT, RESOURCE_VERSION_INVALID, URL_UNSAFE,
-                                       REQUEST_NOT_BUILDABLE, or the downstream's own refusal
+                                       REQUEST_NOT_BUILDABLE, MCP_TOOL_ERROR (an MCP tool's isError without
+                                       a reason), MCP_REQUEST_REFUSED (a JSON-RPC error before any tool ran),
+                                       DOWNSTREAM_MCP_ERROR (any other JSON-RPC error: UNKNOWN), or the
+                                       downstream's own refusal
     the sidecar                        UNKNOWN, LEASE_LAPSED (the executor's lease lapsed before it recorded
                                        an answer), REJECTED, POLICY_CHANGED, CONFIRMATION_TAMPERED,
                                        RECORD_TAMPERED, COMPENSATION_FAILED

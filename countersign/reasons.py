@@ -66,6 +66,9 @@ class Reason(StrEnum):
     RESOURCE_VERSION_INVALID = "RESOURCE_VERSION_INVALID"
     URL_UNSAFE = "URL_UNSAFE"
     REQUEST_NOT_BUILDABLE = "REQUEST_NOT_BUILDABLE"
+    MCP_TOOL_ERROR = "MCP_TOOL_ERROR"  # an MCP tool answered isError without a reason of its own
+    MCP_REQUEST_REFUSED = "MCP_REQUEST_REFUSED"  # a JSON-RPC error raised before any tool ran (-32601, -32602)
+    DOWNSTREAM_MCP_ERROR = "DOWNSTREAM_MCP_ERROR"  # any other JSON-RPC error: the call may have landed
 
     # -- what the sidecar, its reconciler or an operator settled an action with
     UNKNOWN = "UNKNOWN"

@@ -1,7 +1,8 @@
 """The Countersign walkthrough: a scripted agent (no language model) against the real parts.
 
-Starts the example todo service and the sidecar (with its own private, embedded redis-server) as
-real processes on free ports, plays one user's conversation over gRPC and prints a short transcript.
+Starts the example todo service, the example MCP todo server (the last step writes through the MCP adapter,
+the back door) and the sidecar (with its own private, embedded redis-server) as real processes on free ports,
+plays one user's conversation over gRPC and prints a short transcript.
 Every step checks what it expects; ``main`` returns 0 only when all of them behaved.
 
     python -m examples.walkthrough [--verbose]      (or: countersign demo [--verbose])
@@ -26,6 +27,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from countersign.testing import processes
+from countersign.testing.mcp import McpTodo, write_both_registry
 from countersign.v1 import (
     common_pb2,
     continuation_pb2,
@@ -128,9 +130,10 @@ class Agent:
 
 
 class Walkthrough:
-    def __init__(self, agent: Agent, todo: TodoService) -> None:
+    def __init__(self, agent: Agent, todo: TodoService, mcp: McpTodo | None = None) -> None:
         self.agent = agent
         self.todo = todo
+        self.mcp = mcp
         self.failures: list[str] = []
         self.steps = 0
         # carried from step to step
@@ -154,6 +157,7 @@ class Walkthrough:
             self.guard_failed,
             self.unknown_reconciled,
             self.compensation,
+            self.back_door,
         ]
         for number, step in enumerate(steps, 1):
             self.steps += 1
@@ -512,6 +516,34 @@ class Walkthrough:
         )
         expect("the todo deleted", gone.get("reason") == "TODO_NOT_FOUND", gone)
 
+    # [14] ---------------------------------------------------------------------------------
+    def back_door(self, n: int) -> None:
+        expect("the example MCP todo server", self.mcp is not None, None)
+        assert self.mcp is not None
+        response = self.agent.invoke("turn-9", MCP_TOOL, {"title": "给妈妈打电话"})
+        expect("a ConfirmationCard", outcome(response) == "confirmation", outcome(response))
+        card = response.confirmation
+        action = self.agent.confirm("turn-9", card.token)
+        again = self.agent.confirm("turn-9", card.token)
+        calls = self.mcp.calls("create_todo", card.action_id)
+        print(f"[{n}] the back door: {MCP_TOOL} is a tool of an MCP server (create_todo at {self.mcp.url})")
+        print(f"    a card, the user confirms → {short(action)}; again → {state_name(again.state)} (replayed)")
+        first: dict[str, Any] = calls[0] if calls else {"meta": {}, "header_key": "-"}
+        print(
+            f"    the MCP server saw {len(calls)} tools/call create_todo, with _meta {json.dumps(first['meta'])} "
+            f"and Idempotency-Key {first['header_key']}"
+        )
+        expect("SUCCEEDED", action.state == common_pb2.ACTION_STATE_SUCCEEDED, short(action))
+        expect("the same receipt, replayed", again.replayed and again.receipt == action.receipt, short(again))
+        expect("exactly one tools/call with the action's key", len(calls) == 1, len(calls))
+        expect(
+            "the key in _meta and in the header",
+            first["meta"].get(MCP_KEY) == card.action_id and first["header_key"] == card.action_id,
+            first,
+        )
+        stored = [t for t in self.mcp.todos("给妈妈打电话") if t["id"] == action.receipt.resource_id]
+        expect("the todo at the MCP server, once", len(stored) == 1, self.mcp.todos("给妈妈打电话"))
+
     def todo_writes(self, key: str) -> list[dict[str, Any]]:
         return [e for e in self.todo.requests() if e.get("idempotency_key") == key and "/by-key/" not in e["path"]]
 
@@ -522,30 +554,41 @@ def cont_state(state: int) -> str:
 
 # ---------------------------------------------------------------------------- processes
 
+MCP_TOOL = "create_mcp_todo"  # the MCP server's create_todo, beside the HTTP one (countersign.testing.mcp)
+MCP_KEY = "io.countersign/idempotency-key"
+
 
 def main(verbose: bool = False) -> int:
     work = processes.workdir("countersign-demo-")
     procs: list[processes.Proc] = []
+    names: list[str] = []
     failures: list[str] = []
     steps = 0
     try:
         todo = processes.start_todo_service(work)
         procs.append(todo)
-        registry = processes.write_registry(work, todo.info["url"])
+        names.append("todo service")
+        mcp = processes.start_mcp_todo(work)
+        procs.append(mcp)
+        names.append("MCP todo server")
+        # the example registry plus the MCP server's tools (5 s deadline: the session opens on step 14's call;
+        # the sidecar's 1 s is for step 12)
+        registry = write_both_registry(work, todo.info["url"], mcp.info["url"], timeout_ms=5000)
         sidecar = processes.start_sidecar(
             work,
             registry,
             flags=["--log-level", "warning", "--downstream-deadline", "1s", "--reconcile-interval", "1h"],
         )
         procs.append(sidecar)
+        names.append("sidecar")
         print(
             f"Countersign walkthrough — sidecar {sidecar.info.get('grpc')} (redis: "
-            f"{sidecar.info.get('redis')}), todo service {todo.info['url']}"
+            f"{sidecar.info.get('redis')}), todo service {todo.info['url']}, MCP todo server {mcp.info['url']}"
         )
         print("user alice, session s-1, locale zh-CN; a scripted agent plays the model\n")
         with grpc.insecure_channel(str(sidecar.info["grpc"])) as channel:
             grpc.channel_ready_future(channel).result(timeout=10)
-            walk = Walkthrough(Agent(channel), TodoService(todo.info["url"]))
+            walk = Walkthrough(Agent(channel), TodoService(todo.info["url"]), McpTodo(mcp, work))
             walk.run()
         failures, steps = walk.failures, walk.steps
     except Exception as exc:
@@ -555,7 +598,7 @@ def main(verbose: bool = False) -> int:
         for proc in reversed(procs):
             proc.stop()
         if verbose:
-            for proc, name in zip(procs, ("todo service", "sidecar"), strict=False):
+            for proc, name in zip(procs, names, strict=True):
                 print(f"\n--- {name} log ({proc.log_path}) ---\n{proc.log().rstrip() or '(empty)'}")
         shutil.rmtree(work, ignore_errors=True)
     print()

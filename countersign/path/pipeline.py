@@ -160,7 +160,7 @@ class Pipeline:
             policy_version=registry.policy_version,
             arguments=prepared.arguments,
             resource_version=prepared.resource_version,
-            preview=prepare.preview(tool, prepared, action_id),
+            preview=prepare.preview(tool, prepared, action_id, context.locale),
             now_ms=int(self.clock() * 1000),
             ttl_ms=self.confirm_ttl_ms,
         )

@@ -196,6 +196,11 @@ def build(
         "http": HttpAdapter(max_answer_bytes=cap),
         "grpc": GrpcAdapter(max_answer_bytes=cap),
     }
+    if any(tool.adapter.kind == "mcp" for tool in registry.tools.values()):
+        # the MCP SDK takes about a second to import: only a sidecar whose registry names an MCP server pays it
+        from countersign.adapters.mcp import McpAdapter
+
+        adapters["mcp"] = McpAdapter(max_answer_bytes=cap)
     timing = Timing(
         lease_ms=int(settings.lease * 1000),
         replay_ttl_ms=int(settings.replay_ttl * 1000),

@@ -253,6 +253,10 @@ async def _resolve(args: argparse.Namespace, store: Any, keyring: Any) -> int:
         print(f"countersign: {exc}", file=sys.stderr)
         return 2
     adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
+    if registry is not None and any(tool.adapter.kind == "mcp" for tool in registry.tools.values()):
+        from countersign.adapters.mcp import McpAdapter  # the SDK is slow to import: only when named
+
+        adapters["mcp"] = McpAdapter()
     try:
         return await operator.resolve(
             store,
