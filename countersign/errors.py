@@ -6,14 +6,23 @@ status. The reason is also the metric label and the google.rpc.ErrorInfo reason,
      │                                   CONFIRMATION_TOKEN_INVALID, CONTINUATION_TOKEN_INVALID, REQUEST_INVALID,
      │                                   REPLY_TOO_LARGE, SNAPSHOT_TOO_LARGE
      ├── NotFound                       NOT_FOUND: TOOL_NOT_FOUND, CONFIRMATION_EXPIRED, ACTION_NOT_FOUND,
-     │                                   CONTINUATION_NOT_FOUND
+     │                                   CONTINUATION_NOT_FOUND, GRANT_NOT_FOUND
      ├── PermissionDenied               PERMISSION_DENIED: ROLE_NOT_ALLOWED, ADMIN_READONLY,
      │                                   SUBJECT_NOT_ALLOWED, SESSION_MODE_FORBIDS,
-     │                                   CONFIRMATION_BINDING_MISMATCH
-     ├── FailedPrecondition             FAILED_PRECONDITION: TOOL_CONFIRMATION_REQUIRED, POLICY_CHANGED,
+     │                                   CONFIRMATION_BINDING_MISMATCH, APPROVAL_REQUIRED, APPROVAL_INVALID
+     │                                   (ErrorInfo metadata ``check`` names the failing check; nothing was
+     │                                   claimed, the card is READY), CONTEXT_MISMATCH (``check``: the field or
+     │                                   admin rule), PEER_NOT_ALLOWED (a client certificate off the allow-list);
+     │                                   for a grant's approval (CreateGrant) the same two reasons
+     ├── Unauthenticated                UNAUTHENTICATED: CONTEXT_INVALID (the context assertion is missing
+     │                                   where --verified-context requires one, or fails a check: ``check``)
+     ├── FailedPrecondition             FAILED_PRECONDITION: TOOL_CONFIRMATION_REQUIRED, POLICY_CHANGED (also
+     │                                   when the registry in force requires an approval the card was issued
+     │                                   without: then nothing was claimed and the card is READY),
      │                                   PREPARED_ARGS_INVALID, PREPARED_VERSION_INVALID, NOT_COMPENSABLE,
      │                                   NO_COMPENSATION, CONTINUATION_NOT_READY, CONTINUATION_NOT_CLAIMED,
-     │                                   CONTINUATION_LEASE_LOST,
+     │                                   CONTINUATION_LEASE_LOST, APPROVALS_NOT_CONFIGURED, GRANT_NOT_ALLOWED,
+     │                                   GRANT_REVOKED,
      │                                   a prepare's or a read's refusal: the downstream's own reason (e.g.
      │                                   TODO_DUE_AT_SUSPICIOUS; counted as OTHER in metrics), or what the
      │                                   adapter found: DOWNSTREAM_REDIRECT, DOWNSTREAM_ANSWER_INVALID, URL_UNSAFE,
@@ -26,7 +35,8 @@ status. The reason is also the metric label and the google.rpc.ErrorInfo reason,
      │                                   with a RetryInfo: the card is READY again, the same token may retry)
      └── ResourceExhausted              RESOURCE_EXHAUSTED: OVERLOADED (more calls in flight than allowed,
                                          and the caller holds more than its share), QUOTA_EXCEEDED (the
-                                         tenant keeps as many records in Redis as --tenant-quota allows)
+                                         tenant keeps as many records in Redis as --tenant-quota allows, or
+                                         an owner as many live grants as one may hold)
 
 Not a status: the reason an Action carries when it did not succeed (ActionError.reason), from
 
@@ -101,6 +111,10 @@ class NotFound(CountersignError):
 
 class PermissionDenied(CountersignError):
     code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class Unauthenticated(CountersignError):
+    code = grpc.StatusCode.UNAUTHENTICATED
 
 
 class FailedPrecondition(CountersignError):

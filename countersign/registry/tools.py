@@ -11,6 +11,7 @@ from typing import Any
 import jsonschema_rs
 
 from countersign.registry.model import (
+    APPROVALS,
     CONFIRMATIONS,
     HTTP_METHODS,
     RISKS,
@@ -42,11 +43,12 @@ _TOOL_KEYS = {
     "compensation",
     "description",
     "verbs",
+    "approval",
 }
 # what an adapter of each kind may say (a key of another kind is a mistake, not a no-op)
 _ADAPTER_KEYS = {
     "http": {"kind", "execute", "lookup", "fence", "prepare", "timeout_ms"},
-    "grpc": {"kind", "target", "execute", "lookup", "fence", "prepare", "timeout_ms"},
+    "grpc": {"kind", "target", "execute", "lookup", "fence", "prepare", "timeout_ms", "tls"},
     "mcp": {"kind", "url", "tool", "lookup", "prepare", "timeout_ms"},
 }
 _MCP_TOOL = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")  # an MCP tool name (the specification's characters)
@@ -73,7 +75,7 @@ def check_preview(preview: Mapping[str, Any], known: set[str], tool: str, where:
         check_template(str(detail["value"]), known, tool, fail)
 
 
-def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Tool:
+def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any, *, issuers: bool = False) -> Tool:
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise fail("-", "known-keys", "a tool needs a string name")
@@ -181,6 +183,7 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
             raise fail(name, "known-keys", "compensation args must be a mapping")
         compensation = Compensation(comp_raw["tool"], {str(k): str(v) for k, v in args.items()})
 
+    approval = _approval(raw, cap, name, is_write, risk, confirmation, issuers, fail)
     verbs = raw.get("verbs") or []
     if not isinstance(verbs, list) or not all(isinstance(v, str) for v in verbs) or not set(verbs) <= VERBS:
         raise fail(name, "known-keys", f"verbs must be a list drawn from {', '.join(sorted(VERBS))}")
@@ -200,7 +203,46 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
         adapter=adapter,
         receipt=receipt,
         compensation=compensation,
+        approval=approval,
     )
+
+
+def _approval(
+    raw: Mapping[str, Any],
+    cap: Capability | None,
+    name: str,
+    is_write: bool,
+    risk: str,
+    confirmation: str,
+    issuers: bool,
+    fail: Any,
+) -> str:
+    """What Confirm of this tool needs besides the token: none or signed (docs/design.md §12)."""
+    declared = raw.get("approval", "")
+    if declared and declared not in APPROVALS:
+        raise fail(name, "known-keys", f"approval must be one of {', '.join(APPROVALS)}")
+    if not is_write:
+        if declared == "signed":
+            raise fail(name, "known-keys", "approval: signed applies to write tools only (a read runs at Invoke)")
+        return "none"
+    from_cap = cap.approval if cap is not None else ""
+    if declared and from_cap and declared != from_cap:
+        raise fail(
+            name,
+            "approval-matches-capability",
+            f"approval {declared!r} differs from capability {cap.id if cap else ''!r} approval {from_cap!r}",
+        )
+    approval = declared or from_cap
+    if approval == "signed" and not issuers:
+        raise fail(
+            name,
+            "approval-needs-issuer",
+            "approval: signed needs an approval issuer, and none is configured (--approvals / "
+            "COUNTERSIGN_APPROVALS); without one no Confirm could ever carry a valid approval",
+        )
+    if approval:
+        return approval
+    return "signed" if issuers and (confirmation == "always" or risk in ("high", "irreversible")) else "none"
 
 
 def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec:
@@ -209,6 +251,8 @@ def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec
     kind = raw.get("kind")
     if kind not in _ADAPTER_KEYS:
         raise fail(tool, "adapter-valid", f"adapter kind must be http, grpc or mcp, not {kind!r}")
+    if kind != "grpc" and "tls" in raw:
+        raise fail(tool, "adapter-valid", f"an {kind} adapter takes TLS from its URLs (https://), not from tls")
     check_keys(raw, _ADAPTER_KEYS[kind], tool, f"adapter (kind {kind})", fail)
     timeout = raw.get("timeout_ms", 0)
     if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 0:
@@ -219,9 +263,9 @@ def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec
         target = raw.get("target")
         if not isinstance(target, str) or not target:
             raise fail(tool, "adapter-valid", "a grpc adapter needs a target (host:port or unix:/path)")
-        flags = {k: raw.get(k, False) for k in ("prepare", "lookup", "fence", "execute")}
+        flags = {k: raw.get(k, False) for k in ("prepare", "lookup", "fence", "execute", "tls")}
         if not all(isinstance(v, bool) for v in flags.values()):
-            raise fail(tool, "adapter-valid", "grpc adapter prepare/lookup/fence are true or false")
+            raise fail(tool, "adapter-valid", "grpc adapter prepare/lookup/fence/tls are true or false")
         return AdapterSpec(
             "grpc",
             target=target,
@@ -229,6 +273,7 @@ def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec
             grpc_lookup=bool(flags["lookup"] or flags["fence"]),
             grpc_fence=bool(flags["fence"]),
             timeout_ms=timeout,
+            tls=bool(flags["tls"]),
         )
     calls: dict[str, HttpCall | None] = {}
     for key, default in (("execute", "POST"), ("lookup", "GET"), ("fence", "POST"), ("prepare", "POST")):

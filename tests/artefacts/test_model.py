@@ -38,6 +38,11 @@ EXPECTED = {
         for p in ("reply_once", "only_the_holder", "never_without_receipt", "settled_is_final")
     },
     "continuation.pml CHECK_CLAIM=0 only_the_holder": 1,
+    **{f"grants.pml ATOMIC=1 {p}": 0 for p in ("uses_bounded", "grant_writes_bounded", "at_most_once")},
+    # a check-then-set outside one script: both read the counter before either writes; two writes, one use counted
+    "grants.pml ATOMIC=0 uses_bounded": 0,
+    "grants.pml ATOMIC=0 grant_writes_bounded": 1,
+    "grants.pml ATOMIC=0 at_most_once": 0,
 }
 
 
@@ -67,8 +72,10 @@ def test_the_transition_table_names_the_scripts_that_enforce_it() -> None:
     }
     scripts = {p.name for p in (ROOT / "countersign" / "store" / "lua").glob("*.lua")}
     assert named <= scripts, named - scripts
-    # the continuation, audit and quota scripts keep state of their own, outside the action state machine
-    action_scripts = {s for s in scripts if not s.startswith(("cont_", "audit", "quota"))} - {"issue.lua"}
+    # the continuation, audit, quota and grant scripts keep state of their own, outside the action state machine
+    # (grant_run.lua is the action's: none -> running)
+    action_scripts = {s for s in scripts if not s.startswith(("cont_", "audit", "quota", "grant_"))} - {"issue.lua"}
+    action_scripts |= {"grant_run.lua"}
     assert action_scripts <= named, (
         f"a script of the action state machine is missing from states.py: {action_scripts - named}"
     )
