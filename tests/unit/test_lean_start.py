@@ -1,4 +1,4 @@
-"""What a sidecar loads before it serves (issue 17): the reply guard and the tracing SDK only when used."""
+"""What a sidecar loads before it serves (issue 17): the reply guard, the tracing SDK and JOSE only when used."""
 
 from __future__ import annotations
 
@@ -9,14 +9,11 @@ import sys
 from countersign.guard import ReplyGuard
 from countersign.reply.guard_loader import GuardLoader
 
-PROBE = (
-    "import sys, countersign.sidecar.app; "
-    "print(sorted(m for m in ('countersign.guard.verdict', 'countersign.guard.lexicon', 'opentelemetry.sdk.trace') "
-    "if m in sys.modules))"
-)
+LAZY = ("countersign.guard.verdict", "countersign.guard.lexicon", "opentelemetry.sdk.trace", "jwt")
+PROBE = f"import sys, countersign.sidecar.app; print(sorted(m for m in {LAZY!r} if m in sys.modules))"
 
 
-def test_the_serving_code_imports_neither_the_guard_nor_the_tracing_sdk() -> None:
+def test_the_serving_code_imports_neither_the_guard_nor_the_tracing_sdk_nor_jose() -> None:
     # a fresh interpreter: this test process has imported the guard already
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout
