@@ -52,7 +52,7 @@ from countersign.sidecar.server import (
 )
 from countersign.sidecar.settings import LEASE_MARGIN, Settings
 from countersign.sidecar.tls import add_port, downstream_tls, server_credentials
-from countersign.sidecar.trust import check_id_key, load_approvals, load_keys
+from countersign.sidecar.trust import check_id_key, load_approvals, load_guard, load_keys
 from countersign.store.redis_store import RedisStore
 from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
 
@@ -251,19 +251,6 @@ def build(
         checker,
         grants,
     )
-
-
-def load_guard(settings: Settings) -> GuardLoader:
-    """The packaged lexicons are built on first need (reply/guard_loader.py); a folder given with --guard-lexicon
-    is built and checked now, so a faulty one stops the start."""
-    if not settings.guard_lexicon:
-        return GuardLoader(None, unsupported=settings.guard_unsupported)
-    from countersign.guard import LexiconError, ReplyGuard
-
-    try:
-        return GuardLoader.ready(ReplyGuard.load(settings.guard_lexicon, unsupported=settings.guard_unsupported))
-    except LexiconError as exc:
-        raise SettingsError(f"--guard-lexicon: {exc}") from exc
 
 
 async def _start(
