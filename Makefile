@@ -84,9 +84,10 @@ lock: $(STAMP)
 	$(LOCK) pyproject.toml -o requirements.lock
 	printf 'setuptools>=68\nwheel\n' | $(LOCK) - -o requirements-build.lock
 
-## the write-path benchmark (a few minutes; prints ratios measured side by side)
+## the write-path and telemetry benchmarks (~10 minutes): every target of issue 17 with OK/MISSED, from one run each
 bench: deps
-	$(BIN)/python bench/write_path.py
+	$(BIN)/python bench/write_path.py --seconds 4 --rounds 2
+	$(BIN)/python bench/telemetry.py --seconds 2 --rounds 4
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -10,7 +10,8 @@ rotates each round; each variant is compared with off within the same round):
   traced    metrics, and every span recorded and exported over OTLP/gRPC to a sink process
             (bench/otlp_sink.py; a collector never runs inside the load generator)
   sampled   the same with OTEL_TRACES_SAMPLER=parentbased_traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1
-The issue's target: traced costs at most 15 % of Confirm throughput against off.
+Targets: traced costs at most 15 % of Confirm throughput against off; metrics at most 3 % and sampled at most
+8 %, each beyond the noise floor (how far off-again lies from off in the same run).
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         redis, todo, registry, keys = processes.start_backends(work)
         procs += [redis, todo]
-        flags = ["--log-level", "warning", "--reconcile-interval", "1h"]
+        # one tenant prepares ~2,600 cards per slice; the default quota (100,000 records) ran out in round 4
+        flags = ["--log-level", "warning", "--reconcile-interval", "1h", "--tenant-quota", "10000000"]
         variants: dict[str, processes.Proc] = {}
         for name, extra, env in (
             ("off", ["--telemetry", "off"], {}),
@@ -197,9 +199,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{'OK' if cost <= 0.15 else 'MISSED'}; the OTLP sink received {sunk.get('spans', 0)} spans "
             f"in {sunk.get('exports', 0)} exports"
         )
-        for name in ("metrics", "sampled"):
+        # issue 17's targets, each beyond the noise floor measured in the same run (off against off-again)
+        for name, target in (("metrics", 0.03), ("sampled", 0.08)):
             part = 1 - paired[name]
-            print(f"{name} costs {part * 100:.1f} % (target <= 15 %): {'OK' if part <= 0.15 else 'MISSED'}")
+            if part > target + noise:
+                verdict = "MISSED"
+            elif noise <= target:
+                verdict = "OK"
+            else:  # two identical sidecars differ by more than the target: this run cannot tell
+                verdict = "NOT MEASURABLE in this run (the noise floor is above the target)"
+            print(
+                f"{name} costs {part * 100:.1f} % (target <= {target * 100:.0f} % beyond the noise floor of "
+                f"{noise * 100:.1f} %): {verdict}"
+            )
         out = ROOT / "bench" / "results" / f"telemetry-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
         out.write_text(
             json.dumps(

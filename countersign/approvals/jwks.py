@@ -20,10 +20,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import aiohttp
-import jwt
+
+if TYPE_CHECKING:  # PyJWT and cryptography (~9 MB resident) are imported when a key is loaded (_verifiers), so a
+    import jwt  # sidecar without --approvals never imports them (notes/lean.md)
 
 log = logging.getLogger("countersign.approvals")
 
@@ -50,7 +52,7 @@ FETCH_TIMEOUT_S = 5.0
 _PRIVATE_PARTS = ("d", "p", "q", "dp", "dq", "qi", "oth")
 
 Clock = Callable[[], float]
-Found = jwt.PyJWK | Literal["unknown", "algorithm"]
+Found: TypeAlias = 'jwt.PyJWK | Literal["unknown", "algorithm"]'
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,8 @@ def parse_jwks(data: Any, algorithms: tuple[str, ...]) -> Keys:
 
 
 def _verifiers(jwk: dict[str, Any], algorithms: tuple[str, ...], name: str) -> dict[str, jwt.PyJWK]:
+    import jwt
+
     out: dict[str, jwt.PyJWK] = {}
     for alg in algorithms:
         kty, curves = ALGORITHMS[alg]

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jwt
 import rfc8785
 
 from countersign.approvals.checks import (
@@ -348,9 +347,11 @@ class Verifier:
         # PyJWT's algorithm object checks the signature (the crypto is the library's); the compact form was
         # parsed above, strictly: PyJWS would parse it a second time, at a third of a verification's cost.
         signing_input = token[: len(parts[0]) + 1 + len(parts[1])].encode("ascii")
+        from jwt import PyJWTError  # loaded with the keys (jwks._verifiers); a lookup in sys.modules here
+
         try:
             valid = key.Algorithm.verify(signing_input, key.key, signature)
-        except (jwt.PyJWTError, ValueError, TypeError) as exc:
+        except (PyJWTError, ValueError, TypeError) as exc:
             raise fail("signature", f"the signature cannot be checked: {exc}") from exc
         if not valid:
             raise fail("signature", "the signature does not verify")

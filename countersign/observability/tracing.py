@@ -26,14 +26,15 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from opentelemetry import propagate, trace
-from opentelemetry.sdk.resources import OTELResourceDetector, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+if TYPE_CHECKING:  # the SDK is imported only when spans are recorded (setup): a sidecar without tracing skips it
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 from countersign.registry.templates import safe_url as safe_url  # shown in spans; filled in templates
 
@@ -66,6 +67,8 @@ def version() -> str:
 
 def resource() -> Resource:
     """service.name countersign and service.version, unless OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES say."""
+    from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+
     defaults = Resource({"service.name": "countersign", "service.version": version()})
     return Resource.create(dict(defaults.merge(OTELResourceDetector().detect()).attributes))
 
@@ -117,6 +120,9 @@ def setup(*, force: bool = False) -> bool:
     names = exporter_names()
     if not (names or force):
         return False
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     exporters = [_exporter(name) for name in names]
     _configured = True
     provider = TracerProvider(resource=resource())

@@ -10,7 +10,6 @@ from typing import Protocol
 
 from countersign.audit import Audit
 from countersign.errors import InvalidArgument
-from countersign.guard import ReplyGuard
 from countersign.keyring import Keyring, is_action_id
 from countersign.observability.metrics import Metrics
 from countersign.path import policy
@@ -18,6 +17,7 @@ from countersign.path.turn import turn_key
 from countersign.reasons import Reason
 from countersign.registry import Registry
 from countersign.reply.evidence import check_size, evidence, logged_statements, settled_action, verdict_label
+from countersign.reply.guard_loader import GuardLoader
 from countersign.store.protocols import Peek, TurnStore
 from countersign.v1 import common_pb2, guard_pb2
 
@@ -37,7 +37,7 @@ class ReplyCheck:
         store: CheckStore,
         keyring: Keyring,
         registry: Registry,
-        guard: ReplyGuard,
+        guard: GuardLoader,
         audit: Audit,
         metrics: Metrics,
     ) -> None:
@@ -64,7 +64,7 @@ class ReplyCheck:
             action = await settled_action(self.store, self.keyring, action_id, context)
             if action is not None:
                 shown.append(evidence(self.registry, action))
-        verdict = self.guard.check(reply_text, context.locale, shown)
+        verdict = (await self.guard.get()).check(reply_text, context.locale, shown)
         self.metrics.guard.labels(verdict_label(verdict)).inc()
         statements = logged_statements(self.keyring, verdict)
         for item in shown:

@@ -21,7 +21,6 @@ from google.protobuf import json_format
 from countersign.audit import Audit
 from countersign.canonical import canonical
 from countersign.errors import DataLoss, FailedPrecondition, InvalidArgument
-from countersign.guard import ReplyGuard
 from countersign.keyring import Keyring
 from countersign.observability.metrics import Metrics
 from countersign.path import cards, policy
@@ -37,6 +36,7 @@ from countersign.reply.evidence import (
     verdict_json,
     verdict_label,
 )
+from countersign.reply.guard_loader import GuardLoader
 from countersign.store import ContBusy, ContRecord, ContWon, LeaseLost, NotClaimed, NotReady, Refused
 from countersign.store.protocols import ContinuationStore
 from countersign.v1 import common_pb2, continuation_pb2
@@ -58,7 +58,7 @@ class Continuations:
         store: ContinuationStore,
         keyring: Keyring,
         registry: Registry,
-        guard: ReplyGuard,
+        guard: GuardLoader,
         audit: Audit,
         metrics: Metrics,
         continuation_lease_ms: int,
@@ -130,7 +130,7 @@ class Continuations:
         check_size(reply_text)
         action = await settled_action(self.store, self.keyring, action_id)
         shown = [evidence(self.registry, action)] if action is not None else []
-        verdict = self.guard.check(reply_text, context.locale, shown)
+        verdict = (await self.guard.get()).check(reply_text, context.locale, shown)
         self.metrics.guard.labels(verdict_label(verdict)).inc()
         text = verdict.text.encode("utf-8", "replace")
         stored = await self.store.cont_settle(

@@ -3,9 +3,11 @@ evidence, and the verdict as the continuation record, the metric and the audit k
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from countersign.canonical import canonical
 from countersign.errors import InvalidArgument
-from countersign.guard import Evidence, Verdict, verbs_of
+from countersign.guard import Evidence, verbs_of
 from countersign.keyring import Keyring
 from countersign.path import cards
 from countersign.path.receipts import open_action
@@ -14,6 +16,9 @@ from countersign.registry import Registry
 from countersign.store import CardRecord, RunRecord
 from countersign.store.protocols import Peek
 from countersign.v1 import common_pb2
+
+if TYPE_CHECKING:
+    from countersign.guard import Verdict
 
 MAX_REPLY_BYTES = 64 * 1024
 

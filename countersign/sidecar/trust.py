@@ -1,5 +1,6 @@
 """What the sidecar trusts (docs/design.md §12), loaded at start: its HMAC keys, the id key this Redis's actions
-were derived with, and the approval issuers. Anything that cannot be loaded stops the start."""
+were derived with, the approval issuers, and a reply guard lexicon folder given with --guard-lexicon. Anything that
+cannot be loaded stops the start."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 from countersign.approvals import ApprovalSettingsError, Verifier
 from countersign.errors import SettingsError, StoreUnavailable
 from countersign.keyring import Keyring
+from countersign.reply.guard_loader import GuardLoader
 from countersign.sidecar.settings import Settings
 from countersign.store.redis_store import RedisStore
 
@@ -73,3 +75,16 @@ async def load_approvals(settings: Settings) -> Verifier | None:
         return await Verifier.load(settings.approvals)
     except ApprovalSettingsError as exc:
         raise SettingsError(f"--approvals: {exc}") from exc
+
+
+def load_guard(settings: Settings) -> GuardLoader:
+    """The packaged lexicons are built on first need (reply/guard_loader.py); a folder given with --guard-lexicon
+    is built and checked now, so a faulty one stops the start."""
+    if not settings.guard_lexicon:
+        return GuardLoader(None, unsupported=settings.guard_unsupported)
+    from countersign.guard import LexiconError, ReplyGuard
+
+    try:
+        return GuardLoader.ready(ReplyGuard.load(settings.guard_lexicon, unsupported=settings.guard_unsupported))
+    except LexiconError as exc:
+        raise SettingsError(f"--guard-lexicon: {exc}") from exc
