@@ -45,6 +45,7 @@ class Settings:
         kind="count",
     )
     redis_wait_timeout: float = _setting(0.1, "how long claim/settle wait for the replicas", kind="duration")
+    mcp_listen: str = _setting("", "MCP endpoint (Streamable HTTP at /mcp): host:port, loopback by default; empty: off")
     metrics_listen: str = _setting("127.0.0.1:9464", "Prometheus /metrics address (host:port); empty: off")
     keys_file: str = _setting("", 'HMAC keys JSON {"active": kid, "keys": {kid: hex}}; empty: generated')
     confirm_ttl: float = _setting(300.0, "how long a card waits for the user", kind="duration")
