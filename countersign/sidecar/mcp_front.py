@@ -1,5 +1,5 @@
 """The MCP front door: Countersign as an MCP server (Streamable HTTP at /mcp, or stdio), a thin transport over the
-same path the gRPC servicer calls (docs/design.md §13).
+same path the gRPC servicer calls (docs/mcp-front-door.md).
 
     tools/list   the registry's enabled tools: the closed schema as inputSchema, risk and approval as annotations
     tools/call   read  -> Pipeline.invoke, the result now

@@ -1,5 +1,5 @@
 """The MCP front door's HTTP side: uvicorn on a socket bound here (port 0 works, the address is known), and the
-guard that keeps the endpoint in the handshake era (docs/design.md §13)."""
+guard that keeps the endpoint in the handshake era (docs/mcp-front-door.md)."""
 
 from __future__ import annotations
 
