@@ -9,8 +9,15 @@ status. The reason is also the metric label and the google.rpc.ErrorInfo reason,
      │                                   CONTINUATION_NOT_FOUND
      ├── PermissionDenied               PERMISSION_DENIED: ROLE_NOT_ALLOWED, ADMIN_READONLY,
      │                                   SUBJECT_NOT_ALLOWED, SESSION_MODE_FORBIDS,
-     │                                   CONFIRMATION_BINDING_MISMATCH
-     ├── FailedPrecondition             FAILED_PRECONDITION: TOOL_CONFIRMATION_REQUIRED, POLICY_CHANGED,
+     │                                   CONFIRMATION_BINDING_MISMATCH, APPROVAL_REQUIRED, APPROVAL_INVALID
+     │                                   (ErrorInfo metadata ``check`` names the failing check; nothing was
+     │                                   claimed, the card is READY), CONTEXT_MISMATCH (``check``: the field or
+     │                                   admin rule), PEER_NOT_ALLOWED (a client certificate off the allow-list)
+     ├── Unauthenticated                UNAUTHENTICATED: CONTEXT_INVALID (the context assertion is missing
+     │                                   where --verified-context requires one, or fails a check: ``check``)
+     ├── FailedPrecondition             FAILED_PRECONDITION: TOOL_CONFIRMATION_REQUIRED, POLICY_CHANGED (also
+     │                                   when the registry in force requires an approval the card was issued
+     │                                   without: then nothing was claimed and the card is READY),
      │                                   PREPARED_ARGS_INVALID, PREPARED_VERSION_INVALID, NOT_COMPENSABLE,
      │                                   NO_COMPENSATION, CONTINUATION_NOT_READY, CONTINUATION_NOT_CLAIMED,
      │                                   CONTINUATION_LEASE_LOST,
@@ -97,6 +104,10 @@ class NotFound(CountersignError):
 
 class PermissionDenied(CountersignError):
     code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class Unauthenticated(CountersignError):
+    code = grpc.StatusCode.UNAUTHENTICATED
 
 
 class FailedPrecondition(CountersignError):

@@ -41,7 +41,7 @@ RPCS = (
 )
 PRECREATED_REASONS = (Reason.OVERLOADED, Reason.STORE_UNAVAILABLE)  # refusals an alert matches, created for every RPC
 CLAIM_RESULTS = ("won", "running", "replayed", "tampered")
-REFUSED_CLAIMS = ("expired", "forbidden", "role")
+REFUSED_CLAIMS = ("expired", "forbidden", "role", "approval_required", "approval_invalid")
 COMPENSATION_RESULTS = ("compensated", "failed", "unknown")
 EXECUTION_OUTCOMES = ("succeeded", "failed", "unknown", "not_sent")  # not_sent: the card was given back
 RECONCILE_RESULTS = ("succeeded", "failed", "not_applied", "still_unknown", "manual_review", "key_not_listed")

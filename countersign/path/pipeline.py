@@ -2,7 +2,8 @@
 
 Invoke     registry -> policy -> (read: quota -> adapter now -> the turn's fact)
                                | (write: action id -> quota -> prepare -> preview -> card -> issue)
-Confirm    claim (token, context may write, claim.lua) -> (won: execute -> settle) | (else: replay / RUNNING)
+Confirm    claim (token, context may write, the approval verified, claim.lua) -> (won: execute -> settle)
+                                                                                | (else: replay / RUNNING)
 Reject     token -> reject.lua
 GetAction  the owned action -> its outcome, seen through its compensation
 """
@@ -148,22 +149,23 @@ class Pipeline:
                 prepared = await prepare.prepare(
                     adapter, tool, allowed.arguments, meta, self.timing.downstream_deadline
                 )
+            record = cards.seal(
+                self.keyring,
+                action_id=action_id,
+                binding=self.keyring.binding(self.keyring.active, cards.owner(context)),
+                tool=tool,
+                policy_version=registry.policy_version,
+                arguments=prepared.arguments,
+                resource_version=prepared.resource_version,
+                preview=prepare.preview(tool, prepared, action_id),
+                now_ms=int(self.clock() * 1000),
+                ttl_ms=self.confirm_ttl_ms,
+                tenant=context.tenant_id,
+            )
         except CountersignError:
             with contextlib.suppress(CountersignError):  # the refusal is the answer, whatever Redis does now
                 await self.quota.forget(tenant, ["a:" + action_id])  # no card: the action keeps nothing
             raise
-        record = cards.seal(
-            self.keyring,
-            action_id=action_id,
-            binding=self.keyring.binding(self.keyring.active, cards.owner(context)),
-            tool=tool,
-            policy_version=registry.policy_version,
-            arguments=prepared.arguments,
-            resource_version=prepared.resource_version,
-            preview=prepare.preview(tool, prepared, action_id),
-            now_ms=int(self.clock() * 1000),
-            ttl_ms=self.confirm_ttl_ms,
-        )
         with self.metrics.timed("issue"):
             found = await self.store.issue(action_id, record, self.confirm_ttl_ms)
         if not isinstance(found, Issued):
@@ -205,12 +207,16 @@ class Pipeline:
 
     # -- Confirm -------------------------------------------------------------------------------
 
-    async def confirm(self, context: common_pb2.CallContext, token: str, wait_ms: int) -> common_pb2.Action:
+    async def confirm(
+        self, context: common_pb2.CallContext, token: str, wait_ms: int, approval: str = ""
+    ) -> common_pb2.Action:
         registry = self.registry
-        claimed = await self.claims.claim(registry, context, token, wait_ms)
+        claimed = await self.claims.claim(registry, context, token, wait_ms, approval)
         if isinstance(claimed, common_pb2.Action):
             return claimed
-        return await self.executor.run(registry, context, claimed.action_id, claimed.claim_id, claimed.card)
+        return await self.executor.run(
+            registry, context, claimed.action_id, claimed.claim_id, claimed.card, claimed.approval
+        )
 
     # -- Reject / GetAction --------------------------------------------------------------------
 
@@ -234,7 +240,7 @@ class Pipeline:
     async def get_action(self, context: common_pb2.CallContext, action_id: str, wait_ms: int = 0) -> common_pb2.Action:
         """The owned action as it stands; a RUNNING one waited for up to wait_ms (the MCP front door's retry of a
         call another retry is executing answers with the receipt, as a waiting Confirm does)."""
-        found = await cards.owned_action(self.store, self.keyring, context, action_id)
+        found = await cards.owned_action(self.store, self.keyring, context, action_id, admin_modes=cards.ADMIN_READ)
         if isinstance(found, RunRecord) and found.state == "running" and wait_ms > 0:
             found = await self.claims.settled(action_id, found, wait_ms)
         if isinstance(found, CardRecord):

@@ -121,6 +121,13 @@ def evidence(outcome: Outcome) -> str:
     )
 
 
+def with_approval(action: common_pb2.Action, approval: common_pb2.ApprovalEvidence | None) -> common_pb2.Action:
+    """The action with the user's approval in its receipt (an outcome without a receipt, UNKNOWN, has none)."""
+    if approval is not None and action.HasField("receipt"):
+        action.receipt.approval.CopyFrom(approval)
+    return action
+
+
 def refused_action(action_id: str, tool: str, reason: str, message: str, now_ms: int) -> common_pb2.Action:
     """FAILED before anything was sent (tampered card, policy changed at claim time)."""
     action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_FAILED, tool_name=tool)

@@ -103,6 +103,7 @@ class Compensator:
             preview=preview,
             now_ms=int(self.clock() * 1000),
             ttl_ms=self.timing.lease_ms,
+            tenant=context.tenant_id,
             extra={"compensates": action_id},
         )
         existing = await self.store.issue(comp_id, record, self.timing.lease_ms)

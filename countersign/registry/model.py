@@ -10,6 +10,7 @@ STATUSES = ("enabled", "planned", "forbidden")
 RISKS = ("low", "medium", "high", "irreversible")
 CONFIRMATIONS = ("default", "always", "none")
 SCOPES = ("request", "session", "none")
+APPROVALS = ("none", "signed")  # what Confirm needs besides the token (docs/design.md §12)
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 VERBS = frozenset({"create", "delete", "add", "save", "update", "complete", "send"})
 
@@ -22,6 +23,7 @@ class Capability:
     risk: str = ""
     confirmation: str = ""
     guidance: Mapping[str, str] = field(default_factory=dict)
+    approval: str = ""  # none | signed, or "" (not declared: the tool's, else the default)
 
     def guidance_for(self, locale: str) -> str:
         """Guidance in the caller's locale: exact tag, then its language, then en, then any."""
@@ -54,6 +56,7 @@ class AdapterSpec:
     grpc_lookup: bool = False
     grpc_fence: bool = False
     timeout_ms: int = 0  # 0: the sidecar's downstream deadline
+    tls: bool = False  # grpc: a TLS channel (--downstream-ca, --downstream-cert); http: the URL's scheme says
 
     @property
     def can_fence(self) -> bool:
@@ -97,6 +100,7 @@ class Tool:
     receipt: ReceiptSpec
     compensation: Compensation | None
     verbs: frozenset[str] = frozenset()  # what a success claim about this tool may say (reply guard)
+    approval: str = "none"  # signed: Confirm must carry the user's approval (docs/design.md §12)
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,7 @@ class Registry:
     refusals: Mapping[str, Capability]  # tool name or capability id -> planned/forbidden
     denied_by_role: Mapping[str, str]  # role -> ",tool,tool," write tools the role may not run
     all_writes: str  # ",tool,tool," every registered write tool
+    signed_writes: str = ",,"  # ",tool,tool," the write tools whose Confirm needs a signed approval
 
     def denied_tools(self, role: str) -> str:
         """What the claim script refuses for this role, leaving the card READY (docs/design.md §5).

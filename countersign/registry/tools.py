@@ -9,6 +9,7 @@ from typing import Any
 import jsonschema_rs
 
 from countersign.registry.model import (
+    APPROVALS,
     CONFIRMATIONS,
     HTTP_METHODS,
     RISKS,
@@ -40,8 +41,9 @@ _TOOL_KEYS = {
     "compensation",
     "description",
     "verbs",
+    "approval",
 }
-_ADAPTER_KEYS = {"kind", "execute", "lookup", "fence", "prepare", "target", "timeout_ms"}
+_ADAPTER_KEYS = {"kind", "execute", "lookup", "fence", "prepare", "target", "timeout_ms", "tls"}
 _CALL_KEYS = {"method", "url"}
 _PREVIEW_KEYS = {"title", "target", "impact", "details"}
 _RECEIPT_KEYS = {"resource_id", "resource_version", "summary"}
@@ -54,7 +56,7 @@ def check_keys(raw: Mapping[str, Any], allowed: set[str], tool: str, where: str,
         raise fail(tool, "known-keys", f"unknown key(s) {', '.join(map(str, unknown))} in {where}")
 
 
-def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Tool:
+def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any, *, issuers: bool = False) -> Tool:
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise fail("-", "known-keys", "a tool needs a string name")
@@ -161,6 +163,7 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
             raise fail(name, "known-keys", "compensation args must be a mapping")
         compensation = Compensation(comp_raw["tool"], {str(k): str(v) for k, v in args.items()})
 
+    approval = _approval(raw, cap, name, is_write, risk, confirmation, issuers, fail)
     verbs = raw.get("verbs") or []
     if not isinstance(verbs, list) or not all(isinstance(v, str) for v in verbs) or not set(verbs) <= VERBS:
         raise fail(name, "known-keys", f"verbs must be a list drawn from {', '.join(sorted(VERBS))}")
@@ -180,7 +183,46 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
         adapter=adapter,
         receipt=receipt,
         compensation=compensation,
+        approval=approval,
     )
+
+
+def _approval(
+    raw: Mapping[str, Any],
+    cap: Capability | None,
+    name: str,
+    is_write: bool,
+    risk: str,
+    confirmation: str,
+    issuers: bool,
+    fail: Any,
+) -> str:
+    """What Confirm of this tool needs besides the token: none or signed (docs/design.md §12)."""
+    declared = raw.get("approval", "")
+    if declared and declared not in APPROVALS:
+        raise fail(name, "known-keys", f"approval must be one of {', '.join(APPROVALS)}")
+    if not is_write:
+        if declared == "signed":
+            raise fail(name, "known-keys", "approval: signed applies to write tools only (a read runs at Invoke)")
+        return "none"
+    from_cap = cap.approval if cap is not None else ""
+    if declared and from_cap and declared != from_cap:
+        raise fail(
+            name,
+            "approval-matches-capability",
+            f"approval {declared!r} differs from capability {cap.id if cap else ''!r} approval {from_cap!r}",
+        )
+    approval = declared or from_cap
+    if approval == "signed" and not issuers:
+        raise fail(
+            name,
+            "approval-needs-issuer",
+            "approval: signed needs an approval issuer, and none is configured (--approvals / "
+            "COUNTERSIGN_APPROVALS); without one no Confirm could ever carry a valid approval",
+        )
+    if approval:
+        return approval
+    return "signed" if issuers and (confirmation == "always" or risk in ("high", "irreversible")) else "none"
 
 
 def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec:
@@ -195,9 +237,9 @@ def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec
         target = raw.get("target")
         if not isinstance(target, str) or not target:
             raise fail(tool, "adapter-valid", "a grpc adapter needs a target (host:port or unix:/path)")
-        flags = {k: raw.get(k, False) for k in ("prepare", "lookup", "fence", "execute")}
+        flags = {k: raw.get(k, False) for k in ("prepare", "lookup", "fence", "execute", "tls")}
         if not all(isinstance(v, bool) for v in flags.values()):
-            raise fail(tool, "adapter-valid", "grpc adapter prepare/lookup/fence are true or false")
+            raise fail(tool, "adapter-valid", "grpc adapter prepare/lookup/fence/tls are true or false")
         return AdapterSpec(
             "grpc",
             target=target,
@@ -205,9 +247,12 @@ def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec
             grpc_lookup=bool(flags["lookup"] or flags["fence"]),
             grpc_fence=bool(flags["fence"]),
             timeout_ms=timeout,
+            tls=bool(flags["tls"]),
         )
     if kind != "http":
         raise fail(tool, "adapter-valid", f"adapter kind must be http or grpc, not {kind!r}")
+    if "tls" in raw:
+        raise fail(tool, "adapter-valid", "an http adapter takes TLS from its URLs (https://), not from tls")
     calls: dict[str, HttpCall | None] = {}
     for key, default in (("execute", "POST"), ("lookup", "GET"), ("fence", "POST"), ("prepare", "POST")):
         call = raw.get(key)

@@ -20,12 +20,14 @@ from countersign import registry as registry_mod
 from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
+from countersign.approvals import ContextMode, Verifier
 from countersign.audit import Audit
-from countersign.errors import SettingsError, StoreUnavailable
+from countersign.errors import SettingsError
 from countersign.guard import LexiconError, ReplyGuard
 from countersign.keyring import Keyring
 from countersign.observability import logs, tracing
 from countersign.observability.metrics import Metrics
+from countersign.path.approval import Approvals
 from countersign.path.claim import Claims
 from countersign.path.execute import Executor
 from countersign.path.pipeline import Pipeline
@@ -38,6 +40,7 @@ from countersign.reply.check import ReplyCheck
 from countersign.reply.continuations import Continuations
 from countersign.sidecar.admission import Gate, Health, new_server
 from countersign.sidecar.embedded_redis import EmbeddedRedis
+from countersign.sidecar.identity import Identity
 from countersign.sidecar.mcp_front import McpFront
 from countersign.sidecar.mcp_http import HttpListener
 from countersign.sidecar.mcp_http import listen as listen_http
@@ -50,6 +53,8 @@ from countersign.sidecar.server import (
     register,
 )
 from countersign.sidecar.settings import LEASE_MARGIN, Settings
+from countersign.sidecar.tls import add_port, downstream_tls, server_credentials
+from countersign.sidecar.trust import check_id_key, load_approvals, load_keys
 from countersign.store.redis_store import RedisStore
 from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
 
@@ -94,6 +99,7 @@ class Sidecar:
     mcp: HttpListener | None = None
     probes: Probes | None = None
     embedded: EmbeddedRedis | None = None
+    verifier: Verifier | None = None
     closers: list[Any] = field(default_factory=list)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
@@ -118,53 +124,12 @@ class Sidecar:
         for adapter in parts.adapters.values():
             await adapter.close()
         await parts.store.close()
+        if self.verifier is not None:
+            await self.verifier.close()
         for close in self.closers:
             close()
         if self.embedded is not None:
             self.embedded.stop()
-
-
-def load_keys(settings: Settings) -> Keyring:
-    if settings.keys_file:
-        return Keyring.from_file(settings.keys_file)
-    log.warning(
-        "COUNTERSIGN_KEYS_FILE is not set: a random key was generated. Tokens will not survive a "
-        "restart and will not work across replicas. Do not run like this in production.",
-        extra={"event": "generated_key"},
-    )
-    return Keyring.generate()
-
-
-async def check_id_key(store: RedisStore, keyring: Keyring) -> None:
-    """Refuse to start when this keys file derives action ids with another id key than the sidecars that used
-    this Redis before (docs/design.md §7): one call would become two actions, and could run twice."""
-    if keyring.generated:
-        return
-    mine = keyring.id_fingerprint()
-    try:
-        pinned = await store.pin_id_key(mine)
-    except StoreUnavailable as exc:
-        log.warning(
-            json.dumps(
-                {
-                    "event": "id_key_unchecked",
-                    "message": f"could not compare the id key with the one this Redis's actions use: {exc.message}",
-                }
-            )
-        )
-        return
-    if pinned.rpartition(":")[2] != mine.rpartition(":")[2]:  # the same key, wherever it is written
-        source = pinned.split(":", 1)[0]
-        keep = (
-            'the same "id_key"'
-            if source == "id_key"
-            else f'key {source!r} listed (it need not be active), or pin it as "id_key"'
-        )
-        raise SettingsError(
-            f"the keys file derives action ids from {keyring.id_key_source!r} (fingerprint {mine}), but the actions "
-            f"in this Redis were derived from {source!r} ({pinned}): two id keys on one Redis make one call two "
-            f"actions. Keep {keep}; see docs/runbook.md, 'Rotating keys'"
-        )
 
 
 async def start(settings: Settings) -> Sidecar:
@@ -172,22 +137,32 @@ async def start(settings: Settings) -> Sidecar:
     if settings.telemetry == "on":
         tracing.setup()
     keyring = load_keys(settings)
-    registry = registry_mod.load(settings.registry)
-    registry_mod.check_deadlines(registry, settings.lease, settings.downstream_deadline, LEASE_MARGIN)
+    verifier = await load_approvals(settings)
     embedded = None
-    url = settings.redis_url
-    if not url:
-        embedded = EmbeddedRedis().start()
-        url = embedded.url
     try:
-        return await _start(settings, keyring, registry, url, embedded)
+        registry = registry_mod.load(settings.registry, issuers=verifier is not None)
+        registry_mod.check_deadlines(registry, settings.lease, settings.downstream_deadline, LEASE_MARGIN)
+        url = settings.redis_url
+        if not url:
+            embedded = EmbeddedRedis().start()
+            url = embedded.url
+        return await _start(settings, keyring, registry, url, embedded, verifier)
     except BaseException:
         if embedded is not None:
             embedded.stop()
+        if verifier is not None:
+            await verifier.close()
         raise
 
 
-def build(settings: Settings, keyring: Keyring, registry: Registry, store: RedisStore, guard: ReplyGuard) -> Components:
+def build(
+    settings: Settings,
+    keyring: Keyring,
+    registry: Registry,
+    store: RedisStore,
+    guard: ReplyGuard,
+    verifier: Verifier | None = None,
+) -> Components:
     """The one place components are made: each once, each handed what it calls."""
     metrics = Metrics(
         frozenset(registry.tools),
@@ -197,9 +172,10 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
     store.observe = metrics.redis_observer()
     # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)
     cap = max(min(MAX_ANSWER_BYTES, settings.max_message_bytes - ANSWER_HEADROOM), 1024)
+    tls, credentials = downstream_tls(settings)
     adapters: dict[str, Adapter] = {
-        "http": HttpAdapter(max_answer_bytes=cap),
-        "grpc": GrpcAdapter(max_answer_bytes=cap),
+        "http": HttpAdapter(max_answer_bytes=cap, ssl_context=tls),
+        "grpc": GrpcAdapter(max_answer_bytes=cap, credentials=credentials),
     }
     timing = Timing(
         lease_ms=int(settings.lease * 1000),
@@ -210,7 +186,9 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
     quota = Quota(store, settings.tenant_quota, timing.replay_ttl_ms)
     settler = Settler(store, keyring, audit, metrics, timing)
     executor = Executor(store, keyring, adapters, settler, timing, metrics, audit)
-    claims = Claims(store, keyring, metrics, lease_ms=timing.lease_ms, max_wait=settings.max_wait)
+    claims = Claims(
+        store, keyring, metrics, lease_ms=timing.lease_ms, max_wait=settings.max_wait, approvals=Approvals(verifier)
+    )
     pipeline = Pipeline(
         registry=registry,
         store=store,
@@ -268,7 +246,12 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
 
 
 async def _start(
-    settings: Settings, keyring: Keyring, registry: Registry, url: str, embedded: EmbeddedRedis | None
+    settings: Settings,
+    keyring: Keyring,
+    registry: Registry,
+    url: str,
+    embedded: EmbeddedRedis | None,
+    verifier: Verifier | None,
 ) -> Sidecar:
     try:
         store = RedisStore.from_url(
@@ -291,8 +274,13 @@ async def _start(
     except SettingsError:
         await store.close()
         raise
-    parts = build(settings, keyring, registry, store, guard)
+    try:
+        parts = build(settings, keyring, registry, store, guard, verifier)
+    except SettingsError:
+        await store.close()
+        raise
     metrics = parts.metrics
+    identity = Identity(verifier, ContextMode(settings.verified_context), settings.allowed_peers)
 
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
@@ -304,16 +292,18 @@ async def _start(
     metrics.watch_admission(lambda: gate.holding, settings.max_in_flight)
     register(
         gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server,
-        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, metrics, gate),
+        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, metrics, gate, identity),
         server,
     )
     register(
         continuation_pb2_grpc.add_ContinuationServiceServicer_to_server,
-        ContinuationServicer(parts.continuations, metrics, gate),
+        ContinuationServicer(parts.continuations, metrics, gate, identity),
         server,
     )
     register(
-        guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server, ReplyGuardServicer(parts.checker, metrics, gate), server
+        guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server,
+        ReplyGuardServicer(parts.checker, metrics, gate, identity),
+        server,
     )
     health = Health(gate)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -321,18 +311,21 @@ async def _start(
         (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
     )
 
+    credentials = server_credentials(settings)
     if settings.listen.startswith("unix:"):
-        server.add_insecure_port(settings.listen)
+        add_port(server, settings.listen, credentials)
         address = settings.listen
     else:
         host, port = split_addr(settings.listen)
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = add_port(server, f"{host}:{port}", credentials)
         if bound == 0:
             raise SettingsError(f"cannot listen on {settings.listen}")
         address = f"{host}:{bound}"
-    sidecar = Sidecar(settings, parts, server, health, address, embedded=embedded)
+    sidecar = Sidecar(settings, parts, server, health, address, embedded=embedded, verifier=verifier)
     # the MCP front door: the same pipeline, the same gate (one slot per path call), the same metrics
-    sidecar.front = McpFront(parts.pipeline, metrics, gate, confirm_wait_ms=int(settings.max_wait * 1000))
+    sidecar.front = McpFront(
+        parts.pipeline, metrics, gate, confirm_wait_ms=int(settings.max_wait * 1000), verified=identity
+    )
     if settings.mcp_listen:
         host, port = split_addr(settings.mcp_listen)
         sidecar.mcp = await listen_http(sidecar.front.asgi_app(host, settings.max_message_bytes), host, port)

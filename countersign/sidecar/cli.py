@@ -127,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     checking.add_argument("files", nargs="+", metavar="FILE", help="a registry or manifests file; - for stdin")
+    checking.add_argument(
+        "--approvals",
+        default=os.environ.get("COUNTERSIGN_APPROVALS", ""),
+        metavar="FILE",
+        help="the sidecars' approvals settings: with an issuer, approval defaults to signed for confirmation: "
+        "always and high risk, and approval: signed is allowed [env COUNTERSIGN_APPROVALS]",
+    )
     keys = sub.add_parser("keys", help="make the HMAC keys file the sidecars and the operator CLI share")
     keys_sub = keys.add_subparsers(dest="verb", required=True)
     generating = keys_sub.add_parser("generate", help='a new keys file {"active": kid, "keys": {kid: hex}}')
@@ -172,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "registry":
         from countersign.sidecar import registry_check
 
-        return registry_check.check(args.files)
+        return registry_check.check(args.files, approvals=args.approvals)
 
     if args.command == "keys":
         return _keys(args)
@@ -192,11 +199,11 @@ def main(argv: list[str] | None = None) -> int:
 async def _serve_stdio(settings: settings_mod.Settings) -> None:
     """The MCP front door on stdin/stdout until the host closes it (stdout carries only MCP messages)."""
     from countersign.sidecar import app
-    from countersign.sidecar.mcp_front import Identity
+    from countersign.sidecar.mcp_front import StdioIdentity
 
     sidecar = await app.start(settings)
     assert sidecar.front is not None
-    sidecar.front.identity = Identity.from_env(os.environ)
+    sidecar.front.identity = StdioIdentity.from_env(os.environ)
     app.tune_gc()
     try:
         await sidecar.front.run_stdio()

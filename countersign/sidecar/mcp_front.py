@@ -34,12 +34,14 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp
 
+from countersign.approvals import ContextMode
 from countersign.errors import CountersignError, ResourceExhausted
 from countersign.observability.metrics import Metrics
 from countersign.path.pipeline import Pipeline
 from countersign.reasons import Reason
 from countersign.registry import Registry, Tool
 from countersign.sidecar.admission import Gate
+from countersign.sidecar.identity import Identity
 from countersign.sidecar.mcp_http import HandshakeOnly
 from countersign.v1 import common_pb2, gateway_pb2
 
@@ -69,13 +71,13 @@ _RISK = {
 
 
 @dataclass(frozen=True)
-class Identity:
+class StdioIdentity:
     """Who a stdio host acts for (no headers on stdio): from COUNTERSIGN_MCP_* variables."""
 
     fields: Mapping[str, str]
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> Identity:
+    def from_env(cls, environ: Mapping[str, str]) -> StdioIdentity:
         prefix = "COUNTERSIGN_MCP_"
         return cls({f: environ.get(prefix + h.removeprefix("x-countersign-").upper(), "") for f, h in HEADERS.items()})
 
@@ -90,11 +92,12 @@ class McpFront:
         gate: Gate,
         *,
         confirm_wait_ms: int,
-        identity: Identity | None = None,
+        verified: Identity | None = None,
         clock: Any = time.time,
     ) -> None:
         self.pipeline, self.metrics, self.gate = pipeline, metrics, gate
-        self.confirm_wait_ms, self.identity, self.clock = confirm_wait_ms, identity, clock
+        self.confirm_wait_ms, self.verified, self.clock = confirm_wait_ms, verified, clock
+        self.identity: StdioIdentity | None = None  # mcp-stdio: who the local host acts for
         self.local_session = os.urandom(8).hex()  # stdio: one host, one session
         self.server: Server[Any] = Server(
             "countersign",
@@ -122,9 +125,9 @@ class McpFront:
     # -- tools/call ------------------------------------------------------------------------------
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        context = self._context(ctx, params)
         arguments = json.dumps(params.arguments or {}, ensure_ascii=False)
         try:
+            context = await self._context(ctx, params)
             answer = await self._path(context, "Invoke", self.pipeline.invoke(context, params.name, arguments))
         except CountersignError as exc:
             if exc.reason == Reason.TOOL_NOT_FOUND:  # a protocol fault in MCP's terms: the tool is not offered
@@ -204,9 +207,10 @@ class McpFront:
         finally:
             self.metrics.rpc_duration.labels(name, code).observe(time.perf_counter() - start)
 
-    def _context(self, ctx: Any, params: types.CallToolRequestParams) -> common_pb2.CallContext:
-        """The CallContext from the identity headers (or the stdio identity); the turn from _meta or the header,
-        else the MCP session and the current window."""
+    async def _context(self, ctx: Any, params: types.CallToolRequestParams) -> common_pb2.CallContext:
+        """The CallContext from the identity headers (or the stdio identity), merged with the verified context
+        assertion of an `Authorization: Bearer` header under --verified-context, as the gRPC servicer merges its
+        metadata; the turn from _meta or the header, else the MCP session and the current window."""
         headers = _headers(ctx)
         values = dict(self.identity.fields) if self.identity is not None else {}
         for field_name, header in HEADERS.items():
@@ -218,7 +222,11 @@ class McpFront:
         turn = meta.get(TURN_META) if isinstance(meta, Mapping) else None
         if not isinstance(turn, str) or not turn:
             turn = headers.get(TURN_HEADER) or f"mcp:{mcp_session}:{int(self.clock() // TURN_WINDOW_S)}"
-        return common_pb2.CallContext(**{k: v for k, v in values.items() if v}, request_id=turn)
+        context = common_pb2.CallContext(**{k: v for k, v in values.items() if v}, request_id=turn)
+        if self.verified is not None and self.verified.mode is not ContextMode.OFF:
+            bearer = [("authorization", headers["authorization"])] if "authorization" in headers else []
+            context = await self.verified.context(context, bearer)
+        return context
 
     # -- transports ------------------------------------------------------------------------------
 

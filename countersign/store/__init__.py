@@ -7,9 +7,11 @@ keys; ``states`` is the state machine. Only this package imports redis (redis_st
 """
 
 from countersign.store.records import (
+    NO_APPROVAL,
     Anchor,
     AuditEvidence,
     CardRecord,
+    ClaimApproval,
     ContRecord,
     ContState,
     RunRecord,
@@ -39,11 +41,13 @@ from countersign.store.results import (
 )
 
 __all__ = [
+    "NO_APPROVAL",
     "Anchor",
     "Appended",
     "AuditEvidence",
     "Busy",
     "CardRecord",
+    "ClaimApproval",
     "ContBusy",
     "ContRecord",
     "ContReleased",

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from countersign.store.records import Anchor, AuditEvidence, CardRecord, ContRecord, RunRecord, RunSummary
+from countersign.store.records import (
+    NO_APPROVAL,
+    Anchor,
+    AuditEvidence,
+    CardRecord,
+    ClaimApproval,
+    ContRecord,
+    RunRecord,
+    RunSummary,
+)
 from countersign.store.results import (
     Appended,
     Busy,
@@ -51,10 +60,17 @@ class ClaimStore(Peek, Protocol):
     """Confirm and Compensate: claim a card, wait for another caller's claim to settle."""
 
     async def claim(
-        self, action_id: str, binding: str, denied: str, claim_id: str, lease_ms: int
+        self,
+        action_id: str,
+        binding: str,
+        denied: str,
+        claim_id: str,
+        lease_ms: int,
+        approval: ClaimApproval = NO_APPROVAL,
     ) -> Won | RunRecord | Refused:
         """ready -> running for one caller (Won); the record when claimed before; Refused (expired, forbidden,
-        role) changing nothing. REPLICAS_NOT_ACKNOWLEDGED (the claim put back) under --redis-wait-replicas."""
+        role, approval_required, approval_invalid) changing nothing. REPLICAS_NOT_ACKNOWLEDGED (the claim put
+        back) under --redis-wait-replicas."""
 
     async def wait_settled(self, action_id: str, run: RunRecord, seconds: float) -> RunRecord:
         """Poll (bounded) until a running record settles; the last record seen."""

@@ -17,7 +17,15 @@ RUN = ("state", "kid", "out", "omac", "reason", "binding", "tool", "card", "cmac
 
 REPLIES: dict[str, dict[str, tuple[str, ...]]] = {
     "issue": {"issued": (), "card": ("kid", "body", "mac"), "run": RUN},
-    "claim": {"won": ("kid", "tool", "body", "mac"), "run": RUN, "expired": (), "forbidden": (), "role": ("tool",)},
+    "claim": {
+        "won": ("kid", "tool", "body", "mac"),
+        "run": RUN,
+        "expired": (),
+        "forbidden": (),
+        "role": ("tool",),
+        "approval_required": ("why",),
+        "approval_invalid": ("check",),
+    },
     "release": {"ready": (), "expired": (), "lost": ("state",)},
     "settle": {"ok": (), "lost": ("state",), "gone": ()},
     "reject": {"rejected": (), "run": RUN, "expired": (), "forbidden": ()},

@@ -12,16 +12,19 @@ from typing import Literal, TypeAlias
 
 from countersign.store.records import CardRecord, ContRecord, RunRecord
 
-RefusedWhy: TypeAlias = Literal["expired", "forbidden", "role", "none"]
+RefusedWhy: TypeAlias = Literal["expired", "forbidden", "role", "none", "approval_required", "approval_invalid"]
 
 
 @dataclass(frozen=True)
 class Refused:
     """The transition did not happen and nothing was changed: no such card or action (``expired`` for a card,
-    ``none`` for a continuation), another owner's (``forbidden``), or a tool the caller's role may not run."""
+    ``none`` for a continuation), another owner's (``forbidden``), a tool the caller's role may not run, or a
+    claim without the approval the card requires (``approval_required``) or with one that failed a check
+    (``approval_invalid``)."""
 
     why: RefusedWhy
     tool: str = ""  # role: the tool
+    check: str = ""  # approval_required: "card" or "registry"; approval_invalid: the failed check
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,8 @@ def start_redis(work: Path, *, extra: list[str] | None = None) -> Proc:
     raise RuntimeError("redis-server did not start")
 
 
-def start_todo_service(work: Path, *, grpc: bool = False) -> Proc:
+def start_todo_service(work: Path, *, grpc: bool = False, tls: list[str] | None = None) -> Proc:
+    """The example todo service; ``tls``: its --tls-* flags (then its url is https://)."""
     cmd = [
         sys.executable,
         "-m",
@@ -162,8 +163,9 @@ def start_todo_service(work: Path, *, grpc: bool = False) -> Proc:
     ]
     if grpc:
         cmd += ["--grpc-port", "0"]
+    cmd += tls or []
     proc = _start(cmd, work, "todo")
-    proc.info["url"] = f"http://127.0.0.1:{proc.info['port']}"
+    proc.info["url"] = f"{'https' if tls else 'http'}://127.0.0.1:{proc.info['port']}"
     return proc
 
 

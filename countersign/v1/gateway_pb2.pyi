@@ -40,7 +40,7 @@ class ToolResult(_message.Message):
     def __init__(self, tool_name: _Optional[str] = ..., result_json: _Optional[str] = ...) -> None: ...
 
 class ConfirmationCard(_message.Message):
-    __slots__ = ("token", "action_id", "capability_id", "tool_name", "risk", "preview", "prepared_arguments_json", "expires_at")
+    __slots__ = ("token", "action_id", "capability_id", "tool_name", "risk", "preview", "prepared_arguments_json", "expires_at", "approval_digest", "approval")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     ACTION_ID_FIELD_NUMBER: _ClassVar[int]
     CAPABILITY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,8 @@ class ConfirmationCard(_message.Message):
     PREVIEW_FIELD_NUMBER: _ClassVar[int]
     PREPARED_ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
     token: str
     action_id: str
     capability_id: str
@@ -57,7 +59,9 @@ class ConfirmationCard(_message.Message):
     preview: _common_pb2.Preview
     prepared_arguments_json: str
     expires_at: _timestamp_pb2.Timestamp
-    def __init__(self, token: _Optional[str] = ..., action_id: _Optional[str] = ..., capability_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., risk: _Optional[_Union[_common_pb2.RiskLevel, str]] = ..., preview: _Optional[_Union[_common_pb2.Preview, _Mapping]] = ..., prepared_arguments_json: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    approval_digest: str
+    approval: _common_pb2.ApprovalRequirement
+    def __init__(self, token: _Optional[str] = ..., action_id: _Optional[str] = ..., capability_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., risk: _Optional[_Union[_common_pb2.RiskLevel, str]] = ..., preview: _Optional[_Union[_common_pb2.Preview, _Mapping]] = ..., prepared_arguments_json: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., approval_digest: _Optional[str] = ..., approval: _Optional[_Union[_common_pb2.ApprovalRequirement, str]] = ...) -> None: ...
 
 class Refusal(_message.Message):
     __slots__ = ("capability_id", "status", "guidance")
@@ -70,14 +74,16 @@ class Refusal(_message.Message):
     def __init__(self, capability_id: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.CapabilityStatus, str]] = ..., guidance: _Optional[str] = ...) -> None: ...
 
 class ConfirmRequest(_message.Message):
-    __slots__ = ("context", "token", "wait_ms")
+    __slots__ = ("context", "token", "wait_ms", "approval")
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
     context: _common_pb2.CallContext
     token: str
     wait_ms: int
-    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., token: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    approval: str
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., token: _Optional[str] = ..., wait_ms: _Optional[int] = ..., approval: _Optional[str] = ...) -> None: ...
 
 class ConfirmResponse(_message.Message):
     __slots__ = ("action",)

@@ -70,7 +70,7 @@ def test_role_not_allowed_and_subject_boundary_and_admin_readonly(stack: Stack) 
             {"title": "x"},
             subject_id="bob",
             role="admin",
-            admin_context_id="ticket-1",
+            admin_context_id="t1:ticket-1",
             admin_mode=common_pb2.ADMIN_MODE_READONLY,
         )
     )
@@ -82,7 +82,7 @@ def test_role_not_allowed_and_subject_boundary_and_admin_readonly(stack: Stack) 
         {},
         subject_id="bob",
         role="admin",
-        admin_context_id="ticket-1",
+        admin_context_id="t1:ticket-1",
         admin_mode=common_pb2.ADMIN_MODE_READONLY,
     ).HasField("result")
 

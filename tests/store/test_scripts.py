@@ -22,6 +22,7 @@ from countersign.store import (
     Appended,
     Busy,
     CardRecord,
+    ClaimApproval,
     ContBusy,
     ContRecord,
     ContReleased,
@@ -69,6 +70,27 @@ def aid() -> str:
 def card(expires_in_ms: int = 60_000, tool: str = "create_todo", binding: str = B) -> CardRecord:
     body = json.dumps({"expires_at_ms": int(time.time() * 1000) + expires_in_ms, "tool": tool}).encode()
     return CardRecord("k1", tool, body, "card-mac", binding)
+
+
+DIG = "sha256:the-digest-of-what-the-user-saw"
+
+
+def signed_card(risk: str = "medium") -> CardRecord:
+    """A card whose Confirm needs an approval of DIG (its hash fields, as issue.lua writes them)."""
+    body = json.dumps(
+        {
+            "expires_at_ms": int(time.time() * 1000) + 60_000,
+            "tool": "delete_todo",
+            "approval": "signed",
+            "approval_digest": DIG,
+            "risk": risk,
+        }
+    ).encode()
+    return CardRecord("k1", "delete_todo", body, "card-mac", B, approval="signed", digest=DIG, risk=risk)
+
+
+def approved(digest: str = DIG, risks: str = ",low,medium,", failed: str = "", signed: str = ",,") -> ClaimApproval:
+    return ClaimApproval(digest, risks, failed, signed)
 
 
 async def issued(store: RedisStore, expires_in_ms: int = 60_000) -> str:
@@ -301,6 +323,30 @@ async def _(s: RedisStore) -> bool:
     return await s.claim(action, B, ",create_todo,", "c", LEASE) == Refused("role", "create_todo") and isinstance(
         await s.peek(action), CardRecord
     )
+
+
+@shape("claim", "approval_required")
+async def _(s: RedisStore) -> bool:
+    action = await s_issue(s, signed_card())
+    required = await s.claim(action, B, ",", "c", LEASE) == Refused("approval_required", check="card")
+    plain = await issued(s)  # a card issued as none, under a registry that requires a signed approval now
+    registry = await s.claim(plain, B, ",", "c", LEASE, approved("", signed=",create_todo,")) == Refused(
+        "approval_required", check="registry"
+    )
+    untouched = [isinstance(await s.peek(a), CardRecord) for a in (action, plain)]
+    return required and registry and all(untouched)
+
+
+@shape("claim", "approval_invalid")
+async def _(s: RedisStore) -> bool:
+    action = await s_issue(s, signed_card(risk="high"))
+    answers = [
+        await s.claim(action, B, ",", "c", LEASE, approved(failed="signature")),  # refused before Redis
+        await s.claim(action, B, ",", "c", LEASE, approved(digest="sha256:other-arguments")),
+        await s.claim(action, B, ",", "c", LEASE, approved(risks=",low,medium,")),  # acr without the step-up
+    ]
+    expected = [Refused("approval_invalid", check=c) for c in ("signature", "digest", "step_up")]
+    return answers == expected and isinstance(await s.peek(action), CardRecord)
 
 
 @shape("release", "ready")
@@ -578,6 +624,44 @@ def test_every_reply_shape_of_every_script_has_a_scenario() -> None:
 @pytest.mark.parametrize(("script", "kind"), sorted(SHAPES))
 async def test_each_reply_shape_decodes_to_its_typed_result(store: RedisStore, script: str, kind: str) -> None:
     assert await SHAPES[(script, kind)](store), f"{script} did not answer {kind!r} as typed"
+
+
+async def s_issue(store: RedisStore, record: CardRecord) -> str:
+    action = aid()
+    assert isinstance(await store.issue(action, record, 60_000), Issued)
+    return action
+
+
+async def test_a_signed_card_is_claimed_only_with_an_approval_of_its_digest_whose_acr_fits_its_risk(
+    store: RedisStore,
+) -> None:
+    action = await s_issue(store, signed_card(risk="high"))
+    assert await store.claim(action, B, ",", "c", LEASE) == Refused("approval_required", check="card")
+    won = await store.claim(action, B, ",", "c", LEASE, approved(risks=",low,medium,high,irreversible,"))
+    assert isinstance(won, Won) and won.card.tool == "delete_todo"
+
+
+async def test_a_released_signed_card_still_needs_its_approval(store: RedisStore) -> None:
+    """release.lua puts the hash fields claim.lua compares back (from the sealed body): a card given back after a
+    request that was never sent needs the approval again."""
+    action = await s_issue(store, signed_card())
+    assert isinstance(await store.claim(action, B, ",", "c", LEASE, approved()), Won)
+    assert await store.release(action, "c") == "ready"
+    assert await store.claim(action, B, ",", "d", LEASE) == Refused("approval_required", check="card")
+    assert await store.claim(action, B, ",", "d", LEASE, approved(digest="sha256:x")) == Refused(
+        "approval_invalid", check="digest"
+    )
+    assert isinstance(await store.claim(action, B, ",", "d", LEASE, approved()), Won)
+
+
+async def test_a_claimed_action_is_replayed_to_its_owner_whatever_approval_a_late_confirm_carries(
+    store: RedisStore,
+) -> None:
+    action = await s_issue(store, signed_card())
+    assert isinstance(await store.claim(action, B, ",", "c", LEASE, approved()), Won)
+    for late in (ClaimApproval(), approved(failed="expired"), approved(digest="sha256:x")):
+        assert isinstance(await store.claim(action, B, ",", "e", LEASE, late), RunRecord), late
+    assert await store.claim(action, "someone-else", ",", "e", LEASE, approved()) == Refused("forbidden")
 
 
 async def test_many_concurrent_claims_make_one_holder(store: RedisStore) -> None:

@@ -156,36 +156,38 @@ def test_actor_for_another_subject_needs_an_admin_context() -> None:
         "{}",
         context=ctx(subject_id="u2"),
     )
-    # an admin context id without an admin mode is not enough
-    raises(
+    # an admin context id without an admin mode is not enough: refused as an incomplete admin context (issue 13)
+    err = raises(
         PermissionDenied,
-        "SUBJECT_NOT_ALLOWED",
+        "CONTEXT_MISMATCH",
         grpc.StatusCode.PERMISSION_DENIED,
         authorize,
         "list_todos",
         "{}",
-        context=ctx(subject_id="u2", admin_context_id="adm1", admin_mode=common_pb2.ADMIN_MODE_NONE),
+        context=ctx(subject_id="u2", admin_context_id="t1:adm1", admin_mode=common_pb2.ADMIN_MODE_NONE),
     )
+    assert err.metadata == {"check": "admin_context"}
     # a mode without an admin context id is not enough either
-    raises(
+    err = raises(
         PermissionDenied,
-        "SUBJECT_NOT_ALLOWED",
+        "CONTEXT_MISMATCH",
         grpc.StatusCode.PERMISSION_DENIED,
         authorize,
         "list_todos",
         "{}",
         context=ctx(subject_id="u2", admin_mode=common_pb2.ADMIN_MODE_MAINTAIN),
     )
+    assert err.metadata == {"check": "admin_context"}
 
 
 def test_admin_maintain_may_act_for_another_subject() -> None:
-    context = ctx(subject_id="u2", role="admin", admin_context_id="adm1", admin_mode=common_pb2.ADMIN_MODE_MAINTAIN)
+    context = ctx(subject_id="u2", role="admin", admin_context_id="t1:adm1", admin_mode=common_pb2.ADMIN_MODE_MAINTAIN)
     assert allowed("create_todo", '{"title": "x"}', context=context).arguments == {"title": "x"}
     assert allowed("list_todos", "{}", context=context).arguments == {}
 
 
 def test_admin_readonly_may_read_but_not_prepare_a_write() -> None:
-    context = ctx(subject_id="u2", role="admin", admin_context_id="adm1", admin_mode=common_pb2.ADMIN_MODE_READONLY)
+    context = ctx(subject_id="u2", role="admin", admin_context_id="t1:adm1", admin_mode=common_pb2.ADMIN_MODE_READONLY)
     assert allowed("list_todos", '{"status": "open"}', context=context).arguments == {"status": "open"}
     for phase in Phase:
         raises(

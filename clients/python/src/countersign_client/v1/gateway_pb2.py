@@ -26,7 +26,7 @@ from countersign_client.v1 import common_pb2 as countersign_dot_v1_dot_common__p
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ountersign/v1/gateway.proto\x12\x0e\x63ountersign.v1\x1a\x1b\x63ountersign/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n\rInvokeRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"\xd9\x01\n\x0eInvokeResponse\x12,\n\x06result\x18\x01 \x01(\x0b\x32\x1a.countersign.v1.ToolResultH\x00\x12\x38\n\x0c\x63onfirmation\x18\x02 \x01(\x0b\x32 .countersign.v1.ConfirmationCardH\x00\x12*\n\x07refusal\x18\x03 \x01(\x0b\x32\x17.countersign.v1.RefusalH\x00\x12(\n\x06replay\x18\x04 \x01(\x0b\x32\x16.countersign.v1.ActionH\x00\x42\t\n\x07outcome\"4\n\nToolResult\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x13\n\x0bresult_json\x18\x02 \x01(\t\"\x82\x02\n\x10\x43onfirmationCard\x12\r\n\x05token\x18\x01 \x01(\t\x12\x11\n\taction_id\x18\x02 \x01(\t\x12\x15\n\rcapability_id\x18\x03 \x01(\t\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12\'\n\x04risk\x18\x05 \x01(\x0e\x32\x19.countersign.v1.RiskLevel\x12(\n\x07preview\x18\x06 \x01(\x0b\x32\x17.countersign.v1.Preview\x12\x1f\n\x17prepared_arguments_json\x18\x07 \x01(\t\x12.\n\nexpires_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"d\n\x07Refusal\x12\x15\n\rcapability_id\x18\x01 \x01(\t\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .countersign.v1.CapabilityStatus\x12\x10\n\x08guidance\x18\x03 \x01(\t\"^\n\x0e\x43onfirmRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07wait_ms\x18\x03 \x01(\r\"9\n\x0f\x43onfirmResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"L\n\rRejectRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\"8\n\x0eRejectResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"S\n\x10GetActionRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\";\n\x11GetActionResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"T\n\x11\x43ompensateRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\"<\n\x12\x43ompensateResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"S\n\x10ReconcileRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\";\n\x11ReconcileResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action2\xeb\x03\n\x12ToolGatewayService\x12G\n\x06Invoke\x12\x1d.countersign.v1.InvokeRequest\x1a\x1e.countersign.v1.InvokeResponse\x12J\n\x07\x43onfirm\x12\x1e.countersign.v1.ConfirmRequest\x1a\x1f.countersign.v1.ConfirmResponse\x12G\n\x06Reject\x12\x1d.countersign.v1.RejectRequest\x1a\x1e.countersign.v1.RejectResponse\x12P\n\tGetAction\x12 .countersign.v1.GetActionRequest\x1a!.countersign.v1.GetActionResponse\x12S\n\nCompensate\x12!.countersign.v1.CompensateRequest\x1a\".countersign.v1.CompensateResponse\x12P\n\tReconcile\x12 .countersign.v1.ReconcileRequest\x1a!.countersign.v1.ReconcileResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ountersign/v1/gateway.proto\x12\x0e\x63ountersign.v1\x1a\x1b\x63ountersign/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n\rInvokeRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"\xd9\x01\n\x0eInvokeResponse\x12,\n\x06result\x18\x01 \x01(\x0b\x32\x1a.countersign.v1.ToolResultH\x00\x12\x38\n\x0c\x63onfirmation\x18\x02 \x01(\x0b\x32 .countersign.v1.ConfirmationCardH\x00\x12*\n\x07refusal\x18\x03 \x01(\x0b\x32\x17.countersign.v1.RefusalH\x00\x12(\n\x06replay\x18\x04 \x01(\x0b\x32\x16.countersign.v1.ActionH\x00\x42\t\n\x07outcome\"4\n\nToolResult\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x13\n\x0bresult_json\x18\x02 \x01(\t\"\xd2\x02\n\x10\x43onfirmationCard\x12\r\n\x05token\x18\x01 \x01(\t\x12\x11\n\taction_id\x18\x02 \x01(\t\x12\x15\n\rcapability_id\x18\x03 \x01(\t\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12\'\n\x04risk\x18\x05 \x01(\x0e\x32\x19.countersign.v1.RiskLevel\x12(\n\x07preview\x18\x06 \x01(\x0b\x32\x17.countersign.v1.Preview\x12\x1f\n\x17prepared_arguments_json\x18\x07 \x01(\t\x12.\n\nexpires_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x61pproval_digest\x18\t \x01(\t\x12\x35\n\x08\x61pproval\x18\n \x01(\x0e\x32#.countersign.v1.ApprovalRequirement\"d\n\x07Refusal\x12\x15\n\rcapability_id\x18\x01 \x01(\t\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .countersign.v1.CapabilityStatus\x12\x10\n\x08guidance\x18\x03 \x01(\t\"p\n\x0e\x43onfirmRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07wait_ms\x18\x03 \x01(\r\x12\x10\n\x08\x61pproval\x18\x04 \x01(\t\"9\n\x0f\x43onfirmResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"L\n\rRejectRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\"8\n\x0eRejectResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"S\n\x10GetActionRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\";\n\x11GetActionResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"T\n\x11\x43ompensateRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\"<\n\x12\x43ompensateResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"S\n\x10ReconcileRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\";\n\x11ReconcileResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action2\xeb\x03\n\x12ToolGatewayService\x12G\n\x06Invoke\x12\x1d.countersign.v1.InvokeRequest\x1a\x1e.countersign.v1.InvokeResponse\x12J\n\x07\x43onfirm\x12\x1e.countersign.v1.ConfirmRequest\x1a\x1f.countersign.v1.ConfirmResponse\x12G\n\x06Reject\x12\x1d.countersign.v1.RejectRequest\x1a\x1e.countersign.v1.RejectResponse\x12P\n\tGetAction\x12 .countersign.v1.GetActionRequest\x1a!.countersign.v1.GetActionResponse\x12S\n\nCompensate\x12!.countersign.v1.CompensateRequest\x1a\".countersign.v1.CompensateResponse\x12P\n\tReconcile\x12 .countersign.v1.ReconcileRequest\x1a!.countersign.v1.ReconcileResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,29 +40,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOOLRESULT']._serialized_start=436
   _globals['_TOOLRESULT']._serialized_end=488
   _globals['_CONFIRMATIONCARD']._serialized_start=491
-  _globals['_CONFIRMATIONCARD']._serialized_end=749
-  _globals['_REFUSAL']._serialized_start=751
-  _globals['_REFUSAL']._serialized_end=851
-  _globals['_CONFIRMREQUEST']._serialized_start=853
-  _globals['_CONFIRMREQUEST']._serialized_end=947
-  _globals['_CONFIRMRESPONSE']._serialized_start=949
-  _globals['_CONFIRMRESPONSE']._serialized_end=1006
-  _globals['_REJECTREQUEST']._serialized_start=1008
-  _globals['_REJECTREQUEST']._serialized_end=1084
-  _globals['_REJECTRESPONSE']._serialized_start=1086
-  _globals['_REJECTRESPONSE']._serialized_end=1142
-  _globals['_GETACTIONREQUEST']._serialized_start=1144
-  _globals['_GETACTIONREQUEST']._serialized_end=1227
-  _globals['_GETACTIONRESPONSE']._serialized_start=1229
-  _globals['_GETACTIONRESPONSE']._serialized_end=1288
-  _globals['_COMPENSATEREQUEST']._serialized_start=1290
-  _globals['_COMPENSATEREQUEST']._serialized_end=1374
-  _globals['_COMPENSATERESPONSE']._serialized_start=1376
-  _globals['_COMPENSATERESPONSE']._serialized_end=1436
-  _globals['_RECONCILEREQUEST']._serialized_start=1438
-  _globals['_RECONCILEREQUEST']._serialized_end=1521
-  _globals['_RECONCILERESPONSE']._serialized_start=1523
-  _globals['_RECONCILERESPONSE']._serialized_end=1582
-  _globals['_TOOLGATEWAYSERVICE']._serialized_start=1585
-  _globals['_TOOLGATEWAYSERVICE']._serialized_end=2076
+  _globals['_CONFIRMATIONCARD']._serialized_end=829
+  _globals['_REFUSAL']._serialized_start=831
+  _globals['_REFUSAL']._serialized_end=931
+  _globals['_CONFIRMREQUEST']._serialized_start=933
+  _globals['_CONFIRMREQUEST']._serialized_end=1045
+  _globals['_CONFIRMRESPONSE']._serialized_start=1047
+  _globals['_CONFIRMRESPONSE']._serialized_end=1104
+  _globals['_REJECTREQUEST']._serialized_start=1106
+  _globals['_REJECTREQUEST']._serialized_end=1182
+  _globals['_REJECTRESPONSE']._serialized_start=1184
+  _globals['_REJECTRESPONSE']._serialized_end=1240
+  _globals['_GETACTIONREQUEST']._serialized_start=1242
+  _globals['_GETACTIONREQUEST']._serialized_end=1325
+  _globals['_GETACTIONRESPONSE']._serialized_start=1327
+  _globals['_GETACTIONRESPONSE']._serialized_end=1386
+  _globals['_COMPENSATEREQUEST']._serialized_start=1388
+  _globals['_COMPENSATEREQUEST']._serialized_end=1472
+  _globals['_COMPENSATERESPONSE']._serialized_start=1474
+  _globals['_COMPENSATERESPONSE']._serialized_end=1534
+  _globals['_RECONCILEREQUEST']._serialized_start=1536
+  _globals['_RECONCILEREQUEST']._serialized_end=1619
+  _globals['_RECONCILERESPONSE']._serialized_start=1621
+  _globals['_RECONCILERESPONSE']._serialized_end=1680
+  _globals['_TOOLGATEWAYSERVICE']._serialized_start=1683
+  _globals['_TOOLGATEWAYSERVICE']._serialized_end=2174
 # @@protoc_insertion_point(module_scope)
