@@ -41,6 +41,10 @@ RESULTS = ROOT / "bench" / "results"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def turn_meta() -> Any:  # RequestParamsMeta (a TypedDict open to extension keys)
+    return {"io.countersign/turn": "m-" + uuid.uuid4().hex}
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
@@ -100,7 +104,7 @@ async def run(calls: int, rounds: int) -> list[dict[str, Any]]:
                 answer = await mcp.call_tool(
                     "create_todo",
                     {"title": "bench " + uuid.uuid4().hex[:10]},
-                    meta={"io.countersign/turn": "m-" + uuid.uuid4().hex},
+                    meta=turn_meta(),
                 )
                 assert answer.structured_content["state"] == "SUCCEEDED", answer
 
@@ -116,10 +120,10 @@ async def run(calls: int, rounds: int) -> list[dict[str, Any]]:
                     out["round"] = r
                     results.append(out)
                     print(json.dumps(out), flush=True)
-        await channel.close()
+        await channel.close(None)
         return results
     finally:
-        stacks.close()
+        next(stacks, None)  # the generator stops every process it started
 
 
 def summary(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -40,10 +40,8 @@ from countersign.reply.check import ReplyCheck
 from countersign.reply.continuations import Continuations
 from countersign.sidecar.admission import Gate, Health, new_server
 from countersign.sidecar.embedded_redis import EmbeddedRedis
+from countersign.sidecar.front_doors import FrontDoors, open_front_doors
 from countersign.sidecar.identity import Identity
-from countersign.sidecar.mcp_front import McpFront
-from countersign.sidecar.mcp_http import HttpListener
-from countersign.sidecar.mcp_http import listen as listen_http
 from countersign.sidecar.probes import Probes, serve_probes
 from countersign.sidecar.server import (
     SERVICES,
@@ -95,8 +93,7 @@ class Sidecar:
     health: HealthServicer
     address: str
     metrics_address: str = ""
-    front: McpFront | None = None  # the MCP front door over the same path (--mcp-listen, mcp-stdio)
-    mcp: HttpListener | None = None
+    doors: FrontDoors | None = None  # the MCP endpoint and the approval inbox, over the same path
     probes: Probes | None = None
     embedded: EmbeddedRedis | None = None
     verifier: Verifier | None = None
@@ -110,8 +107,8 @@ class Sidecar:
             self.probes.state = "draining"
         await self.health.enter_graceful_shutdown()
         self.stopping.set()
-        if self.mcp is not None:
-            await self.mcp.stop(self.settings.grace if grace is None else grace)
+        if self.doors is not None:
+            await self.doors.stop(self.settings.grace if grace is None else grace)
         await self.server.stop(self.settings.grace if grace is None else grace)
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=self.settings.grace)
@@ -322,13 +319,7 @@ async def _start(
             raise SettingsError(f"cannot listen on {settings.listen}")
         address = f"{host}:{bound}"
     sidecar = Sidecar(settings, parts, server, health, address, embedded=embedded, verifier=verifier)
-    # the MCP front door: the same pipeline, the same gate (one slot per path call), the same metrics
-    sidecar.front = McpFront(
-        parts.pipeline, metrics, gate, confirm_wait_ms=int(settings.max_wait * 1000), verified=identity
-    )
-    if settings.mcp_listen:
-        host, port = split_addr(settings.mcp_listen)
-        sidecar.mcp = await listen_http(sidecar.front.asgi_app(host, settings.max_message_bytes), host, port)
+    sidecar.doors = await open_front_doors(settings, parts.pipeline, store, metrics, gate, identity)
     if settings.metrics_listen:
         host, port = split_addr(settings.metrics_listen)
         sidecar.probes = Probes(
@@ -374,7 +365,7 @@ async def serve(settings: Settings) -> None:
                 "event": "listening",
                 "grpc": sidecar.address,
                 "metrics": sidecar.metrics_address,
-                "mcp": f"http://{sidecar.mcp.address}/mcp" if sidecar.mcp is not None else "",
+                **(sidecar.doors.addresses() if sidecar.doors is not None else {}),
                 "redis": "embedded" if sidecar.embedded else "external",
                 "policy_version": sidecar.parts.registry.policy_version,
             }

@@ -202,11 +202,11 @@ async def _serve_stdio(settings: settings_mod.Settings) -> None:
     from countersign.sidecar.mcp_front import StdioIdentity
 
     sidecar = await app.start(settings)
-    assert sidecar.front is not None
-    sidecar.front.identity = StdioIdentity.from_env(os.environ)
+    assert sidecar.doors is not None
+    sidecar.doors.front.identity = StdioIdentity.from_env(os.environ)
     app.tune_gc()
     try:
-        await sidecar.front.run_stdio()
+        await sidecar.doors.front.run_stdio()
     finally:
         await sidecar.stop()
 

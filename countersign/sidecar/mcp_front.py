@@ -19,6 +19,7 @@ error, which every SDK client reads as "use the handshake".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -28,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
-from google.protobuf import json_format
 from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -39,8 +39,10 @@ from countersign.errors import CountersignError, ResourceExhausted
 from countersign.observability.metrics import Metrics
 from countersign.path.pipeline import Pipeline
 from countersign.reasons import Reason
-from countersign.registry import Registry, Tool
+from countersign.registry import Registry
+from countersign.sidecar import mcp_results as results
 from countersign.sidecar.admission import Gate
+from countersign.sidecar.approval_inbox import ApprovalInbox
 from countersign.sidecar.identity import Identity
 from countersign.sidecar.mcp_http import HandshakeOnly
 from countersign.v1 import common_pb2, gateway_pb2
@@ -62,12 +64,6 @@ TURN_HEADER = "x-countersign-request"
 # the bucket lands on the same card or receipt; one that crosses a bucket edge gets a new card, which runs only
 # after a new confirmation, never on its own.
 TURN_WINDOW_S = 60
-_RISK = {
-    common_pb2.RISK_LEVEL_LOW: "low",
-    common_pb2.RISK_LEVEL_MEDIUM: "medium",
-    common_pb2.RISK_LEVEL_HIGH: "high",
-    common_pb2.RISK_LEVEL_IRREVERSIBLE: "irreversible",
-}
 
 
 @dataclass(frozen=True)
@@ -93,10 +89,14 @@ class McpFront:
         *,
         confirm_wait_ms: int,
         verified: Identity | None = None,
+        inbox: ApprovalInbox | None = None,
+        approval_url: str = "",
+        approval_wait: float = 120.0,
         clock: Any = time.time,
     ) -> None:
         self.pipeline, self.metrics, self.gate = pipeline, metrics, gate
         self.confirm_wait_ms, self.verified, self.clock = confirm_wait_ms, verified, clock
+        self.inbox, self.approval_url, self.approval_wait = inbox, approval_url, approval_wait
         self.identity: StdioIdentity | None = None  # mcp-stdio: who the local host acts for
         self.local_session = os.urandom(8).hex()  # stdio: one host, one session
         self.server: Server[Any] = Server(
@@ -119,7 +119,7 @@ class McpFront:
             cap = registry.capabilities.get(tool.capability)
             if cap is not None and cap.status != "enabled":
                 continue
-            tools.append(_tool(tool))
+            tools.append(results.tool_of(tool))
         return types.ListToolsResult(tools=tools)
 
     # -- tools/call ------------------------------------------------------------------------------
@@ -132,23 +132,17 @@ class McpFront:
         except CountersignError as exc:
             if exc.reason == Reason.TOOL_NOT_FOUND:  # a protocol fault in MCP's terms: the tool is not offered
                 raise MCPError(code=types.INVALID_PARAMS, message=exc.message, data={"reason": exc.reason}) from None
-            return _error(exc)
+            return results.error(exc)
         kind = answer.WhichOneof("outcome")
         if kind == "result":
-            return _read_result(answer.result)
+            return results.read_result(answer.result)
         if kind == "refusal":
-            return _refusal(answer.refusal)
+            return results.refusal(answer.refusal)
         if kind == "replay":
-            action = answer.replay
-            if action.state == common_pb2.ACTION_STATE_RUNNING:  # another retry runs it: wait for its receipt
-                try:
-                    action = await self._path(
-                        context, "GetAction", self.pipeline.get_action(context, action.action_id, self.confirm_wait_ms)
-                    )
-                except CountersignError as exc:
-                    return _error(exc)
-                action.replayed = True
-            return _action_result(action)
+            try:  # a RUNNING one (another retry executes it) waited for: its receipt
+                return await self._settled(context, answer.replay)
+            except CountersignError as exc:
+                return results.error(exc)
         card = answer.confirmation
         return await self._confirm(ctx, context, card)
 
@@ -156,28 +150,87 @@ class McpFront:
         self, ctx: Any, context: common_pb2.CallContext, card: gateway_pb2.ConfirmationCard
     ) -> types.CallToolResult:
         """Ask the user through the client when it can (form elicitation), else hand the card back."""
+        if card.approval == common_pb2.APPROVAL_REQUIREMENT_SIGNED:  # never a form: the user signs on the page
+            return await self._signed(ctx, context, card)
         if not _can_form(ctx):
-            return _confirmation_required(card, "the client declared no elicitation: confirm the card out of band")
+            why = "the client declared no elicitation: confirm the card out of band"
+            return results.confirmation_required(card, why)
         try:
             answer = await ctx.session.elicit_form(
-                message=_card_text(card),
+                message=results.card_text(card),
                 requested_schema={"type": "object", "properties": {}},
                 related_request_id=ctx.request_id,
             )
         except MCPError as exc:  # the client refused the request itself: the card stays READY
-            return _confirmation_required(card, f"the elicitation failed: {exc.error.message}")
+            return results.confirmation_required(card, f"the elicitation failed: {exc.error.message}")
         try:
             if answer.action == "accept":
                 action = await self._path(
                     context, "Confirm", self.pipeline.confirm(context, card.token, self.confirm_wait_ms)
                 )
-                return _action_result(action)
+                return results.action_result(action)
             if answer.action == "decline":
                 action = await self._path(context, "Reject", self.pipeline.reject(context, card.token))
-                return _action_result(action)
+                return results.action_result(action)
         except CountersignError as exc:
-            return _error(exc)
-        return _confirmation_required(card, "the user dismissed the confirmation: the card is still READY")
+            return results.error(exc)
+        return results.confirmation_required(card, "the user dismissed the confirmation: the card is still READY")
+
+    async def _signed(
+        self, ctx: Any, context: common_pb2.CallContext, card: gateway_pb2.ConfirmationCard
+    ) -> types.CallToolResult:
+        """A card that needs the user's signed approval: an approval already in the inbox confirms it at once; else
+        a URL elicitation sends the user to the approval page and the call waits (bounded, with progress) for the
+        approval to reach the inbox of any sidecar; then Confirm with it, once."""
+        try:
+            approval = await self.inbox.take(card.action_id) if self.inbox is not None else None
+            if approval is None:
+                if self.inbox is None or not self.approval_url or not _can_url(ctx):
+                    why = "it needs the user's signed approval: the approval page posts it, or Confirm carries it"
+                    return results.confirmation_required(card, why)
+                url = self.approval_url.replace("{action_id}", card.action_id)
+                answer = await ctx.session.elicit_url(
+                    message=results.card_text(card),
+                    url=url,
+                    elicitation_id=card.action_id,
+                    related_request_id=ctx.request_id,
+                )
+                if answer.action == "decline":
+                    return results.action_result(
+                        await self._path(context, "Reject", self.pipeline.reject(context, card.token))
+                    )
+                if answer.action != "accept":
+                    return results.confirmation_required(card, "the user did not open the approval page")
+
+                async def progress(waited: float) -> None:
+                    message = f"waiting for the user's approval of {card.tool_name} ({waited:.0f}s)"
+                    await ctx.session.report_progress(waited, self.approval_wait, message)
+
+                approval = await self.inbox.wait(card.action_id, self.approval_wait, progress)
+                if approval is None:
+                    action = await self._path(context, "GetAction", self.pipeline.get_action(context, card.action_id))
+                    if action.state != common_pb2.ACTION_STATE_READY:  # another call of it was approved meanwhile
+                        return await self._settled(context, action)
+                    why = f"no approval arrived within {self.approval_wait:g}s: the card is still READY"
+                    return results.confirmation_required(card, why)
+            action = await self._path(
+                context, "Confirm", self.pipeline.confirm(context, card.token, self.confirm_wait_ms, approval)
+            )
+        except CountersignError as exc:
+            return results.error(exc)
+        except MCPError as exc:
+            return results.confirmation_required(card, f"the elicitation failed: {exc.error.message}")
+        with contextlib.suppress(Exception):  # the client's dialog may close now (best effort)
+            await ctx.session.send_elicit_complete(card.action_id)
+        return results.action_result(action)
+
+    async def _settled(self, context: common_pb2.CallContext, action: common_pb2.Action) -> types.CallToolResult:
+        """The action another call of the same action settled (or runs: waited for, bounded), as a replay."""
+        if action.state == common_pb2.ACTION_STATE_RUNNING:
+            wait = self.pipeline.get_action(context, action.action_id, self.confirm_wait_ms)
+            action = await self._path(context, "GetAction", wait)
+        action.replayed = True
+        return results.action_result(action)
 
     async def _path(self, context: common_pb2.CallContext, name: str, call: Any) -> Any:
         """One call into the path under the gRPC servicer's admission (a slot of the caller's lane, released as
@@ -258,41 +311,18 @@ class McpFront:
             )
 
 
-# -- what the client sees ------------------------------------------------------------------------
-
-
-def _tool(tool: Tool) -> types.Tool:
-    risky = tool.is_write and (tool.risk in ("high", "irreversible") or tool.compensation is None)
-    meta = {
-        "io.countersign/capability": tool.capability,
-        "io.countersign/risk": tool.risk,
-        "io.countersign/confirmation": tool.confirmation if tool.is_write else "none",
-        "io.countersign/approval": getattr(tool, "approval", "none") if tool.is_write else "none",
-    }
-    description = (
-        f"{'Writes' if tool.is_write else 'Reads'} through Countersign ({tool.capability}, risk {tool.risk})."
-        + (" Runs once, after the user confirms its card." if tool.is_write else "")
-    )
-    return types.Tool(
-        name=tool.name,
-        description=description,
-        input_schema=dict(tool.schema),
-        annotations=types.ToolAnnotations(
-            read_only_hint=not tool.is_write,
-            destructive_hint=risky if tool.is_write else None,
-            idempotent_hint=True,  # the same call in the same turn is the same action
-            open_world_hint=True,
-        ),
-        _meta=meta,
-    )
-
-
 def _headers(ctx: Any) -> dict[str, str]:
     request = getattr(ctx, "request", None)
     headers = getattr(request, "headers", None)
     if headers is None:
         return {}
     return {k.lower(): v for k, v in headers.items()}
+
+
+def _can_url(ctx: Any) -> bool:
+    caps = ctx.session.client_capabilities
+    elicitation = getattr(caps, "elicitation", None) if caps is not None else None
+    return elicitation is not None and elicitation.url is not None
 
 
 def _can_form(ctx: Any) -> bool:
@@ -302,76 +332,3 @@ def _can_form(ctx: Any) -> bool:
         return False
     # {} (before URL mode existed) means form; else form must be declared
     return elicitation.form is not None or elicitation.url is None
-
-
-def _text(text: str) -> list[types.ContentBlock]:
-    return [types.TextContent(type="text", text=text)]
-
-
-def _proto(message: Any) -> dict[str, Any]:
-    out: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
-    return out
-
-
-def _read_result(result: gateway_pb2.ToolResult) -> types.CallToolResult:
-    body = json.loads(result.result_json) if result.result_json else None
-    structured = body if isinstance(body, dict) else {"result": body}
-    return types.CallToolResult(content=_text(result.result_json), structured_content=structured)
-
-
-def _action_result(action: common_pb2.Action) -> types.CallToolResult:
-    state = common_pb2.ActionState.Name(action.state).removeprefix("ACTION_STATE_")
-    if action.state == common_pb2.ACTION_STATE_SUCCEEDED:
-        summary = action.receipt.summary or f"{action.tool_name} succeeded"
-    elif action.error.reason:
-        summary = f"{action.tool_name} {state}: {action.error.reason} ({action.error.message})"
-    else:
-        summary = f"{action.tool_name} {state}"
-    return types.CallToolResult(
-        content=_text(f"{summary} [action {action.action_id}]"),
-        structured_content={"state": state, "action": _proto(action)},
-        # RUNNING is no error: another call of the same action is executing it (calling again returns its receipt)
-        is_error=action.state not in (common_pb2.ACTION_STATE_SUCCEEDED, common_pb2.ACTION_STATE_RUNNING),
-    )
-
-
-def _card_text(card: gateway_pb2.ConfirmationCard) -> str:
-    preview = card.preview
-    lines = [preview.title or card.tool_name, preview.target, preview.impact]
-    lines += [f"{d.label}: {d.value}" for d in preview.details]
-    risk = _RISK.get(card.risk, "")
-    if risk:
-        lines.append(f"risk: {risk}")
-    return "\n".join(line for line in lines if line)
-
-
-def _confirmation_required(card: gateway_pb2.ConfirmationCard, why: str) -> types.CallToolResult:
-    """Nothing ran: the card, for the host to show and confirm (gRPC Confirm with its token) or to call again."""
-    return types.CallToolResult(
-        content=_text(
-            f"Confirmation required before {card.tool_name} runs ({why}).\n{_card_text(card)}\n"
-            f"[action {card.action_id}]"
-        ),
-        structured_content={"state": "CONFIRMATION_REQUIRED", "card": _proto(card)},
-        is_error=False,
-    )
-
-
-def _refusal(refusal: gateway_pb2.Refusal) -> types.CallToolResult:
-    status = common_pb2.CapabilityStatus.Name(refusal.status).removeprefix("CAPABILITY_STATUS_")
-    return types.CallToolResult(
-        content=_text(refusal.guidance or f"{refusal.capability_id} is {status.lower()}"),
-        structured_content={"state": "REFUSED", "refusal": _proto(refusal)},
-        is_error=True,
-    )
-
-
-def _error(exc: CountersignError) -> types.CallToolResult:
-    detail: dict[str, Any] = {"reason": exc.reason, "code": exc.code.name, "message": exc.message[:1000]}
-    if exc.violations:
-        detail["violations"] = [{"field": v.field, "description": v.description} for v in exc.violations[:10]]
-    if exc.retry_after:
-        detail["retry_after_s"] = exc.retry_after
-    return types.CallToolResult(
-        content=_text(f"{exc.reason}: {exc.message[:1000]}"), structured_content={"error": detail}, is_error=True
-    )
