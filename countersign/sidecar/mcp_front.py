@@ -270,7 +270,6 @@ class McpFront:
             if header in headers:
                 values[field_name] = headers[header]
         mcp_session = headers.get("mcp-session-id") or self.local_session
-        values["session_id"] = values.get("session_id") or "mcp:" + mcp_session
         meta = params.meta or {}
         turn = meta.get(TURN_META) if isinstance(meta, Mapping) else None
         if not isinstance(turn, str) or not turn:
@@ -279,6 +278,8 @@ class McpFront:
         if self.verified is not None and self.verified.mode is not ContextMode.OFF:
             bearer = [("authorization", headers["authorization"])] if "authorization" in headers else []
             context = await self.verified.context(context, bearer)
+        if not context.session_id:  # neither a header nor the assertion names it: the MCP session is the session
+            context.session_id = "mcp:" + mcp_session
         return context
 
     # -- transports ------------------------------------------------------------------------------
