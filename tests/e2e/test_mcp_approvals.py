@@ -210,3 +210,41 @@ def test_a_form_only_host_gets_the_card_of_a_signed_write_and_no_form(signed: Si
     assert out["result"]["structuredContent"]["state"] == "CONFIRMATION_REQUIRED"
     assert out["result"]["structuredContent"]["card"]["approval"] == "APPROVAL_REQUIREMENT_SIGNED"
     assert signed.creates(title) == []
+
+
+def test_ts_host_url_elicitation_and_an_inbox_approval_run_the_write_once(signed: Signed) -> None:
+    """The TypeScript SDK host declares URL elicitation: it is sent to the page; the user's approval, posted to the
+    other sidecar's inbox, completes its waiting call with the receipt."""
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    assert node is not None, "Node.js is required (Debian: apt-get install nodejs npm)"
+    host_dir = processes.ROOT / "examples" / "clients" / "mcp-node"
+    if not (host_dir / "node_modules").exists():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=host_dir, check=True, timeout=300)
+    title, t = "ts-url " + uuid.uuid4().hex[:8], turn()
+    host = subprocess.Popen(
+        [node, "scenarios.mjs", signed.url, "url", title, t],
+        cwd=host_dir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert host.stdout is not None
+        opened = json.loads(host.stdout.readline())  # the host opens the page
+        card = signed.card(title, t)
+        assert opened == {"open": PAGE.replace("{action_id}", card.action_id), "elicitationId": card.action_id}
+        assert signed.creates(title) == []  # nothing before the approval
+        status, body = signed.post(card.action_id, signed.issuer.approve(card, context(t)))
+        assert status == 202, body
+        out = json.loads(host.stdout.readline())
+        assert host.wait(timeout=60) == 0, host.stderr.read() if host.stderr else ""
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+    assert out["result"]["structuredContent"]["state"] == "SUCCEEDED", out
+    assert out["asked"][0]["mode"] == "url"
+    assert len(signed.creates(title)) == 1

@@ -3,7 +3,9 @@
 //   node scenarios.mjs URL SCENARIO [TITLE] [TURN]
 //
 // SCENARIO: list (tools/list), read (list_todos), accept | decline | cancel (create_todo, the form elicitation
-// answered so), none (create_todo from a client that declares no elicitation: the card comes back, nothing runs).
+// answered so), none (create_todo from a client that declares no elicitation: the card comes back, nothing runs),
+// url (create_todo from a client that declares URL elicitation: it prints the page's URL as a JSON line, as a host
+// would open it, and accepts; the call then waits until the approval reaches the inbox).
 // Who the host acts for travels in the X-Countersign-* headers; the turn in _meta io.countersign/turn.
 // Prints one JSON line: what the server answered, and what it asked the user.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -12,7 +14,7 @@ import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const [url, scenario, title = "a todo from the TypeScript SDK", turn = `ts-${Date.now()}`] = process.argv.slice(2);
 if (!url || !scenario) {
-  console.error("usage: node scenarios.mjs URL list|read|accept|decline|cancel|none [TITLE] [TURN]");
+  console.error("usage: node scenarios.mjs URL list|read|accept|decline|cancel|none|url [TITLE] [TURN]");
   process.exit(2);
 }
 const headers = {
@@ -23,16 +25,23 @@ const headers = {
   "X-Countersign-Role": process.env.CS_ROLE ?? "user",
   "X-Countersign-Locale": process.env.CS_LOCALE ?? "en",
 };
-const elicits = ["accept", "decline", "cancel"].includes(scenario);
+const elicits = ["accept", "decline", "cancel", "url"].includes(scenario);
+const modes = scenario === "url" ? { form: {}, url: {} } : { form: {} };
 const client = new Client(
   { name: "countersign-ts-host", version: "0.1.0" },
-  { capabilities: elicits ? { elicitation: { form: {} } } : {} },
+  { capabilities: elicits ? { elicitation: modes } : {} },
 );
 const asked = [];
 if (elicits) {
   client.setRequestHandler(ElicitRequestSchema, async (request) => {
-    asked.push({ mode: request.params.mode ?? "form", message: request.params.message });
-    return scenario === "accept" ? { action: "accept", content: {} } : { action: scenario };
+    const mode = request.params.mode ?? "form";
+    asked.push({ mode, message: request.params.message, url: request.params.url ?? null });
+    if (mode === "url") {
+      // the host opens the approval page for the user; here: say where, for the test playing the user
+      console.log(JSON.stringify({ open: request.params.url, elicitationId: request.params.elicitationId }));
+      return { action: "accept" };
+    }
+    return scenario === "accept" || scenario === "url" ? { action: "accept", content: {} } : { action: scenario };
   });
 }
 const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
@@ -45,11 +54,13 @@ try {
   } else if (scenario === "read") {
     out.result = await client.callTool({ name: "list_todos", arguments: {} });
   } else {
-    out.result = await client.callTool({
-      name: "create_todo",
-      arguments: { title },
-      _meta: { "io.countersign/turn": turn },
-    });
+    const progress = [];
+    out.result = await client.callTool(
+      { name: "create_todo", arguments: { title }, _meta: { "io.countersign/turn": turn } },
+      undefined,
+      { onprogress: (p) => progress.push(p.progress), timeout: 60000, resetTimeoutOnProgress: true },
+    );
+    out.progress = progress;
   }
   console.log(JSON.stringify(out));
   await transport.terminateSession().catch(() => {});
