@@ -59,7 +59,11 @@ class Signed:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+            raw = exc.read()
+            try:
+                return exc.code, json.loads(raw)
+            except ValueError:  # a route that is not the inbox's: the server's plain answer
+                return exc.code, {"raw": raw.decode(errors="replace")}
 
     def creates(self, title: str) -> list[dict[str, Any]]:
         return [
@@ -248,3 +252,18 @@ def test_ts_host_url_elicitation_and_an_inbox_approval_run_the_write_once(signed
     assert out["result"]["structuredContent"]["state"] == "SUCCEEDED", out
     assert out["asked"][0]["mode"] == "url"
     assert len(signed.creates(title)) == 1
+
+
+def test_the_inbox_answers_hostile_requests_with_clear_statuses(signed: Signed) -> None:
+    card = signed.card("hostile " + uuid.uuid4().hex[:8], turn())
+    good = signed.issuer.approve(card, context("x"))
+    assert signed.post("../../etc/passwd", good)[0] in (400, 404)  # never a path outside /approvals/{id}
+    status, body = signed.post("NOT-AN-ID", good)
+    assert status == 400 and body["reason"] == "REQUEST_INVALID"
+    status, body = signed.post(card.action_id, "x" * 20_000)
+    assert status == 400 and "larger" in body["message"]
+    status, body = signed.post(card.action_id, '{"approval": 42}')
+    assert status == 400 and body["reason"] == "REQUEST_INVALID"
+    unknown = "f" * 32
+    status, body = signed.post(unknown, signed.issuer.approve(gateway_pb2.ConfirmationCard(action_id=unknown)))
+    assert status == 404 and body["reason"] == "CONFIRMATION_EXPIRED"
