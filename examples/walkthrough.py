@@ -128,9 +128,10 @@ class Agent:
 
 
 class Walkthrough:
-    def __init__(self, agent: Agent, todo: TodoService) -> None:
+    def __init__(self, agent: Agent, todo: TodoService, mcp_url: str = "") -> None:
         self.agent = agent
         self.todo = todo
+        self.mcp_url = mcp_url  # the sidecar's MCP endpoint (--mcp-listen): the last act
         self.failures: list[str] = []
         self.steps = 0
         # carried from step to step
@@ -154,6 +155,7 @@ class Walkthrough:
             self.guard_failed,
             self.unknown_reconciled,
             self.compensation,
+            self.mcp_host,
         ]
         for number, step in enumerate(steps, 1):
             self.steps += 1
@@ -512,6 +514,39 @@ class Walkthrough:
         )
         expect("the todo deleted", gone.get("reason") == "TODO_NOT_FOUND", gone)
 
+    # [14] ---------------------------------------------------------------------------------
+    def mcp_host(self, n: int) -> None:
+        """An MCP host (the official Python SDK) on the same path: the user says yes in the host's dialog."""
+        import asyncio
+
+        from countersign.testing.mcp_front import Elicitations, client, identity
+
+        expect("the sidecar serves MCP", bool(self.mcp_url), self.mcp_url)
+        headers = identity(**{"X-Countersign-Tenant": "demo", "X-Countersign-Session": "s-1"})
+        asked = Elicitations("accept")
+        turn: Any = {"io.countersign/turn": "turn-mcp"}  # RequestParamsMeta is open to extension keys
+
+        async def host() -> tuple[list[str], Any, Any]:
+            async with client(self.mcp_url, headers, elicit=asked) as c:
+                tools = [t.name for t in (await c.list_tools()).tools]
+                first = await c.call_tool("create_todo", {"title": "Call the plumber"}, meta=turn)
+                again = await c.call_tool("create_todo", {"title": "Call the plumber"}, meta=turn)  # a retry
+            return tools, first, again
+
+        tools, first, again = asyncio.run(host())
+        print(f"[{n}] an MCP host lists {len(tools)} tools ({', '.join(tools)}) and calls create_todo")
+        print(
+            f"    the host shows the card as a dialog: {asked.asked[0].message.splitlines()[0] if asked.asked else '?'}"
+        )
+        action = first.structured_content.get("action", {}) if first.structured_content else {}
+        replay = again.structured_content.get("action", {}) if again.structured_content else {}
+        print(f"    the user accepts → {action.get('state')} {first.content[0].text if first.content else ''}")
+        print(f"    the host retries the call → the same receipt (replayed: {replay.get('replayed', False)})")
+        expect("four enabled tools", len(tools) == 4, tools)
+        expect("SUCCEEDED", action.get("state") == "ACTION_STATE_SUCCEEDED", first)
+        expect("the same action", replay.get("action_id") == action.get("action_id"), again)
+        expect("one POST /todos", len(self.todo_writes(str(action.get("action_id")))) == 1, action)
+
     def todo_writes(self, key: str) -> list[dict[str, Any]]:
         return [e for e in self.todo.requests() if e.get("idempotency_key") == key and "/by-key/" not in e["path"]]
 
@@ -535,7 +570,16 @@ def main(verbose: bool = False) -> int:
         sidecar = processes.start_sidecar(
             work,
             registry,
-            flags=["--log-level", "warning", "--downstream-deadline", "1s", "--reconcile-interval", "1h"],
+            flags=[
+                "--log-level",
+                "warning",
+                "--downstream-deadline",
+                "1s",
+                "--reconcile-interval",
+                "1h",
+                "--mcp-listen",
+                "127.0.0.1:0",
+            ],
         )
         procs.append(sidecar)
         print(
@@ -545,7 +589,7 @@ def main(verbose: bool = False) -> int:
         print("user alice, session s-1, locale zh-CN; a scripted agent plays the model\n")
         with grpc.insecure_channel(str(sidecar.info["grpc"])) as channel:
             grpc.channel_ready_future(channel).result(timeout=10)
-            walk = Walkthrough(Agent(channel), TodoService(todo.info["url"]))
+            walk = Walkthrough(Agent(channel), TodoService(todo.info["url"]), str(sidecar.info.get("mcp", "")))
             walk.run()
         failures, steps = walk.failures, walk.steps
     except Exception as exc:
