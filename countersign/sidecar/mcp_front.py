@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
@@ -156,13 +157,17 @@ class McpFront:
             why = "the client declared no elicitation: confirm the card out of band"
             return results.confirmation_required(card, why)
         try:
-            answer = await ctx.session.elicit_form(
-                message=results.card_text(card),
-                requested_schema={"type": "object", "properties": {}},
-                related_request_id=ctx.request_id,
-            )
+            with anyio.fail_after(self.approval_wait):  # a dialog nobody answers must not hold the call forever
+                answer = await ctx.session.elicit_form(
+                    message=results.card_text(card),
+                    requested_schema={"type": "object", "properties": {}},
+                    related_request_id=ctx.request_id,
+                )
         except MCPError as exc:  # the client refused the request itself: the card stays READY
             return results.confirmation_required(card, f"the elicitation failed: {exc.error.message}")
+        except TimeoutError:
+            why = f"the user did not answer within {self.approval_wait:g}s: the card is still READY"
+            return results.confirmation_required(card, why)
         try:
             if answer.action == "accept":
                 action = await self._path(
@@ -189,12 +194,13 @@ class McpFront:
                     why = "it needs the user's signed approval: the approval page posts it, or Confirm carries it"
                     return results.confirmation_required(card, why)
                 url = self.approval_url.replace("{action_id}", card.action_id)
-                answer = await ctx.session.elicit_url(
-                    message=results.card_text(card),
-                    url=url,
-                    elicitation_id=card.action_id,
-                    related_request_id=ctx.request_id,
-                )
+                with anyio.fail_after(self.approval_wait):
+                    answer = await ctx.session.elicit_url(
+                        message=results.card_text(card),
+                        url=url,
+                        elicitation_id=card.action_id,
+                        related_request_id=ctx.request_id,
+                    )
                 if answer.action == "decline":
                     return results.action_result(
                         await self._path(context, "Reject", self.pipeline.reject(context, card.token))
@@ -220,6 +226,9 @@ class McpFront:
             return results.error(exc)
         except MCPError as exc:
             return results.confirmation_required(card, f"the elicitation failed: {exc.error.message}")
+        except TimeoutError:
+            why = f"the user did not answer within {self.approval_wait:g}s: the card is still READY"
+            return results.confirmation_required(card, why)
         with contextlib.suppress(Exception):  # the client's dialog may close now (best effort)
             await ctx.session.send_elicit_complete(card.action_id)
         return results.action_result(action)

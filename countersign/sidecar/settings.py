@@ -54,7 +54,7 @@ class Settings:
         "", "the approval inbox (POST /approvals/{action_id} a signed approval): host:port; empty: off"
     )
     approval_wait: float = _setting(
-        120.0, "how long an MCP call waits for the approval after a URL elicitation", kind="duration"
+        120.0, "how long an MCP call waits for the user: the elicitation's answer, then the approval", kind="duration"
     )
     metrics_listen: str = _setting("127.0.0.1:9464", "Prometheus /metrics address (host:port); empty: off")
     keys_file: str = _setting("", 'HMAC keys JSON {"active": kid, "keys": {kid: hex}}; empty: generated')

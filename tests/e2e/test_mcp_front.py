@@ -307,3 +307,22 @@ async def test_mcp_stdio_serves_the_same_tools_for_the_identity_in_its_environme
     assert not read.is_error, read
     assert write.structured_content["state"] == "SUCCEEDED", write
     assert len(created(mstack, name)) == 1
+
+
+async def test_an_elicitation_nobody_answers_leaves_the_card_ready_after_the_wait(mstack: Stack) -> None:
+    """ATTACKS: elicitation answered never. The call is bounded by --approval-wait; the card stays READY."""
+    proc = mstack.start_sidecar(flags=["--mcp-listen", "127.0.0.1:0", "--approval-wait", "1s"])
+    try:
+
+        async def never(params: Any) -> str:
+            await asyncio.sleep(30)
+            return "accept"
+
+        name = title()
+        async with client(str(proc.info["mcp"]), elicit=Elicitations(never)) as c:
+            result = await asyncio.wait_for(c.call_tool("create_todo", {"title": name}, meta=turn()), 20)
+        assert result.structured_content["state"] == "CONFIRMATION_REQUIRED", result
+        assert "did not answer" in result.content[0].text  # type: ignore[union-attr]
+        assert created(mstack, name) == []
+    finally:
+        proc.stop()
