@@ -67,6 +67,9 @@ class Card:
     preview: dict[str, Any]
     issued_at_ms: int
     expires_at_ms: int
+    compensates: str = ""  # an inverse's card: the action it undoes (path/inverse.py)
+    compensates_tool: str = ""
+    grant: str = ""  # issued under a standing grant: its id (no card was shown; path/grants.py)
     approval: str = "none"  # none | signed: what Confirm needs besides the token (sealed at issue)
     approval_digest: str = ""  # the dig an approval of this card carries ("" on a card sealed before issue 13)
     tenant_binding: str = ""  # keyed hash of the owner's tenant (admin contexts are checked against it)
@@ -283,6 +286,9 @@ def open_card(keyring: Keyring, action_id: str, record: CardRecord) -> Card:
         preview=body.get("preview", {}),
         issued_at_ms=int(body["issued_at_ms"]),
         expires_at_ms=int(body["expires_at_ms"]),
+        compensates=str(body.get("compensates", "")),
+        compensates_tool=str(body.get("compensates_tool", "")),
+        grant=str(body.get("grant", "")),
         approval=body.get("approval", "none"),
         approval_digest=body.get("approval_digest", ""),
         tenant_binding=body.get("tenant_binding", ""),

@@ -26,6 +26,7 @@ from countersign.observability.metrics import Metrics
 from countersign.path import policy
 from countersign.path.approval import Checked, claimed_as_sealed, evidence_event, evidence_proto
 from countersign.path.cards import Card, open_card
+from countersign.path.inverse import record_settled
 from countersign.path.receipts import open_action, refused_action, to_action, with_approval
 from countersign.path.settle import Settler, Timing, spawn
 from countersign.reasons import Reason
@@ -66,10 +67,12 @@ class Executor:
         claim_id: str,
         record: CardRecord,
         approval: Checked | None = None,
+        **claimed: str,
     ) -> common_pb2.Action:
         """Shielded from the caller: the work of a won claim always ends in a settle attempt. ``approval``: the
-        user's approval the claim was won with (kept in the receipt and the audit events)."""
-        work = self._run(registry, context, action_id, claim_id, record, approval)
+        user's approval the claim was won with (kept in the receipt and the audit events); ``claimed``: more
+        fields of the claimed event (the grant it runs under)."""
+        work = self._run(registry, context, action_id, claim_id, record, approval, claimed)
         return await asyncio.shield(spawn(self.background, work))
 
     async def _run(
@@ -80,14 +83,17 @@ class Executor:
         claim_id: str,
         record: CardRecord,
         approval: Checked | None,
+        claimed: dict[str, str],
     ) -> common_pb2.Action:
         evidence = evidence_proto(approval.evidence) if approval is not None and approval.evidence else None
-        self.audit.event(
-            action_id, "claimed", tool=record.tool, **({"approval": evidence_event(evidence)} if evidence else {})
-        )
+        fields: dict[str, object] = {**claimed, **({"approval": evidence_event(evidence)} if evidence else {})}
+        self.audit.event(action_id, "claimed", tool=record.tool, **fields)
         try:
             card = open_card(self.keyring, action_id, record)
-            mismatch = claimed_as_sealed(card.approval, card.approval_digest, card.risk, approval)
+            # a write run under a standing grant was approved by the grant (signed by an issuer, verified at
+            # CreateGrant, its use taken by grant_use.lua); its MAC'd card names it. Any other claim must carry
+            # the approval its card demands.
+            mismatch = "" if card.grant else claimed_as_sealed(card.approval, card.approval_digest, card.risk, approval)
             if mismatch:  # a hash field claim.lua reads was changed in Redis: never run, whatever it says
                 raise DataLoss(Reason.CONFIRMATION_TAMPERED, f"{mismatch}: the stored card was changed; not executed")
         except DataLoss as exc:
@@ -97,10 +103,12 @@ class Executor:
             raise
         tracing.annotate(action_id=action_id, tool=card.tool, capability=card.capability, risk=card.risk)
         with self.metrics.timed("policy"):
-            tool = self._recheck(registry, context, card, approved=evidence is not None)
+            tool = self._recheck(registry, context, card, approved=evidence is not None or bool(card.grant))
         if isinstance(tool, FailedPrecondition):
             refused = refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms())
+            refused.receipt.grant_id = card.grant
             await self.settler.settle(action_id, card.kid, claim_id, with_approval(refused, evidence))
+            record_settled(self.audit, self.metrics, card, refused)
             raise tool
         # the prepared version travels as If-Match: a resource changed since the card was shown is not written
         meta = CallMeta(
@@ -140,6 +148,7 @@ class Executor:
             return await self._give_back(action_id, claim_id, tool, outcome)
         action = with_approval(to_action(action_id, tool, card, outcome, self._now_ms()), evidence)
         await self.settler.settle(action_id, card.kid, claim_id, action)
+        record_settled(self.audit, self.metrics, card, action)
         decision(
             action_id, tool.name, "executed", outcome.reason or outcome.kind.value.upper(), outcome=outcome.kind.value
         )

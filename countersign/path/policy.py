@@ -50,7 +50,7 @@ class Phase(enum.Enum):
     INVOKE = "invoke"  # a read runs now; a write is prepared into a card
     CONFIRM = "confirm"  # may this context write now? (checked before the claim)
     EXECUTE = "execute"  # a write runs: only with a claimed confirmation
-    COMPENSATE = "compensate"
+    COMPENSATE = "compensate"  # the inverse is proposed as a card, like a write at INVOKE
     RECONCILE = "reconcile"
 
 
@@ -153,7 +153,7 @@ def authorize(
     if context.role not in tool.roles:
         raise PermissionDenied(Reason.ROLE_NOT_ALLOWED, f"role {cut(context.role)!r} may not use {tool.name!r}")
     args, canonical_args = _normalise(tool, arguments)
-    if tool.is_write and phase in (Phase.EXECUTE, Phase.COMPENSATE) and not claimed:
+    if tool.is_write and phase is Phase.EXECUTE and not claimed:
         raise FailedPrecondition(
             Reason.TOOL_CONFIRMATION_REQUIRED, f"{tool.name!r} writes; it runs only after a claimed confirmation"
         )

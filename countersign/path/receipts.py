@@ -83,6 +83,7 @@ def to_action(action_id: str, tool: Tool, card: Card, outcome: Outcome, now_ms: 
     receipt = action.receipt
     receipt.action_id = action_id
     receipt.tool_name = tool.name
+    receipt.grant_id = card.grant  # run under a standing grant, with no card shown: which one
     receipt.status = (
         common_pb2.RECEIPT_STATUS_SUCCEEDED if outcome.kind is Kind.SUCCEEDED else common_pb2.RECEIPT_STATUS_FAILED
     )

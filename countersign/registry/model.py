@@ -46,26 +46,30 @@ class HttpCall:
 
 @dataclass(frozen=True)
 class AdapterSpec:
-    kind: str  # http | grpc
+    kind: str  # http | grpc | mcp
     execute: HttpCall | None = None
     lookup: HttpCall | None = None
     fence: HttpCall | None = None
     prepare: HttpCall | None = None
-    target: str = ""  # grpc: host:port or unix:/path
+    target: str = ""  # grpc: host:port or unix:/path; mcp: the server's Streamable HTTP endpoint URL
     grpc_prepare: bool = False
     grpc_lookup: bool = False
     grpc_fence: bool = False
+    mcp_tool: str = ""  # mcp: the server's tool the execute calls
+    mcp_lookup: str = ""  # mcp: its read tool that finds the effect of an idempotency key
+    mcp_fence: bool = False  # mcp: that lookup tool also fences (``fence: true``)
+    mcp_prepare: str = ""  # mcp: its tool that prepares the arguments
     timeout_ms: int = 0  # 0: the sidecar's downstream deadline
     tls: bool = False  # grpc: a TLS channel (--downstream-ca, --downstream-cert); http: the URL's scheme says
 
     @property
     def can_fence(self) -> bool:
         """A lookup that marks an absent key never-to-be-applied: the only proof of "not applied"."""
-        return self.fence is not None or self.grpc_fence
+        return self.fence is not None or self.grpc_fence or self.mcp_fence
 
     @property
     def can_lookup(self) -> bool:
-        return self.can_fence or self.lookup is not None or self.grpc_lookup
+        return self.can_fence or self.lookup is not None or self.grpc_lookup or bool(self.mcp_lookup)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from countersign.observability.metrics import Metrics
 from countersign.path.approval import Approvals
 from countersign.path.claim import Claims
 from countersign.path.execute import Executor
+from countersign.path.grants import Grants
 from countersign.path.pipeline import Pipeline
 from countersign.path.quota import Quota
 from countersign.path.settle import Settler, Timing
@@ -83,6 +84,7 @@ class Components:
     compensator: Compensator
     continuations: Continuations
     checker: ReplyCheck
+    grants: Grants
 
 
 @dataclass
@@ -174,6 +176,11 @@ def build(
         "http": HttpAdapter(max_answer_bytes=cap, ssl_context=tls),
         "grpc": GrpcAdapter(max_answer_bytes=cap, credentials=credentials),
     }
+    if any(tool.adapter.kind == "mcp" for tool in registry.tools.values()):
+        # the MCP SDK takes about a second to import: only a sidecar whose registry names an MCP server pays it
+        from countersign.adapters.mcp import McpAdapter
+
+        adapters["mcp"] = McpAdapter(max_answer_bytes=cap)
     timing = Timing(
         lease_ms=int(settings.lease * 1000),
         replay_ttl_ms=int(settings.replay_ttl * 1000),
@@ -186,6 +193,7 @@ def build(
     claims = Claims(
         store, keyring, metrics, lease_ms=timing.lease_ms, max_wait=settings.max_wait, approvals=Approvals(verifier)
     )
+    grants = Grants(store, keyring, registry, verifier, audit, metrics)
     pipeline = Pipeline(
         registry=registry,
         store=store,
@@ -198,6 +206,7 @@ def build(
         metrics=metrics,
         timing=timing,
         confirm_ttl_ms=int(settings.confirm_ttl * 1000),
+        grants=grants,
     )
     reconciler = Reconciler(
         store=store,
@@ -212,7 +221,12 @@ def build(
         downstream_deadline=timing.downstream_deadline,
     )
     compensator = Compensator(
-        store=store, keyring=keyring, executor=executor, registry=registry, timing=timing, metrics=metrics, audit=audit
+        store=store,
+        keyring=keyring,
+        registry=registry,
+        metrics=metrics,
+        audit=audit,
+        confirm_ttl_ms=int(settings.confirm_ttl * 1000),
     )
     continuations = Continuations(
         store=store,
@@ -239,6 +253,7 @@ def build(
         compensator,
         continuations,
         checker,
+        grants,
     )
 
 
@@ -289,7 +304,7 @@ async def _start(
     metrics.watch_admission(lambda: gate.holding, settings.max_in_flight)
     register(
         gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server,
-        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, metrics, gate, identity),
+        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, parts.grants, metrics, gate, identity),
         server,
     )
     register(

@@ -148,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     generating.add_argument(
         "--out", default="-", help="a new file (written 0600, never overwritten), or - for standard output"
     )
-    demo = sub.add_parser("demo", help="the walkthrough: embedded Redis, the example service, a scripted agent")
+    demo = sub.add_parser(
+        "demo", help="the walkthrough: embedded Redis, the example todo and approval services, a scripted agent"
+    )
     demo.add_argument("--verbose", action="store_true", help="also show the sidecar's and service's logs")
     args = parser.parse_args(argv)
 
@@ -284,6 +286,10 @@ async def _resolve(args: argparse.Namespace, store: Any, keyring: Any) -> int:
         print(f"countersign: {exc}", file=sys.stderr)
         return 2
     adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
+    if registry is not None and any(tool.adapter.kind == "mcp" for tool in registry.tools.values()):
+        from countersign.adapters.mcp import McpAdapter  # the SDK is slow to import: only when named
+
+        adapters["mcp"] = McpAdapter()
     try:
         return await operator.resolve(
             store,

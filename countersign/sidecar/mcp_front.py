@@ -139,6 +139,8 @@ class McpFront:
             return results.read_result(answer.result)
         if kind == "refusal":
             return results.refusal(answer.refusal)
+        if kind == "action":  # covered by a standing grant of the caller: executed at once, its receipt names it
+            return results.action_result(answer.action)
         if kind == "replay":
             try:  # a RUNNING one (another retry executes it) waited for: its receipt
                 return await self._settled(context, answer.replay)

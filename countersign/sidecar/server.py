@@ -23,6 +23,7 @@ from grpc_status import rpc_status
 from countersign.errors import DOMAIN, CountersignError, InvalidArgument, ResourceExhausted, StoreUnavailable
 from countersign.observability import tracing
 from countersign.observability.metrics import Metrics
+from countersign.path.grants import Grants
 from countersign.path.pipeline import Pipeline
 from countersign.reasons import Reason
 from countersign.recovery.compensate import Compensator
@@ -63,6 +64,8 @@ QUICK = frozenset(
         "SettleContinuation",
         "ReleaseContinuation",
         "CheckReply",
+        "ListGrants",
+        "RevokeGrant",
     }
 )
 
@@ -264,11 +267,12 @@ class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
         pipeline: Pipeline,
         compensator: Compensator,
         reconciler: Reconciler,
+        grants: Grants,
         metrics: Metrics,
         gate: Gate,
         identity: Identity | None = None,
     ) -> None:
-        self.pipeline, self.compensator, self.reconciler = pipeline, compensator, reconciler
+        self.pipeline, self.compensator, self.reconciler, self.grants = pipeline, compensator, reconciler, grants
         self.metrics, self.gate, self.identity = metrics, gate, identity
 
     @rpc("Invoke")
@@ -291,13 +295,28 @@ class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
 
     @rpc("Compensate")
     async def Compensate(self, request: gateway_pb2.CompensateRequest, context: Ctx) -> gateway_pb2.CompensateResponse:
-        action = await self.compensator.compensate(request.context, request.action_id)
-        return gateway_pb2.CompensateResponse(action=action)
+        return await self.compensator.compensate(request.context, request.action_id)
 
     @rpc("Reconcile")
     async def Reconcile(self, request: gateway_pb2.ReconcileRequest, context: Ctx) -> gateway_pb2.ReconcileResponse:
         action = await self.reconciler.reconcile_rpc(request.context, request.action_id)
         return gateway_pb2.ReconcileResponse(action=action)
+
+    @rpc("CreateGrant")
+    async def CreateGrant(
+        self, request: gateway_pb2.CreateGrantRequest, context: Ctx
+    ) -> gateway_pb2.CreateGrantResponse:
+        return await self.grants.create(request.context, request.approval)
+
+    @rpc("ListGrants")
+    async def ListGrants(self, request: gateway_pb2.ListGrantsRequest, context: Ctx) -> gateway_pb2.ListGrantsResponse:
+        return await self.grants.list(request.context)
+
+    @rpc("RevokeGrant")
+    async def RevokeGrant(
+        self, request: gateway_pb2.RevokeGrantRequest, context: Ctx
+    ) -> gateway_pb2.RevokeGrantResponse:
+        return await self.grants.revoke(request.context, request.grant_id)
 
 
 class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):

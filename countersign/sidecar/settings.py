@@ -114,8 +114,9 @@ class Settings:
     approvals: str = _setting(
         "",
         "the approval issuers (YAML, or JSON: issuers, their JWKS, step_up; docs/approvals.md): parties the agent "
-        "is not, whose signed approval Confirm needs for a tool with approval: signed. Empty: none, and every "
-        "write is confirmable by the token alone (a loud warning at start)",
+        "is not, whose signed approval Confirm needs for a tool with approval: signed, and who sign standing "
+        "grants (CreateGrant). Empty: none, no grants, and every write is confirmable by the token alone (a loud "
+        "warning at start)",
     )
     verified_context: str = _setting(
         "off",

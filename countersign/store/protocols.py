@@ -17,6 +17,7 @@ from countersign.store.records import (
     CardRecord,
     ClaimApproval,
     ContRecord,
+    GrantRecord,
     RunRecord,
     RunSummary,
 )
@@ -28,6 +29,11 @@ from countersign.store.results import (
     ContSettled,
     ContWon,
     Defer,
+    GrantCreated,
+    GrantNotTaken,
+    GrantRevoked,
+    GrantsFull,
+    GrantTaken,
     Issued,
     LeaseLost,
     NotClaimed,
@@ -74,6 +80,35 @@ class ClaimStore(Peek, Protocol):
 
     async def wait_settled(self, action_id: str, run: RunRecord, seconds: float) -> RunRecord:
         """Poll (bounded) until a running record settles; the last record seen."""
+
+
+class GrantStore(Protocol):
+    """Standing grants: one owner's, in one slot (docs/design.md §12)."""
+
+    async def grants(self, owner: str) -> list[GrantRecord]:
+        """Every grant the owner's hash holds, expired and revoked ones included."""
+
+    async def grant_create(
+        self, owner: str, grant_id: str, sealed: bytes, exp_ms: int, keep_ms: int, max_live: int
+    ) -> GrantCreated | GrantRecord | GrantsFull:
+        """Record a grant unless it exists (the grant recorded before), or GrantsFull."""
+
+    async def grant_use(
+        self, owner: str, grant_id: str, action_id: str, mac: str, uses: int, exp_ms: int, keep_ms: int
+    ) -> GrantTaken | GrantNotTaken:
+        """Take one use for an action: at most ``uses`` actions ever take one, one action at most one."""
+
+    async def grant_revoke(self, owner: str, grant_id: str) -> GrantRevoked | None: ...
+
+
+class GrantRunStore(Peek, Protocol):
+    """Invoke under a grant: the covered action issued directly as running."""
+
+    async def grant_run(
+        self, action_id: str, card: CardRecord, claim_id: str, lease_ms: int, grant_id: str
+    ) -> Won | RunRecord | CardRecord:
+        """Won (the caller holds the claim), the action's record (replay, RUNNING), or its waiting card.
+        REPLICAS_NOT_ACKNOWLEDGED (put back as a card) under --redis-wait-replicas."""
 
 
 class ReleaseStore(Peek, Protocol):

@@ -83,6 +83,17 @@ class ContRecord:
 
 
 @dataclass(frozen=True)
+class GrantRecord:
+    """A standing grant as stored in its owner's hash: ``sealed`` is JSON {kid, mac, body}, checked by the path on
+    every read, never trusted here; ``taken`` the uses taken so far."""
+
+    grant_id: str
+    sealed: bytes
+    taken: int = 0
+    revoked: bool = False
+
+
+@dataclass(frozen=True)
 class Anchor:
     """Where an action's chain ends: MAC'd under ``kid`` over (action, seq, head), so it cannot be rewritten."""
 

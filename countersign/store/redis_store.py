@@ -1,5 +1,6 @@
 """The store over Redis: runs the scripts in ``store/lua`` and names their replies (replies.py); its reads are
-redis_reads.py, its connection connect.py (the only modules that import redis).
+redis_reads.py, its standing grants redis_grants.py, its connection connect.py (the only modules that import
+redis).
 
 Each transition is one script, one atomic step (docs/design.md §7); its reply is decoded by name into a record or
 a typed result (results.py). Any Redis failure (refused, timed out, lost) raises ``StoreUnavailable``: the caller
@@ -21,15 +22,8 @@ from countersign.reasons import Reason
 from countersign.store import keys
 from countersign.store.connect import connect
 from countersign.store.keys import card_key, cont_key, run_key
-from countersign.store.records import (
-    NO_APPROVAL,
-    Anchor,
-    CardRecord,
-    ClaimApproval,
-    ContRecord,
-    RunRecord,
-    cont_state,
-)
+from countersign.store.records import NO_APPROVAL, Anchor, CardRecord, ClaimApproval, ContRecord, RunRecord, cont_state
+from countersign.store.redis_grants import RedisGrants
 from countersign.store.redis_reads import RedisReads
 from countersign.store.replies import SCRIPTS, card_record, decode, raw, run_record, text
 from countersign.store.results import (
@@ -57,7 +51,7 @@ from countersign.store.results import (
 T = TypeVar("T")
 
 
-class RedisStore(RedisReads):
+class RedisStore(RedisGrants, RedisReads):
     """Card, run, continuation and audit records in Redis, one Lua script per transition (reads: RedisReads)."""
 
     wait_replicas = 0

@@ -70,6 +70,18 @@ REPLIES: dict[str, dict[str, tuple[str, ...]]] = {
     "audit": {"ok": ("seq",), "conflict": ("seq", "head")},
     "resolve": {"ok": (), "state": ("state",)},
     "quota": {"ok": ("count",), "full": ("count", "first_gone")},
+    "grant_create": {"created": (), "exists": ("sealed", "taken", "st"), "full": ("live",)},
+    "grant_use": {
+        "took": ("left",),
+        "again": ("left",),
+        "spent": (),
+        "revoked": (),
+        "expired": (),
+        "none": (),
+        "tampered": (),
+    },
+    "grant_revoke": {"revoked": ("sealed", "taken"), "already": ("sealed", "taken"), "none": ()},
+    "grant_run": {"won": ("kid", "tool", "body", "mac"), "run": RUN, "card": ("kid", "body", "mac")},
 }
 SCRIPTS = tuple(REPLIES)
 

@@ -267,3 +267,29 @@ def test_the_inbox_answers_hostile_requests_with_clear_statuses(signed: Signed) 
     unknown = "f" * 32
     status, body = signed.post(unknown, signed.issuer.approve(gateway_pb2.ConfirmationCard(action_id=unknown)))
     assert status == 404 and body["reason"] == "CONFIRMATION_EXPIRED"
+
+
+async def test_a_write_covered_by_a_standing_grant_runs_at_once_over_mcp(signed: Signed) -> None:
+    """Invoke's `action` outcome (a standing grant of the caller covers the write): the MCP call returns the receipt,
+    naming the grant, without any elicitation; the grant's one use is spent, the next call gets a card."""
+    from countersign.testing.approvals import grant_claims, sign
+
+    t = turn()
+    grant = sign(
+        grant_claims(issuer=signed.issuer.issuer, actor_id="alice", tenant_id="t1", capability="todo.create", uses=1),
+        signed.issuer.key,
+    )
+    created = (
+        signed.stack.stub(signed.mcp.info["grpc"])
+        .CreateGrant(gateway_pb2.CreateGrantRequest(context=context(t), approval=grant))
+        .grant
+    )
+    first, second = "granted " + uuid.uuid4().hex[:8], "after " + uuid.uuid4().hex[:8]
+    async with client(signed.url) as c:  # declares no elicitation: nothing to ask
+        ran = await c.call_tool("create_todo", {"title": first}, meta={"io.countersign/turn": turn()})
+        spent = await c.call_tool("create_todo", {"title": second}, meta={"io.countersign/turn": turn()})
+    assert ran.structured_content["state"] == "SUCCEEDED", ran
+    assert ran.structured_content["action"]["receipt"]["grant_id"] == created.grant_id
+    assert len(signed.creates(first)) == 1
+    assert spent.structured_content["state"] == "CONFIRMATION_REQUIRED", spent
+    assert signed.creates(second) == []

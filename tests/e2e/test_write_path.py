@@ -122,6 +122,21 @@ def test_session_modes(stack: Stack) -> None:
 # -- the card (test 3) ----------------------------------------------------------------------------
 
 
+def test_the_registry_preview_is_in_the_callers_locale(stack: Stack) -> None:
+    """A tool whose downstream prepares no preview shows the registry's, in the caller's locale: the exact tag,
+    then its language, else the registry's default (here Chinese)."""
+    created = confirm(stack, invoke(stack, "create_todo", {"title": "locale"}, request_id=turn()).confirmation.token)
+    todo = created.receipt.resource_id
+    previews = {
+        locale: invoke(stack, "delete_todo", {"id": todo}, locale=locale, request_id=turn()).confirmation.preview
+        for locale in ("en", "en-GB", "zh-CN", "fr")
+    }
+    assert previews["en"].title == previews["en-GB"].title == "Delete a to-do"
+    assert previews["en"].impact == "Confirming deletes this to-do; it cannot be undone."
+    assert previews["zh-CN"].title == previews["fr"].title == "删除待办"
+    assert previews["en"].target == previews["zh-CN"].target == todo
+
+
 def test_card_shows_the_prepared_concrete_arguments(stack: Stack) -> None:
     card = invoke(
         stack, "create_todo", {"taskTitle": "交报告", "deadline": "明天 9 点"}, request_id=turn()

@@ -357,7 +357,7 @@ def test_an_alias_and_its_target_both_given(text: str) -> None:
 # -- 5. a write runs only with a claimed confirmation -----------------------------------------
 
 
-@pytest.mark.parametrize("phase", [Phase.EXECUTE, Phase.COMPENSATE])
+@pytest.mark.parametrize("phase", [Phase.EXECUTE])
 def test_write_without_claim_needs_confirmation(phase: Phase) -> None:
     raises(
         FailedPrecondition,
@@ -373,7 +373,8 @@ def test_write_without_claim_needs_confirmation(phase: Phase) -> None:
 
 def test_reads_and_prepares_need_no_claim() -> None:
     allowed("list_todos", "{}", phase=Phase.EXECUTE)
-    for phase in (Phase.INVOKE, Phase.CONFIRM, Phase.RECONCILE):
+    # COMPENSATE proposes the inverse as a card (issue 13, item 7): it runs only when that card is confirmed
+    for phase in (Phase.INVOKE, Phase.CONFIRM, Phase.RECONCILE, Phase.COMPENSATE):
         allowed("create_todo", '{"title": "x"}', phase=phase)
 
 

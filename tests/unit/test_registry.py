@@ -80,7 +80,42 @@ BAD: dict[str, tuple[str, str, str]] = {
         "template-fields",
         "template '{titel}' names {titel}, which is not an argument, the action or the receipt",
     ),
-    "adapter-valid": ("delete_item", "adapter-valid", "adapter kind must be http or grpc, not 'ftp'"),
+    "adapter-valid": ("delete_item", "adapter-valid", "adapter kind must be http, grpc or mcp, not 'ftp'"),
+    # an MCP server's tool (issue 15, the back door): one fixed endpoint, the write's tool, other tools to look up
+    "adapter-valid-mcp-url": (
+        "delete_item",
+        "adapter-valid",
+        "an mcp adapter needs url, the server's Streamable HTTP endpoint (http(s))",
+    ),
+    "adapter-valid-mcp-url-template": (
+        "delete_item",
+        "adapter-valid",
+        "adapter.url of an mcp adapter is one fixed endpoint: no template in it",
+    ),
+    "adapter-valid-mcp-no-host": ("delete_item", "adapter-valid", "adapter.url of an mcp adapter names no host"),
+    "adapter-valid-mcp-tool": (
+        "delete_item",
+        "adapter-valid",
+        "an mcp adapter needs tool, the server's tool name (1-128 of A-Za-z0-9_.-)",
+    ),
+    "adapter-valid-mcp-lookup-tool": (
+        "delete_item",
+        "adapter-valid",
+        "adapter.lookup.tool must be the server's tool name (1-128 of A-Za-z0-9_.-)",
+    ),
+    "adapter-valid-mcp-lookup-is-the-write": (
+        "delete_item",
+        "adapter-valid",
+        "adapter.lookup.tool must be another tool than adapter.tool ('delete_item')",
+    ),
+    "adapter-valid-mcp-fence": ("delete_item", "adapter-valid", "adapter.lookup.fence is true or false"),
+    "adapter-valid-mcp-prepare": (
+        "delete_item",
+        "adapter-valid",
+        "adapter.prepare is a mapping {tool: <the server's tool name>}",
+    ),
+    "known-keys-mcp-adapter": ("delete_item", "known-keys", "unknown key(s) execute in adapter (kind mcp)"),
+    "known-keys-mcp-lookup": ("delete_item", "known-keys", "unknown key(s) fenc in adapter.lookup"),
     "unique-names": ("list_items", "unique-names", "the tool is declared twice"),
     "unique-names-capability": ("list_items", "unique-names", "capability 'item.list' is declared twice"),
     "schema-valid": (
@@ -452,6 +487,37 @@ def test_a_key_given_twice_stops_the_start() -> None:
         registry.load(str(path))
     assert str(info.value).startswith(f"{path}: tool '-': yaml: ")
     assert "duplicate key 'confirmation'" in str(info.value)
+
+
+# -- previews in the caller's locale -------------------------------------------------------------
+
+
+def test_a_localized_preview_is_checked_like_the_default(tmp_path: Path) -> None:
+    """A preview under preview.locales names only the tool's properties, like the default one."""
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "examples" / "registry.yaml").read_text())
+    tool = next(t for t in raw["tools"] if t["name"] == "delete_todo")
+    tool["preview"]["locales"]["en"]["impact"] = "deletes {nosuch}"
+    with pytest.raises(RegistryError) as info:
+        registry.build(raw, "x.yaml")
+    assert info.value.tool == "delete_todo" and "nosuch" in str(info.value)
+    tool["preview"]["locales"]["en"] = {"title": "t", "colour": "red"}
+    with pytest.raises(RegistryError, match=r"unknown key\(s\) colour in preview.locales.en"):
+        registry.build(raw, "x.yaml")
+    tool["preview"]["locales"] = ["en"]
+    with pytest.raises(RegistryError, match=r"preview.locales must map a locale to a preview"):
+        registry.build(raw, "x.yaml")
+
+
+def test_preview_locale_fallback(example: registry.Registry) -> None:
+    from countersign.path.prepare import localized
+
+    preview = example.tools["set_todo_status"].preview
+    assert localized(preview, "en")["title"] == "Change a to-do's status"
+    assert localized(preview, "en-US")["title"] == "Change a to-do's status"
+    assert localized(preview, "zh-CN")["title"] == "更新待办状态"
+    assert localized(preview, "")["title"] == "更新待办状态"
 
 
 # -- approval: none | signed (issue 13, item 2) ------------------------------------------------

@@ -126,7 +126,7 @@ class CallContext(_message.Message):
     def __init__(self, tenant_id: _Optional[str] = ..., actor_id: _Optional[str] = ..., subject_id: _Optional[str] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., role: _Optional[str] = ..., admin_context_id: _Optional[str] = ..., admin_mode: _Optional[_Union[AdminMode, str]] = ..., locale: _Optional[str] = ..., session_mode: _Optional[_Union[SessionMode, str]] = ...) -> None: ...
 
 class Receipt(_message.Message):
-    __slots__ = ("action_id", "tool_name", "status", "resource_id", "resource_version", "summary", "evidence_json", "settled_at", "approval")
+    __slots__ = ("action_id", "tool_name", "status", "resource_id", "resource_version", "summary", "evidence_json", "settled_at", "grant_id", "approval")
     ACTION_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +135,7 @@ class Receipt(_message.Message):
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     EVIDENCE_JSON_FIELD_NUMBER: _ClassVar[int]
     SETTLED_AT_FIELD_NUMBER: _ClassVar[int]
+    GRANT_ID_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_FIELD_NUMBER: _ClassVar[int]
     action_id: str
     tool_name: str
@@ -144,8 +145,9 @@ class Receipt(_message.Message):
     summary: str
     evidence_json: str
     settled_at: _timestamp_pb2.Timestamp
+    grant_id: str
     approval: ApprovalEvidence
-    def __init__(self, action_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., status: _Optional[_Union[ReceiptStatus, str]] = ..., resource_id: _Optional[str] = ..., resource_version: _Optional[str] = ..., summary: _Optional[str] = ..., evidence_json: _Optional[str] = ..., settled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., approval: _Optional[_Union[ApprovalEvidence, _Mapping]] = ...) -> None: ...
+    def __init__(self, action_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., status: _Optional[_Union[ReceiptStatus, str]] = ..., resource_id: _Optional[str] = ..., resource_version: _Optional[str] = ..., summary: _Optional[str] = ..., evidence_json: _Optional[str] = ..., settled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., grant_id: _Optional[str] = ..., approval: _Optional[_Union[ApprovalEvidence, _Mapping]] = ...) -> None: ...
 
 class ApprovalEvidence(_message.Message):
     __slots__ = ("issuer", "kid", "jti", "acr", "amr")
