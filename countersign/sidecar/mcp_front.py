@@ -212,7 +212,8 @@ class McpFront:
 
                 async def progress(waited: float) -> None:
                     message = f"waiting for the user's approval of {card.tool_name} ({waited:.0f}s)"
-                    await ctx.session.report_progress(waited, self.approval_wait, message)
+                    with contextlib.suppress(Exception):  # progress is a courtesy: a client gone is seen elsewhere
+                        await ctx.session.report_progress(waited, self.approval_wait, message)
 
                 approval = await self.inbox.wait(card.action_id, self.approval_wait, progress)
                 if approval is None:
