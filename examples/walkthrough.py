@@ -177,11 +177,21 @@ class AppBackend:
 
 
 class Walkthrough:
-    def __init__(self, agent: Agent, todo: TodoService, app: AppBackend, mcp: McpTodo | None = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        todo: TodoService,
+        app: AppBackend,
+        mcp: McpTodo | None = None,
+        mcp_url: str = "",
+        inbox_url: str = "",
+    ) -> None:
         self.agent = agent
         self.todo = todo
         self.app = app
         self.mcp = mcp
+        self.mcp_url = mcp_url  # the sidecar's MCP endpoint (--mcp-listen): the front door's act
+        self.inbox_url = inbox_url  # its approval inbox (--approval-inbox-listen), where the page posts
         self.failures: list[str] = []
         self.steps = 0
         # carried from step to step
@@ -209,6 +219,7 @@ class Walkthrough:
             self.compensation,
             self.standing_grant,
             self.back_door,
+            self.mcp_host,
         ]
         for number, step in enumerate(steps, 1):
             self.steps += 1
@@ -689,6 +700,80 @@ class Walkthrough:
         stored = [t for t in self.mcp.todos("给妈妈打电话") if t["id"] == action.receipt.resource_id]
         expect("the todo at the MCP server, once", len(stored) == 1, self.mcp.todos("给妈妈打电话"))
 
+    # [17] ---------------------------------------------------------------------------------
+    def mcp_host(self, n: int) -> None:
+        """An MCP host (the official Python SDK) on the same path: the user says yes in the host's dialog."""
+        import asyncio
+
+        from countersign.testing.mcp_front import Elicitations, client, identity
+
+        expect("the sidecar serves MCP", bool(self.mcp_url), self.mcp_url)
+        headers = identity(**{"X-Countersign-Tenant": "demo", "X-Countersign-Session": "s-1"})
+        asked = Elicitations("accept")
+        turn: Any = {"io.countersign/turn": "turn-mcp"}  # RequestParamsMeta is open to extension keys
+
+        async def host() -> tuple[list[str], Any, Any]:
+            async with client(self.mcp_url, headers, elicit=asked) as c:
+                tools = [t.name for t in (await c.list_tools()).tools]
+                first = await c.call_tool("create_todo", {"title": "Call the plumber"}, meta=turn)
+                again = await c.call_tool("create_todo", {"title": "Call the plumber"}, meta=turn)  # a retry
+            return tools, first, again
+
+        tools, first, again = asyncio.run(host())
+        print(f"[{n}] an MCP host lists {len(tools)} tools ({', '.join(tools)}) and calls create_todo")
+        print(
+            f"    the host shows the card as a dialog: {asked.asked[0].message.splitlines()[0] if asked.asked else '?'}"
+        )
+        action = first.structured_content.get("action", {}) if first.structured_content else {}
+        replay = again.structured_content.get("action", {}) if again.structured_content else {}
+        print(f"    the user accepts → {action.get('state')} {first.content[0].text if first.content else ''}")
+        print(f"    the host retries the call → the same receipt (replayed: {replay.get('replayed', False)})")
+        expect("the enabled tools, not the planned", "create_todo" in tools and "delete_note" not in tools, tools)
+        expect("SUCCEEDED", action.get("state") == "ACTION_STATE_SUCCEEDED", first)
+        expect("the same action", replay.get("action_id") == action.get("action_id"), again)
+        expect("one POST /todos", len(self.todo_writes(str(action.get("action_id")))) == 1, action)
+        self.mcp_signed(str(action.get("receipt", {}).get("resource_id", "")), headers)
+
+    def mcp_signed(self, todo_id: str, headers: dict[str, str]) -> None:
+        """The same host deletes that todo: delete_todo needs alice's signed approval, so the host is sent to the
+        approval page (URL elicitation); the page (the example approval service, driven here) signs and posts the
+        approval to the sidecar's inbox; the waiting call confirms with it and returns the receipt."""
+        import asyncio
+
+        from countersign.testing.mcp_front import Elicitations, client
+
+        turn: Any = {"io.countersign/turn": "turn-mcp-2"}
+        posted: list[int] = []
+
+        def page(action_id: str) -> None:
+            card = self.agent.invoke("turn-mcp-2", "delete_todo", {"id": todo_id}).confirmation  # what it shows
+            approval = self.app.approve(card)  # alice clicks Approve; the app signs
+            request = urllib.request.Request(f"{self.inbox_url}/{action_id}", data=approval.encode(), method="POST")
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                posted.append(answer.status)
+
+        pages: list[asyncio.Future[None]] = []
+
+        async def open_page(params: Any) -> str:
+            print(f"    the host opens {params.url}")
+            pages.append(asyncio.get_running_loop().run_in_executor(None, page, params.elicitation_id))
+            return "accept"
+
+        async def host() -> Any:
+            async with client(self.mcp_url, headers, elicit=Elicitations(open_page)) as c:
+                result = await c.call_tool("delete_todo", {"id": todo_id}, meta=turn)
+            await asyncio.gather(*pages)  # the page's own answer, which may land just after the call's
+            return result
+
+        print(f"    then delete_todo {todo_id}: it needs alice's signature, so the host sends her to the approval page")
+        done = asyncio.run(host())
+        action = done.structured_content.get("action", {}) if done.structured_content else {}
+        status = posted[0] if posted else "?"
+        print(f"    the page posts her signed approval to the inbox ({status}) → {action.get('state')}")
+        expect("the approval recorded", posted == [202], posted)
+        expect("SUCCEEDED", action.get("state") == "ACTION_STATE_SUCCEEDED", done)
+        expect("one DELETE", len(self.todo_writes(str(action.get("action_id")))) == 1, action)
+
     def todo_writes(self, key: str) -> list[dict[str, Any]]:
         return [e for e in self.todo.requests() if e.get("idempotency_key") == key and "/by-key/" not in e["path"]]
 
@@ -739,6 +824,8 @@ def main(verbose: bool = False) -> int:
             flags=[
                 *("--log-level", "warning", "--downstream-deadline", "1s", "--reconcile-interval", "1h"),
                 *("--approvals", str(approvals)),
+                *("--mcp-listen", "127.0.0.1:0"),  # the MCP front door, for the last act
+                *("--approval-url", app.info["url"] + "/cards/{action_id}", "--approval-inbox-listen", "127.0.0.1:0"),
             ],
         )
         procs.append(sidecar)
@@ -757,6 +844,8 @@ def main(verbose: bool = False) -> int:
                 TodoService(todo.info["url"]),
                 AppBackend(app.info["url"], policy_version),
                 McpTodo(mcp, work),
+                str(sidecar.info.get("mcp", "")),
+                str(sidecar.info.get("approval_inbox", "")),
             )
             walk.run()
         failures, steps = walk.failures, walk.steps

@@ -84,6 +84,10 @@ class Claims:
         self.metrics.claims.labels(self.metrics.tool(found.card.tool), "won").inc()
         return Claimed(action_id, claim_id, found.card, checked)
 
+    async def settled(self, action_id: str, found: RunRecord, wait_ms: int) -> RunRecord:
+        """The record once it settles, or as it stands after wait_ms (bounded by --max-wait)."""
+        return await self.store.wait_settled(action_id, found, min(wait_ms / 1000, self.max_wait))
+
     async def _replay(self, action_id: str, found: RunRecord, wait_ms: int) -> common_pb2.Action:
         label = self.metrics.tool(found.tool)
         tracing.annotate(tool=found.tool, replayed=True)

@@ -289,8 +289,12 @@ class Pipeline:
             raise cards.refusal_error(result)
         return open_action(self.keyring, action_id, result, replayed=True)
 
-    async def get_action(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
+    async def get_action(self, context: common_pb2.CallContext, action_id: str, wait_ms: int = 0) -> common_pb2.Action:
+        """The owned action as it stands; a RUNNING one waited for up to wait_ms (the MCP front door's retry of a
+        call another retry is executing answers with the receipt, as a waiting Confirm does)."""
         found = await cards.owned_action(self.store, self.keyring, context, action_id, admin_modes=cards.ADMIN_READ)
+        if isinstance(found, RunRecord) and found.state == "running" and wait_ms > 0:
+            found = await self.claims.settled(action_id, found, wait_ms)
         if isinstance(found, CardRecord):
             return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         action = open_action(self.keyring, action_id, found, replayed=False)

@@ -41,6 +41,7 @@ from countersign.reply.continuations import Continuations
 from countersign.reply.guard_loader import GuardLoader
 from countersign.sidecar.admission import Gate, Health, new_server
 from countersign.sidecar.embedded_redis import EmbeddedRedis
+from countersign.sidecar.front_doors import FrontDoors, open_front_doors
 from countersign.sidecar.identity import Identity
 from countersign.sidecar.probes import Probes, serve_probes
 from countersign.sidecar.server import (
@@ -94,6 +95,7 @@ class Sidecar:
     health: HealthServicer
     address: str
     metrics_address: str = ""
+    doors: FrontDoors | None = None  # the MCP endpoint and the approval inbox, over the same path
     probes: Probes | None = None
     embedded: EmbeddedRedis | None = None
     verifier: Verifier | None = None
@@ -107,6 +109,8 @@ class Sidecar:
             self.probes.state = "draining"
         await self.health.enter_graceful_shutdown()
         self.stopping.set()
+        if self.doors is not None:
+            await self.doors.stop(self.settings.grace if grace is None else grace)
         await self.server.stop(self.settings.grace if grace is None else grace)
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=self.settings.grace)
@@ -327,6 +331,7 @@ async def _start(
             raise SettingsError(f"cannot listen on {settings.listen}")
         address = f"{host}:{bound}"
     sidecar = Sidecar(settings, parts, server, health, address, embedded=embedded, verifier=verifier)
+    sidecar.doors = await open_front_doors(settings, parts.pipeline, store, metrics, gate, identity)
     if settings.metrics_listen:
         host, port = split_addr(settings.metrics_listen)
         sidecar.probes = Probes(
@@ -374,6 +379,7 @@ async def serve(settings: Settings) -> None:
                 "event": "listening",
                 "grpc": sidecar.address,
                 "metrics": sidecar.metrics_address,
+                **(sidecar.doors.addresses() if sidecar.doors is not None else {}),
                 "redis": "embedded" if sidecar.embedded else "external",
                 "policy_version": sidecar.parts.registry.policy_version,
             }

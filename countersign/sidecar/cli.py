@@ -32,6 +32,15 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     settings_mod.add_arguments(serve)
+    stdio = sub.add_parser(
+        "mcp-stdio",
+        help="run the sidecar as an MCP server on stdin/stdout, for a local MCP host",
+        description=(
+            "The sidecar with its MCP front door on stdin/stdout (the gRPC endpoint runs beside it). Who the host "
+            "acts for: COUNTERSIGN_MCP_TENANT, _ACTOR, _SUBJECT, _SESSION, _ROLE, _LOCALE. Logs go to stderr."
+        ),
+    )
+    settings_mod.add_arguments(stdio)
     actions = sub.add_parser("actions", help="list, show and resolve actions (read-only unless you resolve)")
     actions_sub = actions.add_subparsers(dest="verb", required=True)
     listing = actions_sub.add_parser("list", help="actions in a state")
@@ -145,17 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--verbose", action="store_true", help="also show the sidecar's and service's logs")
     args = parser.parse_args(argv)
 
-    if args.command == "serve":
+    if args.command in ("serve", "mcp-stdio"):
         try:
             settings = settings_mod.from_args(args)
         except SettingsError as exc:
             print(f"countersign: {exc}", file=sys.stderr)
             return 2
         _logging(settings.log_level)
-        from countersign.sidecar.app import serve as run
+        from countersign.sidecar import app
 
         try:
-            asyncio.run(run(settings))
+            asyncio.run(app.serve(settings) if args.command == "serve" else _serve_stdio(settings))
         except (SettingsError, RegistryError) as exc:
             print(f"countersign: {exc}", file=sys.stderr)
             return 2
@@ -187,6 +196,21 @@ def main(argv: list[str] | None = None) -> int:
 
     walkthrough = runpy.run_path(str(root / "examples" / "walkthrough.py"), run_name="countersign_demo")
     return int(walkthrough["main"](verbose=args.verbose))
+
+
+async def _serve_stdio(settings: settings_mod.Settings) -> None:
+    """The MCP front door on stdin/stdout until the host closes it (stdout carries only MCP messages)."""
+    from countersign.sidecar import app
+    from countersign.sidecar.mcp_front import StdioIdentity
+
+    sidecar = await app.start(settings)
+    assert sidecar.doors is not None
+    sidecar.doors.front.identity = StdioIdentity.from_env(os.environ)
+    app.tune_gc()
+    try:
+        await sidecar.doors.front.run_stdio()
+    finally:
+        await sidecar.stop()
 
 
 def _keys(args: argparse.Namespace) -> int:

@@ -46,6 +46,16 @@ class Settings:
         kind="count",
     )
     redis_wait_timeout: float = _setting(0.1, "how long claim/settle wait for the replicas", kind="duration")
+    mcp_listen: str = _setting("", "MCP endpoint (Streamable HTTP at /mcp): host:port, loopback by default; empty: off")
+    approval_url: str = _setting(
+        "", "the approval page an MCP URL elicitation sends the user to, with {action_id}; empty: no URL elicitation"
+    )
+    approval_inbox_listen: str = _setting(
+        "", "the approval inbox (POST /approvals/{action_id} a signed approval): host:port; empty: off"
+    )
+    approval_wait: float = _setting(
+        120.0, "how long an MCP call waits for the user: the elicitation's answer, then the approval", kind="duration"
+    )
     metrics_listen: str = _setting("127.0.0.1:9464", "Prometheus /metrics address (host:port); empty: off")
     keys_file: str = _setting("", 'HMAC keys JSON {"active": kid, "keys": {kid: hex}}; empty: generated')
     confirm_ttl: float = _setting(300.0, "how long a card waits for the user", kind="duration")
@@ -164,7 +174,14 @@ class Settings:
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise SettingsError("--log-level must be debug, info, warning or error")
         self._validate_identity()
+        self._validate_mcp()
         return self
+
+    def _validate_mcp(self) -> None:
+        if self.approval_url and (
+            "{action_id}" not in self.approval_url or not self.approval_url.startswith(("https://", "http://"))
+        ):
+            raise SettingsError("--approval-url must be an http(s) URL with {action_id} in it")
 
     def _validate_identity(self) -> None:
         """Approvals, verified context and transport identity (docs/design.md §12)."""

@@ -37,6 +37,12 @@ def events_key(action_id: str) -> str:
     return f"cs:{{{action_id}}}:events"
 
 
+def inbox_key(action_id: str) -> str:
+    """Signed approvals posted to the approval inbox for this action, waiting for its call (a list; expires with
+    the card)."""
+    return f"cs:{{{action_id}}}:inbox"
+
+
 def turn_list_key(turn: str) -> str:
     """The read facts and proposed actions of one user turn (a list), under the turn's key (a keyed hash)."""
     return f"cs:req:{{{turn}}}"

@@ -148,6 +148,14 @@ class RejectStore(Peek, Protocol):
         """ready -> rejected; the record when claimed or settled before; Refused (expired, forbidden)."""
 
 
+class InboxStore(Peek, Protocol):
+    """The approval inbox (docs/mcp-front-door.md): approvals posted out of band, taken once by a waiting call."""
+
+    async def inbox_push(self, action_id: str, approval: str, ttl_ms: int) -> None: ...
+
+    async def inbox_take(self, action_id: str) -> str | None: ...
+
+
 class TurnStore(Protocol):
     """What one user turn did: its read facts and proposed actions, a bounded list under the turn's key."""
 

@@ -37,6 +37,21 @@ class RedisReads:
         entries: list[bytes] = await self._call(self.client.lrange(keys.turn_list_key(turn), 0, -1))
         return entries
 
+    # -- the approval inbox: approvals that arrived out of band, for any sidecar's waiting call --------
+
+    async def inbox_push(self, action_id: str, approval: str, ttl_ms: int) -> None:
+        key = keys.inbox_key(action_id)
+        pipe = self.client.pipeline(transaction=True)  # one slot: the action's hash tag
+        pipe.rpush(key, approval)
+        pipe.ltrim(key, -8, -1)  # a user who approves again and again keeps the last few
+        pipe.pexpire(key, ttl_ms)
+        await self._call(pipe.execute())
+
+    async def inbox_take(self, action_id: str) -> str | None:
+        """The oldest approval waiting for this action, removed (each is taken once, by one call)."""
+        found = await self._call(self.client.lpop(keys.inbox_key(action_id)))
+        return text(found) if found is not None else None
+
     # -- the reconciler's index and scans ---------------------------------------------------------
 
     async def run_tool(self, action_id: str) -> str:

@@ -1,0 +1,87 @@
+"""The HTTP front doors beside the gRPC server, built by app.py from the settings: the MCP endpoint
+(--mcp-listen, docs/mcp-front-door.md) and the approval inbox (--approval-inbox-listen). Both call the components
+the gRPC servicers call, under the same gate; both take the gRPC listener's TLS settings (--tls-cert, --tls-key,
+--tls-client-ca) and its rule that plaintext beyond loopback needs --insecure-listen yes."""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+from countersign.errors import SettingsError
+from countersign.observability.metrics import Metrics
+from countersign.path.pipeline import Pipeline
+from countersign.sidecar.admission import Gate
+from countersign.sidecar.approval_inbox import ApprovalInbox
+from countersign.sidecar.identity import Identity
+from countersign.sidecar.mcp_front import McpFront
+from countersign.sidecar.mcp_http import HttpListener, listen
+from countersign.sidecar.settings import Settings, loopback
+from countersign.store.protocols import InboxStore
+
+
+@dataclass
+class FrontDoors:
+    front: McpFront  # also what `countersign mcp-stdio` serves
+    mcp: HttpListener | None = None
+    inbox: HttpListener | None = None
+    scheme: str = "http"
+
+    def addresses(self) -> dict[str, str]:
+        return {
+            "mcp": f"{self.scheme}://{self.mcp.address}/mcp" if self.mcp is not None else "",
+            "approval_inbox": f"{self.scheme}://{self.inbox.address}/approvals" if self.inbox is not None else "",
+        }
+
+    async def stop(self, grace: float) -> None:
+        for listener in (self.mcp, self.inbox):
+            if listener is not None:
+                await listener.stop(grace)
+
+
+def tls_options(settings: Settings, flag: str, address: str) -> dict[str, Any]:
+    """uvicorn's TLS options from the gRPC listener's; plaintext beyond loopback refused as gRPC refuses it."""
+    if not settings.tls_cert:
+        if settings.insecure_listen != "yes" and not loopback(address):
+            raise SettingsError(
+                f"--{flag} {address} is beyond loopback and has no TLS: give --tls-cert and --tls-key, or "
+                "acknowledge plaintext with --insecure-listen yes"
+            )
+        return {}
+    options: dict[str, Any] = {"ssl_certfile": settings.tls_cert, "ssl_keyfile": settings.tls_key}
+    if settings.tls_client_ca:
+        options.update(ssl_ca_certs=settings.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
+    return options
+
+
+async def open_front_doors(
+    settings: Settings, pipeline: Pipeline, store: InboxStore, metrics: Metrics, gate: Gate, identity: Identity
+) -> FrontDoors:
+    from countersign.sidecar.app import split_addr  # the wiring root's address parser
+
+    inbox = ApprovalInbox(store, pipeline, int(settings.confirm_ttl * 1000))
+    front = McpFront(
+        pipeline,
+        metrics,
+        gate,
+        confirm_wait_ms=int(settings.max_wait * 1000),
+        verified=identity,
+        inbox=inbox,
+        approval_url=settings.approval_url,
+        approval_wait=settings.approval_wait,
+    )
+    doors = FrontDoors(front, scheme="https" if settings.tls_cert else "http")
+    try:
+        if settings.mcp_listen:
+            host, port = split_addr(settings.mcp_listen)
+            tls = tls_options(settings, "mcp-listen", settings.mcp_listen)
+            doors.mcp = await listen(front.asgi_app(host, settings.max_message_bytes), host, port, ssl=tls)
+        if settings.approval_inbox_listen:
+            host, port = split_addr(settings.approval_inbox_listen)
+            tls = tls_options(settings, "approval-inbox-listen", settings.approval_inbox_listen)
+            doors.inbox = await listen(inbox.app(), host, port, ssl=tls)
+    except BaseException:
+        await doors.stop(1.0)
+        raise
+    return doors
