@@ -117,12 +117,19 @@ def test_kill9_while_the_downstream_holds_the_request_leaves_unknown_never_a_sec
         action = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
         assert action.state in (common_pb2.ACTION_STATE_RUNNING, common_pb2.ACTION_STATE_UNKNOWN)
         time.sleep(2.6)  # the dead sidecar's lease lapses
+        # held UNKNOWN; or, when the restart took longer than the lease (a busy machine), already resolved by the
+        # restarted sidecar's first reconcile pass, by key, to the todo the held request created: never re-sent
+        states = set()
         for _ in range(3):
             action = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
-            assert action.state == common_pb2.ACTION_STATE_UNKNOWN and action.replayed
+            assert action.replayed
+            states.add(action.state)
         got = stub.GetAction(gateway_pb2.GetActionRequest(context=ctx(), action_id=card.action_id)).action
-        assert got.state == common_pb2.ACTION_STATE_UNKNOWN
         assert len(stack.todo.writes(card.action_id)) == 1, "never executed again"
+        if got.state == common_pb2.ACTION_STATE_SUCCEEDED:
+            assert got.receipt.resource_id == stack.todo.get(f"/todos/by-key/{card.action_id}")["id"]
+        else:
+            assert got.state == common_pb2.ACTION_STATE_UNKNOWN and states == {common_pb2.ACTION_STATE_UNKNOWN}
     finally:
         restarted.stop()
 
