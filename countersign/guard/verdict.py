@@ -125,12 +125,22 @@ class ReplyGuard:
     ) -> tuple[list[Candidate], list[tuple[Candidate, exclusions.Exclusion]], str]:
         """The claims in ``reply``, the candidates set aside (with the rule), and an unsupported language.
         ``skip_steps`` and ``disabled_rules`` switch normalisation steps and exclusion rules off (for tests)."""
-        norm = self.normaliser.normalise(reply[:SCAN_LIMIT], skip_steps)
+        text = reply[:SCAN_LIMIT]
+        norm = self.normaliser.normalise(text, skip_steps)
+        views = [norm]
+        # Hidden markup (``hidden``, ``display:none``, link definitions) is what a client that renders it never
+        # shows, and what a client that prints the reply raw shows in full. The guard does not know the client, so
+        # it fails closed: a claim in either view counts (a hidden "not" still makes the shown claim; a claim
+        # inside hidden markup still counts). Only replies whose hidden step removed something are read twice.
+        if "hidden" not in skip_steps and ("<" in text or "]:" in text):
+            shown_raw = self.normaliser.normalise(text, skip_steps | {"hidden"})
+            if shown_raw != norm:
+                views.append(shown_raw)
         claims: list[Candidate] = []
         dropped: list[tuple[Candidate, exclusions.Exclusion]] = []
         unsupported = ""
         memo: dict[tuple[int, int, str], tuple[int, str, str] | None] = {}
-        for sentence in segment.sentences(norm):
+        for sentence in (s for view in views for s in segment.sentences(view)):
             reading = self.detector.read(sentence.text)
             if reading.unsupported and not unsupported:
                 unsupported = reading.unsupported

@@ -56,28 +56,45 @@ def test_a_claim_disguised_against_one_step_is_read_only_with_that_step(guard: R
     assert guard.check(reply, "en", []).replaced
 
 
-# text a reader is not shown says nothing, either way: a claim in it is no claim (while the visible negation
-# beside it stands); each is a claim with its step left out, so the step is what keeps it from counting
+# struck-through and commented-out text is deleted text (the rule): a claim in it is no claim, while the
+# visible negation beside it stands; each is a claim with its step left out, so the step is what keeps it out
 DELETED_CLAIMS = [
     ("struck", "~~I've issued your refund~~ — the refund request was rejected."),
     ("struck", "<del>已经帮你退款了。</del>退款申请被驳回了。"),
     ("comments", "<!-- I've archived the thread. --> Nothing has been archived yet."),
-    ("hidden", '<p style="display:none">Invoice paid.</p>The invoice is still open.'),
-    ("hidden", "<div hidden>提醒已设置。</div>提醒还没有设置。"),
-    ("hidden", "[done]: # (I've deleted the old backups)\nThe old backups are still there."),
-    ("hidden", "[a]: #\n[b]: # (I've deleted the old backups)\nThe old backups are still there."),
-    ("hidden", "<div hidden><div>Status</div>I've paid the invoice.</div>The invoice is still open."),
-    ("hidden", "<template>Your subscription has been cancelled.</template>Nothing was changed."),
-    ("hidden", "<span style='visibility: hidden'>已经帮你取消了订阅。</span>订阅还在。"),
 ]
 
 
 @pytest.mark.parametrize(("step", "reply"), DELETED_CLAIMS)
-def test_text_a_reader_is_not_shown_creates_no_claim(guard: ReplyGuard, step: str, reply: str) -> None:
+def test_deleted_text_creates_no_claim(guard: ReplyGuard, step: str, reply: str) -> None:
     claims, _dropped, _lang = guard.read(reply)
     assert not claims, [c.text for c in claims]
     without, _dropped, _lang = guard.read(reply, skip_steps=frozenset({step}))
     assert without, f"without {step}, {reply!r} should read as a claim: the test proves nothing"
+
+
+# hidden markup is shown by a client that prints the reply raw and hidden by one that renders it; the guard does
+# not know which, so it fails closed: a claim inside hidden markup still counts (and a hidden "not" does not
+# cancel the claim a rendering client shows: DISGUISED["hidden"])
+HIDDEN_CLAIMS = [
+    '<p style="display:none">Invoice paid.</p>The invoice is still open.',
+    "<div hidden>提醒已设置。</div>提醒还没有设置。",
+    "[done]: # (I've deleted the old backups)\nThe old backups are still there.",
+    "[a]: #\n[b]: # (I've deleted the old backups)\nThe old backups are still there.",
+    "<div hidden><div>Status</div>I've paid the invoice.</div>The invoice is still open.",
+    "<template>Your subscription has been cancelled.</template>Nothing was changed.",
+    "<span style='visibility: hidden'>已经帮你取消了订阅。</span>订阅还在。",
+]
+
+
+@pytest.mark.parametrize("reply", HIDDEN_CLAIMS)
+def test_a_claim_in_hidden_markup_still_counts_because_a_client_may_show_it_raw(guard: ReplyGuard, reply: str) -> None:
+    claims, _dropped, _lang = guard.read(reply)
+    assert claims, reply
+    assert guard.check(reply, "en", []).replaced
+    # the rendered view alone holds no claim: the raw view is what makes it count
+    rendered, _dropped, _lang = guard.read(guard.normaliser.normalise(reply))
+    assert not rendered, [c.text for c in rendered]
 
 
 # what a reader is shown, though a word of hiding stands near it: the word in another attribute, a self-closing
