@@ -15,6 +15,8 @@ Configuration is the SDK's standard environment, read once at start:
 Server spans are named ``countersign.v1.ToolGatewayService/Invoke`` and carry ``rpc.system``, ``rpc.service``,
 ``rpc.method`` and ``rpc.grpc.status_code``; their status is ERROR only for a server fault (UNKNOWN, INTERNAL,
 UNAVAILABLE, DATA_LOSS, DEADLINE_EXCEEDED, UNIMPLEMENTED), never for a refusal (INVALID_ARGUMENT, NOT_FOUND, ...).
+The MCP front door's tools/list and tools/call are server spans by the MCP conventions (``tools/call create_todo``,
+``mcp.method.name``, ``gen_ai.tool.name``, the host's traceparent from ``params._meta``), with the same status rule.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -55,6 +57,9 @@ SERVER_FAULTS = frozenset(
         grpc.StatusCode.UNIMPLEMENTED,
     }
 )
+# JSON-RPC errors that are the caller's (a malformed message, an unknown method or tool, invalid params); any other
+# error code on an MCP request is the server's.
+JSONRPC_CALLER_ERRORS = frozenset({-32700, -32600, -32601, -32602})
 _PROTOCOLS = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto_http"}
 
 
@@ -178,6 +183,44 @@ def end_server_span(span: Span, code: grpc.StatusCode, reason: str = "") -> None
     if code in SERVER_FAULTS:
         span.set_status(Status(StatusCode.ERROR, reason or code.name))
         span.set_attribute("error.type", code.name)
+
+
+@contextmanager
+def mcp_server_span(
+    method: str, target: str | None, attributes: dict[str, Any], carrier: Mapping[str, Any] | None
+) -> Iterator[Span]:
+    """The span of one MCP request, named by the MCP conventions (``tools/call create_todo``, ``tools/list``), a
+    child of the host's traceparent: from ``params._meta`` (where the conventions propagate it) or the HTTP
+    request's headers, as ``carrier``."""
+    found = {k: v for k, v in (carrier or {}).items() if isinstance(v, str) and k in ("traceparent", "tracestate")}
+    parent = propagate.extract(found) if found else None
+    with tracer.start_as_current_span(
+        f"{method} {target}" if target else method,
+        context=parent,
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def end_mcp_span(span: Span, *, code: str = "", reason: str = "", jsonrpc: int | None = None) -> None:
+    """The answer on an MCP server span, by the gRPC server spans' rule: ERROR only when the server failed (a tool
+    error whose gRPC code ``code`` is a server fault, or a JSON-RPC error ``jsonrpc`` that is not the caller's); a
+    refusal names its reason and leaves the status unset."""
+    if not span.is_recording():
+        return
+    if reason:
+        span.set_attribute("countersign.reason", reason)
+    if jsonrpc is not None:
+        span.set_attribute("rpc.response.status_code", str(jsonrpc))
+        failed, error_type = jsonrpc not in JSONRPC_CALLER_ERRORS, str(jsonrpc)
+    else:
+        failed, error_type = code in {c.name for c in SERVER_FAULTS}, code
+    if failed:
+        span.set_status(Status(StatusCode.ERROR, reason or error_type))
+        span.set_attribute("error.type", error_type)
 
 
 def outgoing_headers() -> dict[str, str]:

@@ -120,11 +120,15 @@ class ApprovalInbox:
                     raise InvalidArgument(Reason.REQUEST_INVALID, f"the body is larger than {MAX_BODY} bytes")
                 await self.post(action_id, _approval_of(body))
             except CountersignError as exc:
-                detail = {"reason": exc.reason, "message": exc.message[:1000], **exc.metadata}
-                return JSONResponse(detail, status_code=_HTTP.get(exc.code.name, 500))
+                return JSONResponse(refusal_body(exc), status_code=_HTTP.get(exc.code.name, 500))
             return JSONResponse({"action_id": action_id, "state": "RECORDED"}, status_code=202)
 
         return Starlette(routes=[Route("/approvals/{action_id}", receive, methods=["POST"])])
+
+
+def refusal_body(exc: CountersignError) -> dict[str, Any]:
+    """What the inbox answers a refused request: {"reason", "message", and the refusal's metadata (check, ...)}."""
+    return {"reason": exc.reason, "message": exc.message[:1000], **exc.metadata}
 
 
 def _approval_of(body: bytes) -> str:

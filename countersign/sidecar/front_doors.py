@@ -1,7 +1,8 @@
 """The HTTP front doors beside the gRPC server, built by app.py from the settings: the MCP endpoint
 (--mcp-listen, docs/mcp-front-door.md) and the approval inbox (--approval-inbox-listen). Both call the components
 the gRPC servicers call, under the same gate; both take the gRPC listener's TLS settings (--tls-cert, --tls-key,
---tls-client-ca) and its rule that plaintext beyond loopback needs --insecure-listen yes."""
+--tls-client-ca, --tls-allowed-peers: checked on every request) and its rule that plaintext beyond loopback needs
+--insecure-listen yes."""
 
 from __future__ import annotations
 
@@ -13,10 +14,16 @@ from countersign.errors import SettingsError
 from countersign.observability.metrics import Metrics
 from countersign.path.pipeline import Pipeline
 from countersign.sidecar.admission import Gate
-from countersign.sidecar.approval_inbox import ApprovalInbox
+from countersign.sidecar.approval_inbox import ApprovalInbox, refusal_body
 from countersign.sidecar.identity import Identity
 from countersign.sidecar.mcp_front import McpFront
-from countersign.sidecar.mcp_http import HttpListener, listen
+from countersign.sidecar.mcp_http import (
+    AllowedPeers,
+    HttpListener,
+    client_certificate_protocol,
+    jsonrpc_refusal,
+    listen,
+)
 from countersign.sidecar.settings import Settings, loopback
 from countersign.store.protocols import InboxStore
 
@@ -50,8 +57,10 @@ def tls_options(settings: Settings, flag: str, address: str) -> dict[str, Any]:
             )
         return {}
     options: dict[str, Any] = {"ssl_certfile": settings.tls_cert, "ssl_keyfile": settings.tls_key}
-    if settings.tls_client_ca:
-        options.update(ssl_ca_certs=settings.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
+    if settings.tls_client_ca:  # the client certificate handed to the app: AllowedPeers reads its SANs
+        options.update(
+            ssl_ca_certs=settings.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED, http=client_certificate_protocol()
+        )
     return options
 
 
@@ -76,11 +85,17 @@ async def open_front_doors(
         if settings.mcp_listen:
             host, port = split_addr(settings.mcp_listen)
             tls = tls_options(settings, "mcp-listen", settings.mcp_listen)
-            doors.mcp = await listen(front.asgi_app(host, settings.max_message_bytes), host, port, ssl=tls)
+            app = front.asgi_app(host, settings.max_message_bytes)
+            if identity.allowed_peers:
+                app = AllowedPeers(app, identity, jsonrpc_refusal, "mcp")
+            doors.mcp = await listen(app, host, port, ssl=tls)
         if settings.approval_inbox_listen:
             host, port = split_addr(settings.approval_inbox_listen)
             tls = tls_options(settings, "approval-inbox-listen", settings.approval_inbox_listen)
-            doors.inbox = await listen(inbox.app(), host, port, ssl=tls)
+            app = inbox.app()
+            if identity.allowed_peers:
+                app = AllowedPeers(app, identity, refusal_body, "approval_inbox")
+            doors.inbox = await listen(app, host, port, ssl=tls, flag="approval-inbox-listen")
     except BaseException:
         await doors.stop(1.0)
         raise

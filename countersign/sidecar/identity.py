@@ -2,7 +2,8 @@
 
     the transport   with --tls-allowed-peers, the client certificate (already verified against
                     --tls-client-ca by the TLS handshake) must carry one of the listed SANs or SPIFFE ids:
-                    else PERMISSION_DENIED PEER_NOT_ALLOWED
+                    else PERMISSION_DENIED PEER_NOT_ALLOWED (on every RPC, and on every request to the HTTP
+                    front doors: mcp_http.AllowedPeers, HTTP 403)
     the context     with --verified-context optional|required, the request's CallContext is merged with the
                     context assertion of ``authorization: Bearer <JWS>`` (signed by an --approvals issuer):
                     the verified claims win, a field that disagrees is PERMISSION_DENIED CONTEXT_MISMATCH, a
@@ -18,6 +19,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from cryptography import x509
 
 from countersign.approvals import (
     ApprovalError,
@@ -57,7 +60,10 @@ class Identity:
         request.context.CopyFrom(await self.context(call, grpc_context.invocation_metadata() or ()))
 
     def check_peer(self, auth: dict[str, Sequence[bytes]]) -> None:
-        names = {value.decode("utf-8", "replace") for value in auth.get(SAN, ())}
+        self.check_names({value.decode("utf-8", "replace") for value in auth.get(SAN, ())})
+
+    def check_names(self, names: set[str]) -> None:
+        """The peer's SANs (gRPC's auth context, or the HTTP front doors' client certificate) against the list."""
         if not names & self.allowed_peers:
             raise PermissionDenied(
                 Reason.PEER_NOT_ALLOWED,
@@ -76,6 +82,21 @@ class Identity:
         except ApprovalError as exc:
             raise context_error(exc) from exc
         return merged.to_proto(sent)
+
+
+def certificate_names(pem: str) -> set[str]:
+    """The SANs of a client certificate (PEM) as gRPC's auth context spells them: DNS names, URIs (SPIFFE ids),
+    e-mail addresses and IP addresses; never the common name."""
+    cert = x509.load_pem_x509_certificate(pem.encode("ascii"))
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    names: set[str] = set()
+    for kind in (x509.DNSName, x509.UniformResourceIdentifier, x509.RFC822Name):
+        names.update(san.get_values_for_type(kind))
+    names.update(str(ip) for ip in san.get_values_for_type(x509.IPAddress))
+    return names
 
 
 def _bearer(metadata: Sequence[Any]) -> str | None:

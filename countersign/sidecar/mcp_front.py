@@ -30,13 +30,16 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp.server.context import CallNext, HandlerResult
 from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 from starlette.types import ASGIApp
 
 from countersign.approvals import ContextMode
 from countersign.errors import CountersignError, ResourceExhausted
+from countersign.observability import tracing
 from countersign.observability.metrics import Metrics
 from countersign.path.pipeline import Pipeline
 from countersign.reasons import Reason
@@ -106,6 +109,7 @@ class McpFront:
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
         )
+        self.server.middleware = [Spans()]  # in place of the SDK's, which makes every tool error an ERROR span
 
     @property
     def registry(self) -> Registry:
@@ -322,6 +326,51 @@ class McpFront:
             await serve_loop(
                 self.server, read, write, lifespan_state=state, init_options=self.server.create_initialization_options()
             )
+
+
+class Spans:
+    """A SERVER span for each tools/list and tools/call (docs/mcp-front-door.md, "Traces"), by the MCP semantic
+    conventions and with the gRPC server spans' status rule (observability/tracing.py): the path's stage spans and
+    the downstream's CLIENT span are under it. Other messages (initialize, ping, notifications) are not traced,
+    as gRPC health and reflection are not."""
+
+    TRACED = ("tools/list", "tools/call")
+
+    async def __call__(self, ctx: Any, call_next: CallNext) -> HandlerResult:
+        if ctx.method not in self.TRACED or ctx.request_id is None:
+            return await call_next(ctx)
+        attributes: dict[str, Any] = {
+            "mcp.method.name": ctx.method,
+            "jsonrpc.request.id": str(ctx.request_id),
+            "mcp.protocol.version": ctx.protocol_version,
+            "network.transport": "tcp" if ctx.request is not None else "pipe",
+        }
+        name = (ctx.params or {}).get("name") if ctx.method == "tools/call" else None
+        target = name[:128] if isinstance(name, str) else None
+        if ctx.method == "tools/call":
+            attributes["gen_ai.operation.name"] = "execute_tool"
+            if target:
+                attributes["gen_ai.tool.name"] = target
+        carrier = ctx.meta if ctx.meta and "traceparent" in ctx.meta else _headers(ctx)
+        with tracing.mcp_server_span(ctx.method, target, attributes, carrier) as span:
+            try:
+                result = await call_next(ctx)
+            except MCPError as exc:
+                data = exc.error.data if isinstance(exc.error.data, Mapping) else {}
+                tracing.end_mcp_span(span, jsonrpc=exc.error.code, reason=str(data.get("reason", "")))
+                raise
+            except ValidationError:  # params that are not a tools/call: the SDK answers INVALID_PARAMS
+                tracing.end_mcp_span(span, jsonrpc=types.INVALID_PARAMS)
+                raise
+            except Exception:
+                tracing.end_mcp_span(span, jsonrpc=types.INTERNAL_ERROR, reason="INTERNAL")
+                raise
+            # the result in its wire form (the SDK shapes it inside the chain): a tool error names its reason
+            structured = result.get("structuredContent") if isinstance(result, Mapping) else None
+            error = structured.get("error") if isinstance(structured, Mapping) else None
+            if isinstance(result, Mapping) and result.get("isError") is True and isinstance(error, Mapping):
+                tracing.end_mcp_span(span, code=str(error.get("code", "")), reason=str(error.get("reason", "")))
+            return result
 
 
 def _headers(ctx: Any) -> dict[str, str]:

@@ -132,7 +132,8 @@ class Settings:
     tls_allowed_peers: str = _setting(
         "",
         "comma-separated SANs (DNS names, URIs such as SPIFFE ids spiffe://..., e-mail, IP) a client certificate "
-        "must carry one of, checked on every RPC; empty: any certificate the client CA signed",
+        "must carry one of, checked on every RPC and every request to --mcp-listen / --approval-inbox-listen; "
+        "empty: any certificate the client CA signed",
     )
     insecure_listen: str = _setting(
         "",

@@ -1,7 +1,8 @@
 """Transport security: TLS (and mTLS) on the gRPC listener, and TLS to the downstreams (docs/design.md §12).
 
 The listener: --tls-cert/--tls-key, and with --tls-client-ca client certificates are required and verified (the
-allow-list of their SANs, --tls-allowed-peers, is checked on every RPC: identity.py). A TLS handshake that fails
+allow-list of their SANs, --tls-allowed-peers, is checked on every RPC: identity.py; and on every request to the
+HTTP front doors: mcp_http.AllowedPeers). A TLS handshake that fails
 never reaches a handler.
 
 The downstreams: https:// URLs and gRPC tools with ``tls: true`` trust --downstream-ca (else the system's CAs)

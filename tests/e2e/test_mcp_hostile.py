@@ -87,7 +87,9 @@ class Session:
         if response.status_code == 202 or not response.content:
             return response.status_code, None
         if response.headers.get("content-type", "").startswith("text/event-stream"):
-            data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+            # SSE lines end at CR, LF or CRLF only (str.splitlines would also cut at U+0085 or U+2028 in the JSON)
+            lines = re.split(r"\r\n|\r|\n", response.text)
+            data = [line[5:].strip() for line in lines if line.startswith("data:")]
             return response.status_code, json.loads(data[-1])
         return response.status_code, response.json()
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 import redis
+from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -28,6 +29,7 @@ from countersign.observability import logs, tracing
 from countersign.sidecar import app, settings
 from countersign.testing import processes
 from countersign.testing.calls import ctx, error_info
+from countersign.testing.mcp_front import Elicitations, client
 from countersign.testing.stack import Stack
 from countersign.v1 import common_pb2, continuation_pb2, continuation_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 
@@ -627,3 +629,115 @@ async def test_red_and_use_series_count_each_rpc_by_code_the_calls_held_and_each
     )
     assert _value(scrape, "countersign_redis_duration_seconds_count", script="claim") == claims + 2
     assert _value(scrape, "countersign_redis_duration_seconds_count", script="settle") == settles + 1
+
+
+# ---- the MCP front door's spans (by the MCP conventions, with the gRPC server spans' status rule) -----------------
+
+
+@pytest.fixture
+async def mcp_sidecar(stack: Stack) -> AsyncIterator[app.Sidecar]:
+    """The sidecar in this process with its MCP endpoint (its spans are visible), on the stack's Redis and todo."""
+    _provider()
+    s = settings.Settings(
+        registry=str(stack.registry),
+        listen="127.0.0.1:0",
+        redis_url=stack.redis.info["url"],
+        metrics_listen="",
+        keys_file=str(stack.keys),
+        mcp_listen="127.0.0.1:0",
+        downstream_deadline=0.5,
+        lease=5.0,
+    ).validate()
+    running = await app.start(s)
+    EXPORTER.clear()
+    yield running
+    await running.stop(grace=1)
+
+
+def _mcp_url(sidecar: app.Sidecar) -> str:
+    assert sidecar.doors is not None
+    return sidecar.doors.addresses()["mcp"]
+
+
+async def test_an_mcp_tools_call_is_a_server_span_continuing_the_hosts_trace_with_the_downstream_under_it(
+    stack: Stack, mcp_sidecar: app.Sidecar
+) -> None:
+    title = "mcp traced " + uuid.uuid4().hex[:6]
+    async with client(_mcp_url(mcp_sidecar), elicit=Elicitations("accept")) as c:
+        await c.list_tools()
+        result = await c.call_tool("create_todo", {"title": title}, meta={"io.countersign/turn": uuid.uuid4().hex})
+    assert not result.is_error and result.structured_content["state"] == "SUCCEEDED", result
+    action_id = result.structured_content["action"]["action_id"]
+    spans = EXPORTER.get_finished_spans()
+    servers = {s.name: s for s in _server_spans() if s.name.startswith("tools/")}
+    assert set(servers) == {"tools/list", "tools/call create_todo"}, [s.name for s in _server_spans()]
+    listed, call = servers["tools/list"], servers["tools/call create_todo"]
+    assert (listed.attributes or {})["mcp.method.name"] == "tools/list"
+    attrs = dict(call.attributes or {})
+    assert attrs["mcp.method.name"] == "tools/call" and attrs["gen_ai.tool.name"] == "create_todo"
+    assert attrs["gen_ai.operation.name"] == "execute_tool" and attrs["jsonrpc.request.id"]
+    assert attrs["countersign.action_id"] == action_id and attrs["countersign.outcome"] == "succeeded"
+    assert call.status.status_code == trace.StatusCode.UNSET
+    # the host's trace (the SDK client sends its traceparent in params._meta) is continued
+    host = next(s for s in spans if s.kind == trace.SpanKind.CLIENT and s.name == "MCP send tools/call create_todo")
+    assert call.parent is not None and call.parent.span_id == host.context.span_id
+    assert call.context.trace_id == host.context.trace_id
+    # the path's stages and the downstream call are under the MCP span, and the downstream saw this trace
+    (downstream,) = [s for s in spans if s.kind == trace.SpanKind.CLIENT and s.name == "POST /todos"]
+    assert downstream.parent is not None and downstream.parent.span_id == call.context.span_id
+    stages = {s.name for s in spans if s.parent is not None and s.parent.span_id == call.context.span_id}
+    assert {"countersign.claim", "countersign.settle", "POST /todos"} <= stages, stages
+    sent = stack.todo.writes(action_id)[0]["headers"]["traceparent"]
+    assert sent.split("-")[1:3] == [format(call.context.trace_id, "032x"), format(downstream.context.span_id, "016x")]
+    # the confirmation the server asked the host for during the call is in the same trace, under the call
+    (asked,) = [s for s in spans if s.name == "MCP send elicitation/create"]
+    assert asked.parent is not None and asked.parent.span_id == call.context.span_id
+
+
+async def test_an_mcp_refusal_is_not_an_error_span_and_names_its_reason(mcp_sidecar: app.Sidecar) -> None:
+    async with client(_mcp_url(mcp_sidecar)) as c:
+        refused = await c.call_tool("create_todo", {"title": "x", "owner": "mallory"})
+        with pytest.raises(MCPError) as unknown:  # a protocol fault in MCP's terms, the caller's all the same
+            await c.call_tool("no_such_tool", {})
+    assert refused.is_error and refused.structured_content["error"]["reason"] == "ARGS_INVALID", refused
+    assert unknown.value.error.code == -32602
+    (call,) = [s for s in _server_spans() if s.name == "tools/call create_todo"]
+    assert (call.attributes or {})["countersign.reason"] == "ARGS_INVALID"
+    assert call.status.status_code == trace.StatusCode.UNSET, "a refusal is the caller's business, as over gRPC"
+    (missing,) = [s for s in _server_spans() if s.name == "tools/call no_such_tool"]
+    attrs = dict(missing.attributes or {})
+    assert (attrs["countersign.reason"], attrs["rpc.response.status_code"]) == ("TOOL_NOT_FOUND", "-32602")
+    assert missing.status.status_code == trace.StatusCode.UNSET
+    assert {s.name for s in _server_spans()} == {"tools/call create_todo", "tools/call no_such_tool"}, (
+        "initialize and notifications are not traced, as gRPC health and reflection are not"
+    )
+
+
+async def test_an_mcp_call_whose_downstream_is_down_is_an_error_span(stack: Stack, tmp_path: Path) -> None:
+    _provider()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    down = await app.start(
+        settings.Settings(
+            registry=str(processes.write_registry(tmp_path, f"http://{dead}")),
+            listen="127.0.0.1:0",
+            redis_url=stack.redis.info["url"],
+            metrics_listen="",
+            keys_file=str(stack.keys),
+            mcp_listen="127.0.0.1:0",
+            downstream_deadline=0.5,
+            lease=5.0,
+        ).validate()
+    )
+    try:
+        EXPORTER.clear()
+        async with client(_mcp_url(down)) as c:
+            failed = await c.call_tool("list_todos", {})
+    finally:
+        await down.stop(grace=1)
+    assert failed.is_error and failed.structured_content["error"]["reason"] == "DOWNSTREAM_UNAVAILABLE", failed
+    (call,) = [s for s in _server_spans() if s.name == "tools/call list_todos"]
+    attrs = dict(call.attributes or {})
+    assert call.status.status_code == trace.StatusCode.ERROR
+    assert (attrs["countersign.reason"], attrs["error.type"]) == ("DOWNSTREAM_UNAVAILABLE", "UNAVAILABLE")
