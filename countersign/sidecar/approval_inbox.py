@@ -21,7 +21,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import jwt
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -56,6 +55,8 @@ class ApprovalInbox:
         """Verify ``approval`` for this action's READY card and record it for the waiting call; raise the refusal."""
         if not ACTION_ID.fullmatch(action_id):
             raise InvalidArgument(Reason.REQUEST_INVALID, "the action id is 32 lowercase hex digits")
+        import jwt  # JOSE is loaded only when an approval arrives (a sidecar without approvals never imports it)
+
         try:
             claims: dict[str, Any] = jwt.decode(approval, options={"verify_signature": False})
         except jwt.PyJWTError as exc:
