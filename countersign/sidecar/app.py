@@ -53,7 +53,7 @@ from countersign.sidecar.server import (
 )
 from countersign.sidecar.settings import LEASE_MARGIN, Settings
 from countersign.sidecar.tls import add_port, downstream_tls, server_credentials
-from countersign.sidecar.trust import check_id_key, load_approvals, load_guard, load_keys
+from countersign.sidecar.trust import check_id_key, load_approvals, load_guard, load_keys, warn_without_issuer
 from countersign.store.redis_store import RedisStore
 from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
 
@@ -145,13 +145,16 @@ async def start(settings: Settings) -> Sidecar:
         if not url:
             embedded = EmbeddedRedis().start()
             url = embedded.url
-        return await _start(settings, keyring, registry, url, embedded, verifier)
+        sidecar = await _start(settings, keyring, registry, url, embedded, verifier)
     except BaseException:
         if embedded is not None:
             embedded.stop()
         if verifier is not None:
             await verifier.close()
         raise
+    if verifier is None:
+        warn_without_issuer()
+    return sidecar
 
 
 def build(

@@ -62,19 +62,24 @@ async def check_id_key(store: RedisStore, keyring: Keyring) -> None:
 
 async def load_approvals(settings: Settings) -> Verifier | None:
     """The approval issuers and their keys (a key that cannot be loaded stops the start, as a bad registry does);
-    without any, one loud warning: writes are then confirmable without proof that a user approved them."""
+    None without any (``warn_without_issuer`` says so once the sidecar has started)."""
     if not settings.approvals:
-        log.warning(
-            "NO APPROVAL ISSUER IS CONFIGURED (--approvals / COUNTERSIGN_APPROVALS): every write is confirmable by "
-            "the confirmation token alone, which the agent holds; nothing proves that a user approved it. "
-            "Configure the app backend or identity provider that signs approvals (docs/approvals.md).",
-            extra={"event": "no_approval_issuer"},
-        )
         return None
     try:
         return await Verifier.load(settings.approvals)
     except ApprovalSettingsError as exc:
         raise SettingsError(f"--approvals: {exc}") from exc
+
+
+def warn_without_issuer() -> None:
+    """One loud warning, once the sidecar has started (a start that fails says only why): without an approval issuer
+    writes are confirmable without proof that a user approved them."""
+    log.warning(
+        "NO APPROVAL ISSUER IS CONFIGURED (--approvals / COUNTERSIGN_APPROVALS): every write is confirmable by "
+        "the confirmation token alone, which the agent holds; nothing proves that a user approved it. "
+        "Configure the app backend or identity provider that signs approvals (docs/approvals.md).",
+        extra={"event": "no_approval_issuer"},
+    )
 
 
 def load_guard(settings: Settings) -> GuardLoader:
