@@ -298,6 +298,17 @@ def test_a_token_of_another_key_is_invalid() -> None:
     assert info.value.reason == "CONFIRMATION_TOKEN_INVALID"
 
 
+def test_a_token_whose_key_was_removed_is_refused_naming_the_key() -> None:
+    """A key removed while a card it sealed is live: the refusal says which key this sidecar no longer lists
+    (what an operator needs, docs/runbook.md "Rotating keys"), not that the token was forged."""
+    sealed_by_k1 = Keyring("k1", {"k1": K1, "k2": K2}).token(A)
+    with pytest.raises(InvalidArgument) as info:
+        Keyring("k2", {"k2": K2}).parse_token(sealed_by_k1)
+    assert (info.value.code, info.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "CONFIRMATION_TOKEN_INVALID")
+    assert "'k1'" in info.value.message and "does not list" in info.value.message
+    assert info.value.metadata == {"kid": "k1"}
+
+
 # -- the keys file ----------------------------------------------------------------------------
 
 
