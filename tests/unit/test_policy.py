@@ -369,6 +369,15 @@ def test_write_without_claim_needs_confirmation(phase: Phase) -> None:
     assert allowed("create_todo", '{"title": "x"}', phase=phase, claimed=True).arguments == {"title": "x"}
 
 
+def test_a_write_executed_by_a_caller_that_says_nothing_of_a_claim_needs_confirmation() -> None:
+    """The safe default: a caller that forgets to say whether it holds a claim is one that does not."""
+    for phase in (Phase.EXECUTE, Phase.COMPENSATE):
+        with pytest.raises(FailedPrecondition) as info:
+            policy.authorize(REGISTRY, ctx(), "create_todo", '{"title": "x"}', phase)
+        assert info.value.reason == "TOOL_CONFIRMATION_REQUIRED"
+    assert isinstance(policy.authorize(REGISTRY, ctx(), "list_todos", "{}", Phase.EXECUTE), Allowed)
+
+
 def test_reads_and_prepares_need_no_claim() -> None:
     allowed("list_todos", "{}", phase=Phase.EXECUTE)
     for phase in (Phase.INVOKE, Phase.CONFIRM, Phase.RECONCILE):

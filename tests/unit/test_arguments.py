@@ -1,0 +1,103 @@
+"""Decoding ``arguments_json`` (docs/design.md §5, step 4): a decimal is kept as sent, a number JSON cannot carry
+is refused where it was written, and the 64 KiB limit is exact, in characters and in bytes (issue 11, "Test
+strength": each of these was a surviving mutant)."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+
+from countersign import registry
+from countersign.errors import InvalidArgument
+from countersign.path import policy
+from countersign.path.policy import Allowed, Phase
+from countersign.testing.calls import ctx
+
+LIMIT = policy.MAX_ARGUMENTS_BYTES
+LEDGER = registry.build(
+    {
+        "policy_version": "args.1",
+        "capabilities": [{"id": "ledger.write", "status": "enabled", "tool": "write_entry", "risk": "low"}],
+        "tools": [
+            {
+                "name": "write_entry",
+                "capability": "ledger.write",
+                "is_write": True,
+                "roles": ["user"],
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"amount": {"type": "number"}, "memo": {"type": "string"}},
+                },
+                "adapter": {"kind": "http", "execute": {"url": "http://127.0.0.1:9/entries"}},
+            }
+        ],
+    },
+    "ledger",
+)
+
+
+def entry(text: str) -> Allowed:
+    out = policy.authorize(LEDGER, ctx(), "write_entry", text, Phase.INVOKE)
+    assert isinstance(out, Allowed)
+    return out
+
+
+def refused(text: str) -> InvalidArgument:
+    with pytest.raises(InvalidArgument) as info:
+        policy.authorize(LEDGER, ctx(), "write_entry", text, Phase.INVOKE)
+    assert (info.value.code, info.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "ARGS_INVALID")
+    return info.value
+
+
+@pytest.mark.parametrize("number", ["1.5", "-0.25", "2.5e-3", "1E+2", "0.1"])
+def test_a_decimal_is_kept_as_sent(number: str) -> None:
+    out = entry(f'{{"amount": {number}, "memo": "x"}}')
+    assert out.arguments == {"amount": float(number), "memo": "x"}
+    assert json.loads(out.canonical_args) == {"amount": float(number), "memo": "x"}
+
+
+def test_the_prepared_bytes_of_a_decimal_are_its_canonical_form() -> None:
+    assert entry('{"amount": 1.50}').canonical_args == b'{"amount":1.5}'
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "1.7976931348623159e308"])
+def test_a_number_beyond_a_double_is_refused_as_arguments_json(number: str) -> None:
+    """It decodes to infinity: refused at decoding, naming the field arguments_json and the number."""
+    err = refused(f'{{"amount": {number}}}')
+    assert [v.field for v in err.violations] == ["arguments_json"]
+    assert number in err.message and "out of range" in err.message
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_constant_json_does_not_have_is_refused(constant: str) -> None:
+    err = refused(f'{{"amount": {constant}}}')
+    assert [v.field for v in err.violations] == ["arguments_json"]
+    assert "is not JSON" in err.message
+
+
+def _memo_of(size: int, fill: str = "a") -> str:
+    """Arguments of exactly ``size`` bytes (UTF-8), the memo padded with ``fill`` (one byte at the end if
+    ``fill``'s width does not divide the room)."""
+    frame = len('{"memo": ""}')
+    width = len(fill.encode())
+    count, rest = divmod(size - frame, width)
+    text = '{"memo": "' + fill * count + "a" * rest + '"}'
+    assert len(text.encode()) == size
+    return text
+
+
+@pytest.mark.parametrize("fill", ["a", "€"], ids=["ascii", "three-byte"])
+def test_exactly_64_kib_is_accepted_and_one_byte_more_is_refused(fill: str) -> None:
+    assert entry(_memo_of(LIMIT, fill)).arguments["memo"].startswith(fill)
+    err = refused(_memo_of(LIMIT + 1, fill))
+    assert [v.field for v in err.violations] == ["arguments_json"]
+    assert f"larger than {LIMIT} bytes" in err.message
+
+
+def test_the_limit_is_in_bytes_whatever_the_characters() -> None:
+    text = _memo_of(LIMIT + 2, "€")
+    assert len(text) < LIMIT < len(text.encode())
+    refused(text)
