@@ -1,0 +1,318 @@
+"""Confirm against an attacker with write access to Redis, and an operator who rotates keys or changes the registry
+while cards are live (docs/design.md §5, §7, §12; issue 11, "Test strength").
+
+The sidecar's parts are built in this process (``app.build``, no gRPC server) over a real redis-server, and the
+tools point at a real downstream on loopback that records every request that reached it (``Raw``). What is
+asserted is what a caller and the downstream see: the status and reason of a refusal, and whether anything was
+sent. Two sets of parts over one Redis are two sidecars (a rotation, a rolling registry change).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import grpc
+import pytest
+import redis.asyncio as aioredis
+
+from countersign import registry as registry_mod
+from countersign.errors import CountersignError
+from countersign.guard import ReplyGuard
+from countersign.keyring import Keyring
+from countersign.sidecar import app
+from countersign.sidecar.settings import Settings
+from countersign.store.keys import card_key
+from countersign.store.redis_store import RedisStore
+from countersign.testing import processes
+from countersign.testing.calls import ctx
+from countersign.testing.downstreams import Raw, Seen, answer, registry_doc
+from countersign.v1 import common_pb2
+
+K1, K0 = bytes.fromhex("11" * 32), bytes.fromhex("22" * 32)
+BOB = {"actor_id": "bob", "subject_id": "bob", "session_id": "s-bob"}
+GUARD = ReplyGuard.load(None)
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    proc = processes.start_redis(tmp_path_factory.mktemp("confirm"))
+    yield proc.info["url"]
+    proc.stop()
+
+
+def created(seen: Seen) -> list[bytes | float]:
+    """The downstream creates what it is sent and answers with an id and a version (the receipt's fields)."""
+    body = json.loads(seen.body or b"{}")
+    return answer(201, {"id": f"thing-{len(body)}", "version": 1, **body}, pause=0.0)
+
+
+def sent(raw: Raw) -> list[str]:
+    """The idempotency key (the action id) of every request that reached the downstream, in order."""
+    return [s.headers.get("idempotency-key", "").strip('"') for s in raw.seen]
+
+
+def things(raw: Raw) -> dict[str, Any]:
+    """The downstream's registry (testing.downstreams.registry_doc), create_thing's argument ``amount`` a number."""
+    doc = registry_doc(raw.url)
+    tool = next(t for t in doc["tools"] if t["name"] == "create_thing")
+    tool["schema"]["properties"]["amount"] = {"type": "number"}
+    return doc
+
+
+def changed(doc: dict[str, Any], **cap: str) -> dict[str, Any]:
+    """The same registry under a new policy version, with create_thing's capability changed as asked."""
+    doc = copy.deepcopy(doc)
+    doc["policy_version"] = "adapters.2"
+    entry = next(c for c in doc["capabilities"] if c["tool"] == "create_thing")
+    tool = next(t for t in doc["tools"] if t["name"] == "create_thing")
+    entry.update(cap)
+    if "id" in cap:
+        tool["capability"] = cap["id"]
+    tool.update({k: v for k, v in cap.items() if k in ("risk", "confirmation")})  # a tool says what its capability says
+    return doc
+
+
+@contextlib.asynccontextmanager
+async def sidecar(redis_url: str, doc: dict[str, Any], keyring: Keyring) -> AsyncIterator[app.Components]:
+    """One sidecar's parts over the shared redis-server: the registry ``doc``, the keys ``keyring``."""
+    store = RedisStore.from_url(redis_url, socket_timeout=2, connect_timeout=2, retries=0)
+    settings = Settings(registry="(in memory)", telemetry="off", lease=5.0, downstream_deadline=1.0)
+    parts = app.build(settings, keyring, registry_mod.build(doc, "test"), store, GUARD)
+    try:
+        yield parts
+    finally:
+        pending = [*parts.executor.background, *parts.settler.background]
+        for task in pending:
+            with contextlib.suppress(BaseException):
+                await task
+        await parts.quota.drain(2)
+        await parts.audit.drain(2)
+        for adapter in parts.adapters.values():
+            await adapter.close()
+        await store.close()
+
+
+def keys(active: str, **listed: bytes) -> Keyring:
+    return Keyring(active=active, keys=dict(listed))
+
+
+BOTH = keys("k1", k1=K1, k0=K0)
+
+
+async def card(parts: app.Components, title: str, **context: Any) -> Any:
+    """A fresh card for create_thing (a new turn each time)."""
+    args = json.dumps({"title": title, "amount": 2})
+    out = await parts.pipeline.invoke(ctx(request_id=f"r-{time.monotonic_ns()}", **context), "create_thing", args)
+    assert out.HasField("confirmation"), out
+    return out.confirmation
+
+
+async def refused(call: Any) -> CountersignError:
+    with pytest.raises(CountersignError) as info:
+        await call
+    return info.value
+
+
+async def hash_of(client: aioredis.Redis, key: str) -> dict[bytes, bytes]:
+    return await client.hgetall(key)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    c = aioredis.Redis.from_url(redis_url)
+    yield c
+    await c.aclose()
+
+
+# -- a card edited in Redis never executes ---------------------------------------------------------------------
+
+
+async def test_a_genuinely_sealed_card_copied_under_another_action_id_never_executes(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    raw.script = created
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        target, donor = await card(parts, "目标"), await card(parts, "供体")
+        sealed = await hash_of(client, card_key(donor.action_id))
+        await client.delete(card_key(target.action_id))
+        await client.hset(card_key(target.action_id), mapping=sealed)  # type: ignore[arg-type]
+        await client.pexpire(card_key(target.action_id), 60_000)
+        err = await refused(parts.pipeline.confirm(ctx(), target.token, 0))
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED")
+        assert raw.seen == [], "the donor's arguments were not sent under the target's idempotency key"
+        again = await refused(parts.pipeline.confirm(ctx(), target.token, 0))
+        assert again.code == grpc.StatusCode.DATA_LOSS and raw.seen == []
+        # the donor's own card is untouched and runs once, for its owner
+        done = await parts.pipeline.confirm(ctx(), donor.token, 0)
+        assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
+        assert sent(raw) == [donor.action_id]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("tool", b"create_plain"), ("kid", b"k0")],
+    ids=["tool", "kid"],
+)
+async def test_a_cards_tool_or_key_id_edited_alone_is_tampered_and_never_executes(
+    redis_url: str, raw: Raw, client: aioredis.Redis, field: str, value: bytes
+) -> None:
+    """The record's tool (what claim.lua checks the role against) or key id edited to another listed one."""
+    raw.script = created
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        shown = await card(parts, f"只改{field}")
+        await client.hset(card_key(shown.action_id), field, value)
+        err = await refused(parts.pipeline.confirm(ctx(), shown.token, 0))
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED"), err
+        assert raw.seen == []
+        err = await refused(parts.pipeline.get_action(ctx(), shown.action_id))  # the run record carries it on
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
+        err = await refused(parts.pipeline.confirm(ctx(), shown.token, 0))
+        assert err.code == grpc.StatusCode.DATA_LOSS and raw.seen == []
+
+
+async def test_a_key_id_edited_to_another_id_of_the_same_secret_is_still_tampered(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    """A keys file that lists one secret under two ids (a key renamed mid-rotation): the MAC verifies under
+    either id, so only the key id sealed in the card's body tells that the record's was edited."""
+    raw.script = created
+    renamed = keys("k1", k1=K1, k2=K1)
+    async with sidecar(redis_url, things(raw), renamed) as parts:
+        shown = await card(parts, "同一密钥两个名字")
+        await client.hset(card_key(shown.action_id), "kid", b"k2")
+        err = await refused(parts.pipeline.confirm(ctx(), shown.token, 0))
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED")
+        assert raw.seen == []
+
+
+async def test_a_cards_key_id_edited_to_an_unlisted_one_names_that_key_and_never_executes(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    raw.script = created
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        shown = await card(parts, "不存在的密钥")
+        await client.hset(card_key(shown.action_id), "kid", b"k9")
+        err = await refused(parts.pipeline.get_action(ctx(), shown.action_id))
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED")
+        assert "'k9'" in err.message and "does not list" in err.message
+        err = await refused(parts.pipeline.confirm(ctx(), shown.token, 0))
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED")
+        assert "'k9'" in err.message
+        assert raw.seen == []
+
+
+async def test_ones_own_binding_copied_onto_anothers_card_confirms_nothing(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    """Bob holds Alice's token (a leaked log line) and writes his own binding into her card: claim.lua lets him
+    claim it, and the card's sealed binding refuses it; nothing reaches the downstream."""
+    raw.script = created
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        alices = await card(parts, "爱丽丝的卡片")
+        bobs = await card(parts, "鲍勃的卡片", **BOB)
+        bob_binding = await client.hget(card_key(bobs.action_id), "b")
+        assert bob_binding
+        await client.hset(card_key(alices.action_id), "b", bob_binding)
+        err = await refused(parts.pipeline.confirm(ctx(**BOB), alices.token, 0))
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED")
+        assert raw.seen == []
+        # and Bob learns nothing of Alice's action by GetAction either
+        err = await refused(parts.pipeline.get_action(ctx(**BOB), alices.action_id))
+        assert err.code in (grpc.StatusCode.DATA_LOSS, grpc.StatusCode.PERMISSION_DENIED)
+        assert raw.seen == []
+
+
+# -- keys rotate between issuing and confirming ------------------------------------------------------------------
+
+
+async def test_a_card_issued_before_a_rotation_confirms_after_it_and_executes_once(redis_url: str, raw: Raw) -> None:
+    raw.script = created
+    doc = things(raw)
+    async with sidecar(redis_url, doc, BOTH) as before:
+        shown = await card(before, "轮换之前")
+    rotated = keys("k0", k1=K1, k0=K0)  # k0 active now; k1, which sealed the card, still listed
+    async with sidecar(redis_url, doc, rotated) as after:
+        done = await after.pipeline.confirm(ctx(), shown.token, 0)
+        assert done.state == common_pb2.ACTION_STATE_SUCCEEDED, done
+        again = await after.pipeline.confirm(ctx(), shown.token, 0)
+        assert again.state == common_pb2.ACTION_STATE_SUCCEEDED and again.receipt == done.receipt
+        assert (await after.pipeline.get_action(ctx(), shown.action_id)).state == common_pb2.ACTION_STATE_SUCCEEDED
+    assert sent(raw) == [shown.action_id] and raw.seen[0].method == "POST"
+
+
+async def test_a_card_whose_key_was_removed_is_refused_naming_the_key_and_runs_once_when_it_is_back(
+    redis_url: str, raw: Raw
+) -> None:
+    raw.script = created
+    doc = things(raw)
+    async with sidecar(redis_url, doc, BOTH) as before:
+        shown = await card(before, "密钥被删")
+    removed = keys("k0", k0=K0)  # k1 removed while its card is live (the id key, k0, is kept)
+    async with sidecar(redis_url, doc, removed) as after:
+        err = await refused(after.pipeline.confirm(ctx(), shown.token, 0))
+        assert err.code == grpc.StatusCode.INVALID_ARGUMENT and err.reason == "CONFIRMATION_TOKEN_INVALID"
+        assert "'k1'" in err.message and "does not list" in err.message, err.message
+        err = await refused(after.pipeline.get_action(ctx(), shown.action_id))
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED")
+        assert "'k1'" in err.message
+    assert raw.seen == []
+    async with sidecar(redis_url, doc, BOTH) as restored:  # the key listed again: the card was never spent
+        done = await restored.pipeline.confirm(ctx(), shown.token, 0)
+        assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
+    assert sent(raw) == [shown.action_id]
+
+
+# -- the registry changes between issuing and confirming ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"id": "thing.make"}, {"confirmation": "always"}, {"risk": "high"}],
+    ids=["capability", "confirmation", "risk"],
+)
+async def test_a_card_whose_capability_changed_in_one_respect_is_refused_at_claim(
+    redis_url: str, raw: Raw, change: dict[str, str]
+) -> None:
+    """Each of the capability's id, confirmation level and risk, changed alone under a new policy version: the
+    card the user saw no longer describes what would run, so it does not run (POLICY_CHANGED)."""
+    raw.script = created
+    doc = things(raw)
+    async with sidecar(redis_url, doc, BOTH) as before:
+        shown = await card(before, f"改了{next(iter(change))}")
+    async with sidecar(redis_url, changed(doc, **change), BOTH) as after:
+        err = await refused(after.pipeline.confirm(ctx(), shown.token, 0))
+        assert (err.code, err.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "POLICY_CHANGED")
+        action = await after.pipeline.get_action(ctx(), shown.action_id)
+        assert action.state == common_pb2.ACTION_STATE_FAILED and action.error.reason == "POLICY_CHANGED"
+    assert raw.seen == []
+
+
+async def test_a_new_policy_version_that_changes_nothing_of_the_card_lets_it_run(redis_url: str, raw: Raw) -> None:
+    raw.script = created
+    doc = things(raw)
+    async with sidecar(redis_url, doc, BOTH) as before:
+        shown = await card(before, "版本变了而已")
+    async with sidecar(redis_url, changed(doc), BOTH) as after:
+        done = await after.pipeline.confirm(ctx(), shown.token, 0)
+        assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
+    assert sent(raw) == [shown.action_id]
+
+
+# -- arguments: a decimal reaches the downstream as it was sent ---------------------------------------------------
+
+
+async def test_a_decimal_argument_reaches_the_card_and_the_downstream_unchanged(redis_url: str, raw: Raw) -> None:
+    raw.script = created
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        out = await parts.pipeline.invoke(ctx(request_id="decimal"), "create_thing", '{"title": "x", "amount": 1.5}')
+        shown = out.confirmation
+        assert json.loads(shown.prepared_arguments_json) == {"title": "x", "amount": 1.5}
+        assert '"amount":1.5' in shown.prepared_arguments_json
+        done = await parts.pipeline.confirm(ctx(request_id="decimal"), shown.token, 0)
+        assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
+    assert [json.loads(s.body) for s in raw.seen] == [{"title": "x", "amount": 1.5}]
