@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from countersign.errors import Unavailable
-from countersign.store import Anchor, CardRecord, Issued, QuotaCount, RunSummary, Won
+from countersign.store import Anchor, CardRecord, Issued, QuotaCount, ReconcileWork, RunSummary, Won
 from countersign.store.redis_store import RedisStore
 from countersign.testing import processes
 
@@ -101,6 +101,12 @@ async def test_run_states_read_each_record_in_the_order_asked(store: RedisStore)
     assert before + 30_000 <= states[2].lease_ms <= now_ms() + 30_000
     assert states[1] == RunSummary("", 0, 0, "")
     assert await store.run_states([]) == []
+    # an unknown action a reconciler has looked at: due again when it said
+    assert await store.settle(first, "c-1", "unknown", b"", "", "DOWNSTREAM_TIMEOUT", "", 60_000) == "ok"
+    assert isinstance(await store.reconcile_claim(first, "r-1", 5_000), ReconcileWork)
+    assert await store.reconcile_defer(first, "r-1", 40_000) == "ok"
+    (summary,) = await store.run_states([first])
+    assert summary.state == "unknown" and before + 40_000 <= summary.due_ms <= now_ms() + 40_000
     assert await store.run_tool(second) == "delete_todo"
     assert await store.run_tool(missing) == ""
 
@@ -117,9 +123,21 @@ async def test_audit_evidence_is_what_redis_holds_of_each_action(store: RedisSto
     await store.open_add(indexed_only, 1)
     await store.client.set("cs:quota:{t}", "x")  # not an action's key: never taken for one
     await store.client.set("cs:{x}:other", "x")
+    await store.client.hset("bq:{job-1}:run", "st", "running")  # another application's key, shaped like ours
 
     assert await store.audit_actions() == [chained]
     assert await store.audited_ids() == sorted([chained, issued_only, indexed_only])
+    # any one of an action's keys makes it known: a run record, an anchor or a chain alone, an index entry
+    alone = {kind: aid() for kind in ("run", "audit", "events")}
+    await store.client.hset(f"cs:{{{alone['run']}}}:run", "st", "unknown")
+    await store.client.hset(f"cs:{{{alone['audit']}}}:audit", "seq", "1")
+    await store.client.xadd(f"cs:{{{alone['events']}}}:events", {"e": b"{}"})
+    also_indexed = [aid(), aid(), aid()]
+    for action in also_indexed:
+        await store.open_add(action, 5)
+    every = [chained, issued_only, indexed_only, *alone.values(), *also_indexed]
+    assert await store.audited_ids() == sorted(every)
+    assert sorted(await store.audit_actions()) == sorted([chained, alone["events"]])
     events = await store.events(chained)
     assert [e for _, e in events] == [b'{"t":"issued"}', b'{"t":"claimed"}']
     assert all(entry_id.count("-") == 1 for entry_id, _ in events)  # stream entry ids, as text

@@ -38,6 +38,7 @@ from countersign.store import (
     Resolved,
     RunRecord,
     Won,
+    keys,
     states,
 )
 from countersign.store.redis_store import RedisStore
@@ -585,6 +586,23 @@ async def test_many_concurrent_claims_make_one_holder(store: RedisStore) -> None
     results = await asyncio.gather(*(store.claim(action, B, ",", f"c-{i}", LEASE) for i in range(50)))
     assert sum(isinstance(r, Won) for r in results) == 1
     assert all(isinstance(r, (Won, RunRecord)) for r in results)
+
+
+@pytest.mark.parametrize(("receipt", "after"), [("SUCCEEDED", b"ready"), ("FAILED", b"pending")])
+async def test_an_operators_resolve_wakes_the_actions_continuation_only_when_it_succeeded(
+    store: RedisStore, receipt: str, after: bytes
+) -> None:
+    """The continuation waiting on an unresolved action (its own slot's key, KEYS[2]) is ready once an operator
+    settles the action SUCCEEDED, and keeps waiting otherwise; another action's continuation is not touched."""
+    action, other = await issued(store), await issued(store)
+    for a in (action, other):
+        assert isinstance(await cont_opened(store, a), ContRecord)
+    claim = "c-" + os.urandom(4).hex()
+    assert isinstance(await store.claim(action, B, ",", claim, LEASE), Won)
+    assert await store.settle(action, claim, "unknown", b"", "", "DOWNSTREAM_TIMEOUT", "", 60_000) == "ok"
+    assert await store.resolve(action, b"resolved", "omac", "RESOLVED_BY_OPERATOR", receipt, 60_000) == Resolved(True)
+    assert await store.client.hget(keys.cont_key(action), "st") == after
+    assert await store.client.hget(keys.cont_key(other), "st") == b"pending"
 
 
 def test_the_scripts_are_those_the_store_loads() -> None:

@@ -5,6 +5,7 @@ strength": each of these was a surviving mutant)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import grpc
 import pytest
@@ -16,27 +17,44 @@ from countersign.path.policy import Allowed, Phase
 from countersign.testing.calls import ctx
 
 LIMIT = policy.MAX_ARGUMENTS_BYTES
-LEDGER = registry.build(
-    {
-        "policy_version": "args.1",
-        "capabilities": [{"id": "ledger.write", "status": "enabled", "tool": "write_entry", "risk": "low"}],
-        "tools": [
-            {
-                "name": "write_entry",
-                "capability": "ledger.write",
-                "is_write": True,
-                "roles": ["user"],
-                "schema": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {"amount": {"type": "number"}, "memo": {"type": "string"}},
-                },
-                "adapter": {"kind": "http", "execute": {"url": "http://127.0.0.1:9/entries"}},
-            }
-        ],
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "amount": {"type": "number"},
+        "memo": {"type": "string"},
+        "meta": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["ref"],
+            "properties": {"ref": {"type": "string"}},
+        },
     },
-    "ledger",
-)
+}
+
+
+def ledger(schema: dict[str, Any]) -> registry.Registry:
+    """A registry of one write tool, write_entry, whose arguments ``schema`` describes."""
+    return registry.build(
+        {
+            "policy_version": "args.1",
+            "capabilities": [{"id": "ledger.write", "status": "enabled", "tool": "write_entry", "risk": "low"}],
+            "tools": [
+                {
+                    "name": "write_entry",
+                    "capability": "ledger.write",
+                    "is_write": True,
+                    "roles": ["user"],
+                    "schema": schema,
+                    "adapter": {"kind": "http", "execute": {"url": "http://127.0.0.1:9/entries"}},
+                }
+            ],
+        },
+        "ledger",
+    )
+
+
+LEDGER = ledger(SCHEMA)
 
 
 def entry(text: str) -> Allowed:
@@ -101,3 +119,45 @@ def test_the_limit_is_in_bytes_whatever_the_characters() -> None:
     text = _memo_of(LIMIT + 2, "€")
     assert len(text) < LIMIT < len(text.encode())
     refused(text)
+
+
+# -- a schema violation names the argument by its JSON path, and says what is wrong in a bounded sentence ----------
+
+
+def fields(err: InvalidArgument) -> list[tuple[str, str]]:
+    return [(v.field, v.description) for v in err.violations]
+
+
+def test_a_nested_violation_is_named_by_its_path() -> None:
+    assert [f for f, _ in fields(refused('{"meta": {"ref": 5}}'))] == ["meta.ref"]
+    assert fields(refused('{"meta": {}}')) == [("meta.ref", '"ref" is a required property')]
+    name = "x" * 70
+    assert fields(refused(f'{{"meta": {{"ref": "r", "{name}": 1}}}}')) == [
+        (f"meta.{name}", f"additional properties are not allowed ({name[:64]!r} was unexpected)")
+    ]
+
+
+def test_every_violation_is_told_an_unexpected_property_as_well_as_the_others() -> None:
+    err = refused('{"amount": "two", "evil": 1, "worse": 2}')
+    assert sorted(f for f, _ in fields(err)) == ["amount", "evil", "worse"]
+    err = refused('{"evil": 1, "meta": {"ref": "r", "worse": 2}}')  # two objects, each with one too many
+    assert sorted(f for f, _ in fields(err)) == ["evil", "meta.worse"]
+
+
+def test_what_the_validator_says_is_cut_to_300_characters() -> None:
+    long = "a" * 400
+    (field, description), *_ = fields(refused(f'{{"amount": "{long}"}}'))
+    assert field == "amount" and len(description) == 300 and description.startswith('"aaa')
+    required = "r" * 400
+    tool = ledger(
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": [required],
+            "properties": {required: {"type": "string"}},
+        }
+    )
+    with pytest.raises(InvalidArgument) as info:
+        policy.authorize(tool, ctx(), "write_entry", "{}", Phase.INVOKE)
+    ((field, description),) = fields(info.value)
+    assert field == required and len(description) == 300 and description.startswith('"rrr')

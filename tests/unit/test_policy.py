@@ -120,6 +120,14 @@ def test_unknown_tool_is_not_found() -> None:
     raises(NotFound, "TOOL_NOT_FOUND", grpc.StatusCode.NOT_FOUND, policy.resolve, REGISTRY, "x" * 500)
 
 
+def test_a_name_the_caller_sent_is_quoted_whole_up_to_64_characters_and_cut_beyond() -> None:
+    """What a model sent comes back in messages and metadata, never more than 64 of its characters."""
+    for name, quoted in (("x" * 64, "x" * 64), ("x" * 65, "x" * 64 + "…"), ("y" * 500, "y" * 64 + "…")):
+        err = raises(NotFound, "TOOL_NOT_FOUND", grpc.StatusCode.NOT_FOUND, policy.resolve, REGISTRY, name)
+        assert err.message == f"no tool named {quoted!r} is registered"
+        assert err.metadata == {"tool": name[:64]}
+
+
 @pytest.mark.parametrize(
     ("name", "cap_id", "status"),
     [
