@@ -399,8 +399,14 @@ async def _(s: RedisStore) -> bool:
 
 @shape("cont_claim", "won")
 async def _(s: RedisStore) -> bool:
-    won = await s.cont_claim(await cont_ready(s), B, LEASE, "g-1")
-    return isinstance(won, ContWon) and won.cont.turn == "turn-1" and won.run.out == b"outcome"
+    action = await cont_ready(s)
+    sealed = (await s.record(action))["card"]
+    won = await s.cont_claim(action, B, LEASE, "g-1")
+    # the continuation as opened, and the action's record as settled (its receipt, checked against its card)
+    return won == ContWon(
+        ContRecord("running", "k1", b'{"question":"q"}', "turn-1", "cmac"),
+        RunRecord("settled", "k1", b"outcome", "omac", "", B, "create_todo", sealed, "card-mac"),
+    )
 
 
 @shape("cont_claim", "settled")
@@ -408,7 +414,7 @@ async def _(s: RedisStore) -> bool:
     action = await cont_running(s)
     await s.cont_settle(action, B, b"reply", "rmac", b"{}", "g-1")
     found = await s.cont_claim(action, B, LEASE, "g-2")
-    return isinstance(found, ContRecord) and (found.state, found.reply) == ("settled", b"reply")
+    return found == ContRecord("settled", "k1", b'{"question":"q"}', "turn-1", "cmac", b"reply", "rmac", b"{}")
 
 
 @shape("cont_claim", "running")
@@ -603,6 +609,20 @@ async def test_an_operators_resolve_wakes_the_actions_continuation_only_when_it_
     assert await store.resolve(action, b"resolved", "omac", "RESOLVED_BY_OPERATOR", receipt, 60_000) == Resolved(True)
     assert await store.client.hget(keys.cont_key(action), "st") == after
     assert await store.client.hget(keys.cont_key(other), "st") == b"pending"
+
+
+async def test_a_reconcilers_claim_hands_it_the_card_as_sealed(store: RedisStore) -> None:
+    """What the reconciler verifies (the MAC under the key id) and looks up by (the tool, the body) is the card as
+    issued, whatever edits the run record has since."""
+    sealed = card()
+    action = aid()
+    assert isinstance(await store.issue(action, sealed, 60_000), Issued)
+    assert isinstance(await store.claim(action, B, ",", "c-1", LEASE), Won)
+    assert await store.settle(action, "c-1", "unknown", b"", "", "DOWNSTREAM_TIMEOUT", "", 60_000) == "ok"
+    work = await store.reconcile_claim(action, "r-1", 5_000)
+    assert isinstance(work, ReconcileWork)
+    assert work.card == CardRecord(sealed.kid, sealed.tool, sealed.body, sealed.mac)
+    assert work.attempts == 1 and work.unknown_since_ms <= work.now_ms
 
 
 def test_the_scripts_are_those_the_store_loads() -> None:
