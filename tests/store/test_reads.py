@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from countersign.errors import Unavailable
-from countersign.store import Anchor, CardRecord, Issued, QuotaCount, ReconcileWork, RunSummary, Won
+from countersign.store import Anchor, CardRecord, Issued, QuotaCount, ReconcileWork, RunSummary, Won, keys
 from countersign.store.redis_store import RedisStore
 from countersign.testing import processes
 
@@ -54,6 +54,19 @@ async def running(store: RedisStore, tool: str = "create_todo", lease_ms: int = 
     assert isinstance(await store.issue(action, card(tool), 60_000), Issued)
     assert isinstance(await store.claim(action, B, ",", "c-1", lease_ms), Won)
     return action
+
+
+# -- what one user turn did ------------------------------------------------------------------------------------------
+
+
+async def test_a_turn_recalls_what_it_remembered_in_order_the_last_keep_entries(store: RedisStore) -> None:
+    for entry in (b"read:1", b"read:2", b"proposed:3"):
+        await store.remember("turn-a", entry, 60_000)
+    assert await store.recall("turn-a") == [b"read:1", b"read:2", b"proposed:3"]
+    await store.remember("turn-a", b"read:4", 60_000, keep=2)
+    assert await store.recall("turn-a") == [b"proposed:3", b"read:4"]
+    assert await store.recall("turn-b") == []
+    assert 0 < await store.client.pttl(keys.turn_list_key("turn-a")) <= 60_000
 
 
 # -- the reconciler's index and scans ------------------------------------------------------------------------------

@@ -625,6 +625,47 @@ async def test_a_reconcilers_claim_hands_it_the_card_as_sealed(store: RedisStore
     assert work.attempts == 1 and work.unknown_since_ms <= work.now_ms
 
 
+@pytest.mark.parametrize(("receipt", "state"), [("SUCCEEDED", "ready"), ("FAILED", "pending")])
+async def test_a_continuation_opened_after_its_action_ran_is_ready_only_if_it_succeeded(
+    store: RedisStore, receipt: str, state: str
+) -> None:
+    """The card is gone once claimed: the owner is read from the run record, and so is whether it succeeded."""
+    action, claim = await running(store)
+    assert await store.settle(action, claim, "settled", b"outcome", "omac", "", receipt, 60_000) == "ok"
+    assert await cont_opened(store, action, "someone-else") == Refused("forbidden")
+    assert await cont_opened(store, action) == ContRecord(state, "k1", b'{"question":"q"}', "turn-1", "cmac")  # type: ignore[arg-type]
+
+
+async def test_waiting_for_a_running_action_returns_it_settled_or_as_last_seen(store: RedisStore) -> None:
+    action, claim = await running(store)
+    first = await store.peek(action)
+    assert isinstance(first, RunRecord) and first.state == "running"
+
+    async def settle_soon() -> None:
+        await asyncio.sleep(0.05)
+        await store.settle(action, claim, "settled", b"outcome", "omac", "", "SUCCEEDED", 60_000)
+
+    settling = asyncio.create_task(settle_soon())
+    done = await store.wait_settled(action, first, 10.0)
+    await settling
+    assert (done.state, done.out) == ("settled", b"outcome")
+    # one that stays running: the running record, once the time is up
+    still, _ = await running(store)
+    seen = await store.peek(still)
+    assert isinstance(seen, RunRecord)
+    assert (await store.wait_settled(still, seen, 0.2)).state == "running"
+    # a record that is no longer there: the last one seen
+    gone, _ = await running(store)
+    seen = await store.peek(gone)
+    assert isinstance(seen, RunRecord)
+    await store.client.delete(keys.run_key(gone))
+    assert await store.wait_settled(gone, seen, 10.0) == seen
+    # nothing to wait for
+    settled_record = await store.peek(action)
+    assert isinstance(settled_record, RunRecord)
+    assert await store.wait_settled(action, settled_record, 10.0) == settled_record
+
+
 def test_the_scripts_are_those_the_store_loads() -> None:
     lua = Path(processes.ROOT / "countersign" / "store" / "lua")
     assert {p.stem for p in lua.glob("*.lua")} == set(REPLIES)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from countersign.path.cards import refusal_error
-from countersign.store import Refused
+from countersign.keyring import Keyring
+from countersign.path.cards import binding_of, owner, refusal_error
+from countersign.store import CardRecord, Refused
+from countersign.testing.calls import ctx
 
 
 @pytest.mark.parametrize(
@@ -47,3 +49,13 @@ def test_each_refusal_is_told_with_its_own_status_reason_and_sentence(
     err = refusal_error(refused)
     assert (err.code, err.reason, err.message) == (code, reason, message)
     assert err.retry_after == 0.0  # nothing changed and nothing will by waiting: no RetryInfo
+
+
+def test_the_callers_binding_for_a_card_sealed_by_a_key_no_longer_listed_is_made_with_the_active_key() -> None:
+    """Compensate claims a card another sidecar issued, perhaps under a key this one does not list: the caller's
+    binding is then the active key's (claim.lua compares it with the card's), never a KeyError."""
+    keyring = Keyring("k2", {"k1": bytes(range(32)), "k2": bytes(range(1, 33))})
+    listed, unlisted = CardRecord("k1", "create_todo", b"{}", "mac"), CardRecord("k9", "create_todo", b"{}", "mac")
+    assert binding_of(keyring, listed, ctx()) == keyring.binding("k1", owner(ctx()))
+    assert binding_of(keyring, unlisted, ctx()) == keyring.binding("k2", owner(ctx()))
+    assert binding_of(keyring, listed, ctx()) != binding_of(keyring, listed, ctx(actor_id="bob"))
