@@ -26,7 +26,7 @@ from countersign.guard import ReplyGuard
 from countersign.keyring import Keyring
 from countersign.sidecar import app
 from countersign.sidecar.settings import Settings
-from countersign.store.keys import card_key
+from countersign.store.keys import card_key, run_key
 from countersign.store.redis_store import RedisStore
 from countersign.testing import processes
 from countersign.testing.calls import ctx
@@ -316,3 +316,96 @@ async def test_a_decimal_argument_reaches_the_card_and_the_downstream_unchanged(
         done = await parts.pipeline.confirm(ctx(request_id="decimal"), shown.token, 0)
         assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
     assert [json.loads(s.body) for s in raw.seen] == [{"title": "x", "amount": 1.5}]
+
+
+# -- who may name an action by id ---------------------------------------------------------------------------------
+
+MAINTAIN = {"admin_context_id": "ticket-42", "admin_mode": common_pb2.ADMIN_MODE_MAINTAIN}
+
+
+async def test_an_action_named_by_id_is_told_apart_malformed_unknown_and_anothers(redis_url: str, raw: Raw) -> None:
+    raw.script = created
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        alices = await card(parts, "只有爱丽丝")
+        err = await refused(parts.pipeline.get_action(ctx(), alices.action_id.upper()))
+        assert (err.code, err.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_INVALID")
+        assert err.message == "action_id must be 32 lower-case hex characters"
+        err = await refused(parts.pipeline.get_action(ctx(), "0" * 32))
+        assert (err.code, err.reason) == (grpc.StatusCode.NOT_FOUND, "ACTION_NOT_FOUND")
+        assert err.message == "no such action: never issued, or its records expired"
+        err = await refused(parts.pipeline.get_action(ctx(**BOB), alices.action_id))
+        assert (err.code, err.reason) == (grpc.StatusCode.PERMISSION_DENIED, "CONFIRMATION_BINDING_MISMATCH")
+        assert err.message == "the action belongs to another owner or session"
+        assert (await parts.pipeline.get_action(ctx(), alices.action_id)).state == common_pb2.ACTION_STATE_READY
+    assert raw.seen == []
+
+
+@pytest.mark.parametrize(
+    ("who", "may"),
+    [
+        ({**BOB, **MAINTAIN}, True),
+        (BOB, False),
+        ({**BOB, "admin_context_id": "ticket-42", "admin_mode": common_pb2.ADMIN_MODE_READONLY}, False),
+        ({**BOB, "admin_mode": common_pb2.ADMIN_MODE_MAINTAIN}, False),  # MAINTAIN without an admin context id
+    ],
+    ids=["admin-maintain", "another-owner", "admin-readonly", "maintain-without-admin-context"],
+)
+async def test_only_an_admin_in_maintain_mode_may_reconcile_anothers_action(
+    redis_url: str, raw: Raw, who: dict[str, Any], may: bool
+) -> None:
+    raw.script = created
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        alices = await card(parts, "爱丽丝的行动")
+        if may:
+            action = await parts.reconciler.reconcile_rpc(ctx(**who), alices.action_id)
+            assert (action.state, action.tool_name) == (common_pb2.ACTION_STATE_READY, "create_thing")
+        else:
+            err = await refused(parts.reconciler.reconcile_rpc(ctx(**who), alices.action_id))
+            assert (err.code, err.reason) == (grpc.StatusCode.PERMISSION_DENIED, "CONFIRMATION_BINDING_MISMATCH")
+        # GetAction is its owner's alone, admin or not
+        err = await refused(parts.pipeline.get_action(ctx(**who), alices.action_id))
+        assert (err.code, err.reason) == (grpc.StatusCode.PERMISSION_DENIED, "CONFIRMATION_BINDING_MISMATCH")
+    assert raw.seen == []
+
+
+# -- a run record edited in Redis is never trusted, and what the caller reads of it is bounded -------------------
+
+
+async def test_a_run_record_edited_or_sealed_by_a_removed_key_is_refused_saying_which(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    raw.script = created
+    doc = things(raw)
+    async with sidecar(redis_url, doc, BOTH) as parts:
+        done = [await card(parts, f"已执行{i}") for i in range(4)]
+        for shown in done:
+            assert (await parts.pipeline.confirm(ctx(), shown.token, 0)).state == common_pb2.ACTION_STATE_SUCCEEDED
+        removed, tool, forged_kid, body = (d.action_id for d in done)
+
+        await client.hset(run_key(tool), "tool", b"create_plain")
+        err = await refused(parts.pipeline.get_action(ctx(), tool))
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
+        assert err.message == "the stored record of this action was changed; it is not trusted"
+
+        long_kid = "k" * 40  # the record's and its card's key id both edited: still bounded in what is said
+        sealed = json.loads(await client.hget(run_key(forged_kid), "card"))
+        await client.hset(
+            run_key(forged_kid), mapping={"kid": long_kid, "card": json.dumps({**sealed, "kid": long_kid})}
+        )
+        err = await refused(parts.pipeline.get_action(ctx(), forged_kid))
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
+        assert err.message == (
+            f"the record was sealed with key {'k' * 32!r}, which this sidecar's keys file does not list (changed "
+            "by hand, or a key removed while records it sealed are live)"
+        )
+
+        sealed = json.loads(await client.hget(run_key(body), "card"))
+        await client.hset(run_key(body), "card", json.dumps({**sealed, "expires_at_ms": sealed["expires_at_ms"] + 1}))
+        err = await refused(parts.pipeline.get_action(ctx(), body))
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED")
+        assert err.message == "the stored confirmation was changed; nothing was executed"
+    async with sidecar(redis_url, doc, keys("k0", k0=K0)) as after:  # k1, which sealed it, removed
+        err = await refused(after.pipeline.get_action(ctx(), removed))
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
+        assert "'k1'" in err.message
+    assert len(raw.seen) == 4

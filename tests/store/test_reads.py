@@ -164,6 +164,10 @@ async def test_audit_evidence_is_what_redis_holds_of_each_action(store: RedisSto
     assert (got[1].events, got[1].anchor, got[1].run) == ([], {}, {}) and got[1].card["tool"] == b"create_todo"
     assert (got[2].events, got[2].anchor, got[2].card, got[2].run, got[2].indexed) == ([], {}, {}, {}, True)
     assert await store.audit_evidence([]) == []
+    # an entry written by hand without the event field: read as empty (audit verify reports it), never a crash
+    entry_id = await store.client.xadd(keys.events_key(chained), {"x": b"1"})
+    (evidence,) = await store.audit_evidence([chained])
+    assert evidence.events[-1] == (entry_id.decode(), b"")
 
 
 # -- the id key's pin ---------------------------------------------------------------------------------------------
