@@ -190,20 +190,69 @@ async def test_a_key_id_edited_to_another_id_of_the_same_secret_is_still_tampere
         assert raw.seen == []
 
 
+@pytest.mark.parametrize("kid", ["k9", "k" * 40], ids=["short", "longer-than-32"])
 async def test_a_cards_key_id_edited_to_an_unlisted_one_names_that_key_and_never_executes(
-    redis_url: str, raw: Raw, client: aioredis.Redis
+    redis_url: str, raw: Raw, client: aioredis.Redis, kid: str
 ) -> None:
     raw.script = created
+    said = (
+        f"the stored confirmation names key {kid[:32]!r}, which this sidecar's keys file does not list (changed by "
+        "hand, or a key removed while cards it sealed were live); nothing was executed"
+    )
     async with sidecar(redis_url, things(raw), BOTH) as parts:
         shown = await card(parts, "不存在的密钥")
-        await client.hset(card_key(shown.action_id), "kid", b"k9")
+        await client.hset(card_key(shown.action_id), "kid", kid)
         err = await refused(parts.pipeline.get_action(ctx(), shown.action_id))
-        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED")
-        assert "'k9'" in err.message and "does not list" in err.message
+        assert (err.code, err.reason, err.message) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED", said)
         err = await refused(parts.pipeline.confirm(ctx(), shown.token, 0))
-        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED")
-        assert "'k9'" in err.message
+        assert (err.code, err.reason, err.message) == (grpc.StatusCode.DATA_LOSS, "CONFIRMATION_TAMPERED", said)
         assert raw.seen == []
+
+
+async def test_a_card_is_stored_in_the_format_the_next_release_reads(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    """A card outlives a rolling upgrade in Redis: its sealed body keeps these names, and its format version."""
+    raw.script = created
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        shown = await card(parts, "格式")
+        body = json.loads(await client.hget(card_key(shown.action_id), "body"))
+    assert sorted(body) == sorted(
+        [
+            "v",
+            "action_id",
+            "kid",
+            "b",
+            "tool",
+            "capability",
+            "risk",
+            "confirmation",
+            "policy_version",
+            "args",
+            "resource_version",
+            "preview",
+            "issued_at_ms",
+            "expires_at_ms",
+        ]
+    )
+    assert (body["v"], body["action_id"], body["kid"], body["tool"]) == (1, shown.action_id, "k1", "create_thing")
+    assert body["args"] == {"title": "格式", "amount": 2} and body["resource_version"] == ""
+    assert isinstance(body["preview"], dict) and body["expires_at_ms"] > body["issued_at_ms"]
+
+
+async def test_the_resource_version_a_downstream_prepared_is_sent_as_if_match(redis_url: str, raw: Raw) -> None:
+    def prepared_then_set(seen: Seen) -> list[bytes | float]:
+        if seen.target.endswith("/prepare"):
+            return answer(200, {"arguments": {"id": "t1", "status": "done"}, "resource_version": "7"}, pause=0.0)
+        return answer(200, {"id": "t1"}, pause=0.0)
+
+    raw.script = prepared_then_set
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        out = await parts.pipeline.invoke(ctx(request_id="ver"), "set_thing", '{"id": "t1", "status": "done"}')
+        done = await parts.pipeline.confirm(ctx(request_id="ver"), out.confirmation.token, 0)
+        assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
+    (execute,) = [s for s in raw.seen if not s.target.endswith("/prepare")]
+    assert (execute.method, execute.target, execute.headers.get("if-match")) == ("POST", "/things/t1/status", '"7"')
 
 
 async def test_ones_own_binding_copied_onto_anothers_card_confirms_nothing(
