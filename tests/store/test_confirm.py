@@ -458,3 +458,34 @@ async def test_a_run_record_edited_or_sealed_by_a_removed_key_is_refused_saying_
         assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
         assert "'k1'" in err.message
     assert len(raw.seen) == 4
+
+
+async def test_the_card_a_caller_gets_names_what_it_would_run_and_its_token_the_key_that_sealed_it(
+    redis_url: str, raw: Raw
+) -> None:
+    """What a user countersigns: capability, tool, risk and the downstream's preview; shown again after a rotation
+    (the same call in the same turn), the same card with a token under the key that sealed it."""
+
+    def prepared(seen: Seen) -> list[bytes | float]:
+        body = {"arguments": {"id": "t1", "status": "done"}, "preview": {"title": "把 t1 标为完成"}}
+        return answer(200, body, pause=0.0)
+
+    raw.script = prepared
+    doc = things(raw)
+    entry = next(c for c in doc["capabilities"] if c["tool"] == "set_thing")
+    tool = next(t for t in doc["tools"] if t["name"] == "set_thing")
+    entry["risk"] = tool["risk"] = "medium"
+    call = (ctx(request_id="same-turn"), "set_thing", '{"id": "t1", "status": "done"}')
+    async with sidecar(redis_url, doc, BOTH) as before:
+        first = (await before.pipeline.invoke(*call)).confirmation
+    async with sidecar(redis_url, doc, keys("k0", k1=K1, k0=K0)) as after:
+        again = (await after.pipeline.invoke(*call)).confirmation
+    for shown in (first, again):
+        assert (shown.capability_id, shown.tool_name, shown.risk) == (
+            "thing.set",
+            "set_thing",
+            common_pb2.RISK_LEVEL_MEDIUM,
+        )
+        assert shown.preview.title == "把 t1 标为完成"
+    assert again.token == first.token and first.token.startswith("cs1.k1.")
+    assert again.action_id == first.action_id
