@@ -23,6 +23,7 @@ SCHEMA = {
     "properties": {
         "amount": {"type": "number"},
         "memo": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
         "meta": {
             "type": "object",
             "additionalProperties": False,
@@ -33,8 +34,8 @@ SCHEMA = {
 }
 
 
-def ledger(schema: dict[str, Any]) -> registry.Registry:
-    """A registry of one write tool, write_entry, whose arguments ``schema`` describes."""
+def ledger(schema: dict[str, Any], url: str = "http://127.0.0.1:9/entries") -> registry.Registry:
+    """A registry of one write tool, write_entry, whose arguments ``schema`` describes, sent to ``url``."""
     return registry.build(
         {
             "policy_version": "args.1",
@@ -46,7 +47,7 @@ def ledger(schema: dict[str, Any]) -> registry.Registry:
                     "is_write": True,
                     "roles": ["user"],
                     "schema": schema,
-                    "adapter": {"kind": "http", "execute": {"url": "http://127.0.0.1:9/entries"}},
+                    "adapter": {"kind": "http", "execute": {"url": url}},
                 }
             ],
         },
@@ -161,3 +162,34 @@ def test_what_the_validator_says_is_cut_to_300_characters() -> None:
         policy.authorize(tool, ctx(), "write_entry", "{}", Phase.INVOKE)
     ((field, description),) = fields(info.value)
     assert field == required and len(description) == 300 and description.startswith('"rrr')
+
+
+def test_empty_arrays_and_objects_are_arguments_like_any_other() -> None:
+    assert entry('{"tags": [], "memo": ""}').arguments == {"tags": [], "memo": ""}
+    assert entry('{"tags": ["a", "b"]}').arguments == {"tags": ["a", "b"]}
+
+
+def test_a_duplicate_key_is_refused_naming_it() -> None:
+    err = refused('{"memo": "a", "memo": "b"}')
+    assert "duplicate key 'memo'" in err.message and [v.field for v in err.violations] == ["arguments_json"]
+
+
+BY_ID = ledger(
+    {"type": "object", "additionalProperties": False, "properties": {"memo": {"type": "string"}}},
+    url="http://127.0.0.1:9/entries/{memo}/lines",
+)
+
+
+@pytest.mark.parametrize("value", ["", ".", "..", "a/b", "a\\b", "%2e%2e", "%252e%252e"])
+def test_a_value_bound_to_a_path_segment_that_would_change_the_paths_shape_is_refused_at_invoke(value: str) -> None:
+    """``/entries/{memo}/lines`` with memo ".." would be sent as ``/entries/lines`` (issue 11, item 3)."""
+    with pytest.raises(InvalidArgument) as info:
+        policy.authorize(BY_ID, ctx(), "write_entry", json.dumps({"memo": value}), Phase.INVOKE)
+    assert (info.value.code, info.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "ARGS_INVALID")
+    assert [v.field for v in info.value.violations] == ["memo"]
+    assert "URL path" in info.value.violations[0].description
+
+
+def test_any_other_value_fills_a_path_segment() -> None:
+    out = policy.authorize(BY_ID, ctx(), "write_entry", '{"memo": "第 1 行 ?#&"}', Phase.INVOKE)
+    assert isinstance(out, Allowed) and out.arguments == {"memo": "第 1 行 ?#&"}

@@ -155,7 +155,7 @@ def test_a_refusal_is_returned_whatever_the_role_or_mode() -> None:
 
 
 def test_actor_for_another_subject_needs_an_admin_context() -> None:
-    raises(
+    err = raises(
         PermissionDenied,
         "SUBJECT_NOT_ALLOWED",
         grpc.StatusCode.PERMISSION_DENIED,
@@ -164,6 +164,7 @@ def test_actor_for_another_subject_needs_an_admin_context() -> None:
         "{}",
         context=ctx(subject_id="u2"),
     )
+    assert err.message == "acting for another subject needs an admin context"
     # an admin context id without an admin mode is not enough
     raises(
         PermissionDenied,
