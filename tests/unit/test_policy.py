@@ -686,3 +686,66 @@ def test_arbitrary_json_objects_only_raise_countersign_errors(obj: dict[str, Any
     assert isinstance(out, Allowed)
     assert policy.validate(out.tool, out.arguments) == []
     assert set(out.arguments) <= {"title", "dueAt", "priority"}
+
+
+# -- the context's ids: present, bounded, printable (they travel on to the downstream as headers) ---------------
+
+
+def test_two_aliases_each_given_with_its_target_are_both_named() -> None:
+    err = raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "create_todo",
+        '{"taskTitle": "a", "title": "b", "deadline": "x", "dueAt": "y"}',
+    )
+    assert sorted(v.field for v in err.violations) == ["dueAt", "title"]
+    assert err.message.startswith("arguments of 'create_todo' do not match its schema: ")
+    assert "title: given twice (as 'title' and an alias)" in err.message
+
+
+@pytest.mark.parametrize("field", ["tenant_id", "actor_id", "session_id", "request_id", "role", "locale"])
+def test_a_context_id_is_at_most_256_bytes_of_printable_text(field: str) -> None:
+    """At the limit, in characters and in bytes, it passes; one over, or a control character, is refused naming
+    the field (at Invoke and wherever an action is named by id: policy.check_context)."""
+    same = {"actor_id": ("actor_id", "subject_id")}.get(field, (field,))  # acting for oneself
+
+    def with_value(value: str) -> common_pb2.CallContext:
+        return ctx(**dict.fromkeys(same, value))
+
+    for fits in ("x" * 256, "é" * 128, "用户" * 42 + "ab"):
+        policy.check_context(with_value(fits))
+    for value in ("x" * 257, "é" * 129, "a\nb", "tab\there", "\x00"):
+        with pytest.raises(InvalidArgument) as info:
+            policy.check_context(with_value(value))
+        err = info.value
+        assert (err.code, err.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_INVALID")
+        assert err.message == f"context.{same[0]} must be at most 256 bytes of printable text"
+        assert [(v.field, v.description) for v in err.violations] == [
+            (f"context.{f}", "at most 256 bytes, no control characters") for f in same
+        ]
+
+
+def test_a_missing_context_id_is_named_required() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        policy.check_context(ctx(tenant_id="", session_id=""))
+    assert info.value.message == "context is missing tenant_id, session_id"
+    assert [(v.field, v.description) for v in info.value.violations] == [
+        ("context.tenant_id", "required"),
+        ("context.session_id", "required"),
+    ]
+
+
+def test_a_read_only_admin_may_not_prepare_a_write_and_is_told_so() -> None:
+    context = ctx(subject_id="u2", admin_context_id="adm1", admin_mode=common_pb2.ADMIN_MODE_READONLY)
+    err = raises(
+        PermissionDenied,
+        "ADMIN_READONLY",
+        grpc.StatusCode.PERMISSION_DENIED,
+        authorize,
+        "create_todo",
+        '{"title": "x"}',
+        context=context,
+    )
+    assert err.message == "a read-only admin context may not prepare or run a write"
