@@ -66,6 +66,9 @@ async def test_a_turn_recalls_what_it_remembered_in_order_the_last_keep_entries(
     await store.remember("turn-a", b"read:4", 60_000, keep=2)
     assert await store.recall("turn-a") == [b"proposed:3", b"read:4"]
     assert await store.recall("turn-b") == []
+    for i in range(70):  # by default a turn keeps its last 64 entries
+        await store.remember("turn-c", b"e%d" % i, 60_000)
+    assert await store.recall("turn-c") == [b"e%d" % i for i in range(6, 70)]
     assert 0 < await store.client.pttl(keys.turn_list_key("turn-a")) <= 60_000
 
 

@@ -193,3 +193,33 @@ def test_a_value_bound_to_a_path_segment_that_would_change_the_paths_shape_is_re
 def test_any_other_value_fills_a_path_segment() -> None:
     out = policy.authorize(BY_ID, ctx(), "write_entry", '{"memo": "第 1 行 ?#&"}', Phase.INVOKE)
     assert isinstance(out, Allowed) and out.arguments == {"memo": "第 1 行 ?#&"}
+
+
+def test_arguments_that_are_not_an_object_are_told_so() -> None:
+    for text in ("[]", '"x"', "1", "null"):
+        err = refused(text)
+        assert err.message == "arguments_json must be a JSON object"
+        assert fields(err) == [("arguments_json", "arguments_json must be a JSON object")]
+
+
+def test_an_integer_from_2_to_the_53_on_is_refused_as_not_canonical() -> None:
+    """RFC 8785 (what every hash and the card use) has no form for 2**53: refused, never rounded."""
+    err = refused(f'{{"amount": {2**53}}}')
+    assert err.message.startswith("arguments are not canonical JSON: ") and str(2**53) in err.message
+    assert [(v.field, v.description) for v in err.violations] == [("", err.message.split(": ", 1)[1])]
+    assert entry(f'{{"amount": {2**53 - 1}}}').arguments == {"amount": 2**53 - 1}
+
+
+def test_a_violation_of_the_whole_object_is_named_root() -> None:
+    tool = ledger({**SCHEMA, "minProperties": 1})
+    with pytest.raises(InvalidArgument) as info:
+        policy.authorize(tool, ctx(), "write_entry", "{}", Phase.INVOKE)
+    assert info.value.message.startswith("arguments of 'write_entry' do not match its schema: (root): ")
+    assert [v.field for v in info.value.violations] == [""]
+
+
+def test_many_violations_are_told_the_first_5_in_the_message_and_20_in_detail() -> None:
+    extra = {f"extra{i:02}": i for i in range(25)}
+    err = refused(json.dumps(extra))
+    assert len(err.violations) == 20
+    assert err.message.count("additional properties are not allowed") == 5
