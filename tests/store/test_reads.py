@@ -210,6 +210,9 @@ async def test_a_claim_no_replica_acknowledged_is_refused_and_the_card_stays_rea
         assert err.message == "0 of 1 replicas acknowledged the claim; not acting on it"
         assert err.retry_after == 1.0
         assert isinstance(await plain.claim(action, B, ",", "c-2", 30_000), Won)  # put back: claimable again
+        with pytest.raises(Unavailable) as info:  # any transition the sidecar acts on says which one it was
+            await waiting.settle(action, "c-2", "settled", b"out", "omac", "", "SUCCEEDED", 60_000)
+        assert info.value.message == "0 of 1 replicas acknowledged the settle; not acting on it"
     finally:
         await waiting.close()
         await plain.close()
