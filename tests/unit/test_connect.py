@@ -76,3 +76,23 @@ def test_a_cluster_node_without_a_port_is_redis_default() -> None:
     client = _connect("redis+cluster://n1,n2:7001")
     nodes = client.startup_nodes  # type: ignore[attr-defined]
     assert sorted((n.host, n.port) for n in nodes) == [("n1", 6379), ("n2", 7001)]
+
+
+@pytest.mark.parametrize(
+    ("value", "checked"), [("1", True), ("True", True), ("yes", True), ("YES", True), ("0", False), ("no", False)]
+)
+def test_a_sentinel_urls_hostname_check_is_a_boolean(value: str, checked: bool) -> None:
+    parsed = parse_sentinel(f"rediss+sentinel://s1:26379/m?ssl_check_hostname={value}&ssl_ca_path=")
+    assert parsed.ssl == {"ssl_check_hostname": checked, "ssl_ca_path": ""}  # a blank option is kept, as given
+
+
+def test_a_sentinel_url_without_a_master_or_with_other_options_is_told_what_it_takes() -> None:
+    with pytest.raises(ValueError) as info:
+        parse_sentinel("redis+sentinel://s1:26379")
+    assert str(info.value) == "a sentinel URL names the master: redis+sentinel://host:26379/mymaster"
+    with pytest.raises(ValueError) as info:
+        parse_sentinel("redis+sentinel://s1:26379/m?ssl_ca_certs=/ca.pem")
+    assert str(info.value) == (
+        "a sentinel URL takes only TLS options (ssl_ca_certs, ssl_ca_path, ssl_cert_reqs, ssl_certfile, "
+        "ssl_check_hostname, ssl_keyfile), and only with rediss+sentinel://; not ssl_ca_certs"
+    )
