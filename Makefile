@@ -41,8 +41,7 @@ demo: $(STAMP) redis
 test: deps test-tools proto-check lint
 	$(BIN)/python -m pytest -q
 
-## the unit tier: no redis-server, no process of ours; seconds. (The guard's two tests still at tests/ join
-## tests/unit after the guard2 merge.)
+## the unit tier: no redis-server, no process of ours; seconds
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 

@@ -6,18 +6,28 @@ status. The reason is also the metric label and the google.rpc.ErrorInfo reason,
      │                                   CONFIRMATION_TOKEN_INVALID, CONTINUATION_TOKEN_INVALID, REQUEST_INVALID,
      │                                   REPLY_TOO_LARGE, SNAPSHOT_TOO_LARGE
      ├── NotFound                       NOT_FOUND: TOOL_NOT_FOUND, CONFIRMATION_EXPIRED, ACTION_NOT_FOUND,
-     │                                   CONTINUATION_NOT_FOUND
+     │                                   CONTINUATION_NOT_FOUND, GRANT_NOT_FOUND
      ├── PermissionDenied               PERMISSION_DENIED: ROLE_NOT_ALLOWED, ADMIN_READONLY,
      │                                   SUBJECT_NOT_ALLOWED, SESSION_MODE_FORBIDS,
-     │                                   CONFIRMATION_BINDING_MISMATCH
-     ├── FailedPrecondition             FAILED_PRECONDITION: TOOL_CONFIRMATION_REQUIRED, POLICY_CHANGED,
+     │                                   CONFIRMATION_BINDING_MISMATCH, APPROVAL_REQUIRED, APPROVAL_INVALID
+     │                                   (ErrorInfo metadata ``check`` names the failing check; nothing was
+     │                                   claimed, the card is READY), CONTEXT_MISMATCH (``check``: the field or
+     │                                   admin rule), PEER_NOT_ALLOWED (a client certificate off the allow-list);
+     │                                   for a grant's approval (CreateGrant) the same two reasons
+     ├── Unauthenticated                UNAUTHENTICATED: CONTEXT_INVALID (the context assertion is missing
+     │                                   where --verified-context requires one, or fails a check: ``check``)
+     ├── FailedPrecondition             FAILED_PRECONDITION: TOOL_CONFIRMATION_REQUIRED, POLICY_CHANGED (also
+     │                                   when the registry in force requires an approval the card was issued
+     │                                   without: then nothing was claimed and the card is READY),
      │                                   PREPARED_ARGS_INVALID, PREPARED_VERSION_INVALID, NOT_COMPENSABLE,
      │                                   NO_COMPENSATION, CONTINUATION_NOT_READY, CONTINUATION_NOT_CLAIMED,
-     │                                   CONTINUATION_LEASE_LOST,
+     │                                   CONTINUATION_LEASE_LOST, APPROVALS_NOT_CONFIGURED, GRANT_NOT_ALLOWED,
+     │                                   GRANT_REVOKED,
      │                                   a prepare's or a read's refusal: the downstream's own reason (e.g.
      │                                   TODO_DUE_AT_SUSPICIOUS; counted as OTHER in metrics), or what the
      │                                   adapter found: DOWNSTREAM_REDIRECT, DOWNSTREAM_ANSWER_INVALID, URL_UNSAFE,
-     │                                   RESOURCE_VERSION_CONFLICT, RESOURCE_VERSION_INVALID, REQUEST_NOT_BUILDABLE
+     │                                   RESOURCE_VERSION_CONFLICT, RESOURCE_VERSION_INVALID, REQUEST_NOT_BUILDABLE,
+     │                                   MCP_TOOL_ERROR, MCP_REQUEST_REFUSED
      ├── DataLoss                       DATA_LOSS: CONFIRMATION_TAMPERED, RECORD_TAMPERED (a record
      │                                   disagrees with what was sealed: binding, key id, tool, state)
      ├── Unavailable                    UNAVAILABLE: STORE_UNAVAILABLE, DOWNSTREAM_UNAVAILABLE,
@@ -25,14 +35,18 @@ status. The reason is also the metric label and the google.rpc.ErrorInfo reason,
      │                                   with a RetryInfo: the card is READY again, the same token may retry)
      └── ResourceExhausted              RESOURCE_EXHAUSTED: OVERLOADED (more calls in flight than allowed,
                                          and the caller holds more than its share), QUOTA_EXCEEDED (the
-                                         tenant keeps as many records in Redis as --tenant-quota allows)
+                                         tenant keeps as many records in Redis as --tenant-quota allows, or
+                                         an owner as many live grants as one may hold)
 
 Not a status: the reason an Action carries when it did not succeed (ActionError.reason), from
 
     the adapter (one downstream call)  NOT_SENT (never left: the card is given back), DOWNSTREAM_TIMEOUT,
                                        DOWNSTREAM_CONNECTION_LOST, DOWNSTREAM_REDIRECT, RECEIPT_INVALID,
                                        RESOURCE_VERSION_CONFLICT, RESOURCE_VERSION_INVALID, URL_UNSAFE,
-                                       REQUEST_NOT_BUILDABLE, or the downstream's own refusal
+                                       REQUEST_NOT_BUILDABLE, MCP_TOOL_ERROR (an MCP tool's isError without
+                                       a reason), MCP_REQUEST_REFUSED (a JSON-RPC error before any tool ran),
+                                       DOWNSTREAM_MCP_ERROR (any other JSON-RPC error: UNKNOWN), or the
+                                       downstream's own refusal
     the sidecar                        UNKNOWN, LEASE_LAPSED (the executor's lease lapsed before it recorded
                                        an answer), REJECTED, POLICY_CHANGED, CONFIRMATION_TAMPERED,
                                        RECORD_TAMPERED, COMPENSATION_FAILED
@@ -97,6 +111,10 @@ class NotFound(CountersignError):
 
 class PermissionDenied(CountersignError):
     code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class Unauthenticated(CountersignError):
+    code = grpc.StatusCode.UNAUTHENTICATED
 
 
 class FailedPrecondition(CountersignError):

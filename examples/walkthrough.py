@@ -1,8 +1,11 @@
 """The Countersign walkthrough: a scripted agent (no language model) against the real parts.
 
-Starts the example todo service and the sidecar (with its own private, embedded redis-server) as
-real processes on free ports, plays one user's conversation over gRPC and prints a short transcript.
-Every step checks what it expects; ``main`` returns 0 only when all of them behaved.
+Starts the example todo service, the example MCP todo server (one step writes through the MCP adapter,
+the back door), the example approval service (the app backend that shows a card to the signed-in user
+and signs their approval with its own Ed25519 key) and the sidecar (trusting that service's JWKS, with its
+own private, embedded redis-server) as real processes on free ports, plays one user's conversation over
+gRPC and prints a short transcript. Every step checks what it expects; ``main`` returns 0 only when all of
+them behaved.
 
     python -m examples.walkthrough [--verbose]      (or: countersign demo [--verbose])
 """
@@ -19,13 +22,18 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import grpc
+import yaml
+from google.protobuf import json_format
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from countersign.testing import processes
+from countersign.testing.approvals import write_settings
+from countersign.testing.mcp import McpTodo, write_both_registry
 from countersign.v1 import (
     common_pb2,
     continuation_pb2,
@@ -118,19 +126,62 @@ class Agent:
         response: gateway_pb2.InvokeResponse = self.stub.Invoke(request, timeout=RPC_TIMEOUT)
         return response
 
-    def confirm(self, request_id: str, token: str, wait_ms: int = 0) -> common_pb2.Action:
-        request = gateway_pb2.ConfirmRequest(context=ctx(request_id), token=token, wait_ms=wait_ms)
+    def confirm(self, request_id: str, token: str, wait_ms: int = 0, approval: str = "") -> common_pb2.Action:
+        request = gateway_pb2.ConfirmRequest(context=ctx(request_id), token=token, wait_ms=wait_ms, approval=approval)
         response: gateway_pb2.ConfirmResponse = self.stub.Confirm(request, timeout=RPC_TIMEOUT)
         return response.action
+
+
+def refusal_of(err: grpc.RpcError) -> tuple[str, str]:
+    """The gRPC code and the ErrorInfo reason of a refused call."""
+    assert isinstance(err, grpc.Call)
+    status = rpc_status.from_call(err)
+    for detail in status.details if status is not None else []:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info):
+            return err.code().name, info.reason
+    return err.code().name, "(no ErrorInfo)"
+
+
+class AppBackend:
+    """The example approval service (examples/approval_service) as alice's browser reaches it: the card is shown to
+    her, she clicks Approve, the service signs with its own key. The agent never holds that key."""
+
+    def __init__(self, url: str, policy_version: str) -> None:
+        self.url, self.policy_version = url, policy_version
+        self.user = {"X-Demo-User": "demo/alice/s-1"}  # in a real app: her login session
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body, ensure_ascii=False).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json", **self.user},
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            out: dict[str, Any] = json.loads(answer.read())
+        return out
+
+    def approve(self, card: gateway_pb2.ConfirmationCard) -> str:
+        """Alice approves what the page shows; the service recomputes the digest and signs it."""
+        shown = json_format.MessageToDict(card, preserving_proto_field_name=True)
+        shown.pop("token", None)  # the page never needs the agent's token
+        shown["policy_version"] = self.policy_version
+        return str(self._post("/approve", shown)["approval"])
+
+    def grant(self, capability: str, uses: int) -> str:
+        return str(self._post("/grants", {"capability": capability, "uses": uses, "ttl_s": 600})["grant"])
 
 
 # ---------------------------------------------------------------------------- the script
 
 
 class Walkthrough:
-    def __init__(self, agent: Agent, todo: TodoService) -> None:
+    def __init__(self, agent: Agent, todo: TodoService, app: AppBackend, mcp: McpTodo | None = None) -> None:
         self.agent = agent
         self.todo = todo
+        self.app = app
+        self.mcp = mcp
         self.failures: list[str] = []
         self.steps = 0
         # carried from step to step
@@ -138,6 +189,7 @@ class Walkthrough:
         self.first: common_pb2.Action | None = None
         self.stale: common_pb2.Action | None = None
         self.reconciled: common_pb2.Action | None = None
+        self.stale_todo = ""
 
     def run(self) -> None:
         steps: list[Callable[[int], None]] = [
@@ -153,7 +205,10 @@ class Walkthrough:
             self.continuation,
             self.guard_failed,
             self.unknown_reconciled,
+            self.countersignature,
             self.compensation,
+            self.standing_grant,
+            self.back_door,
         ]
         for number, step in enumerate(steps, 1):
             self.steps += 1
@@ -333,7 +388,7 @@ class Walkthrough:
         expect("a ConfirmationCard", outcome(response) == "confirmation", outcome(response))
         created = self.agent.confirm("turn-4", response.confirmation.token)
         expect("the todo created", created.state == common_pb2.ACTION_STATE_SUCCEEDED, short(created))
-        todo_id = created.receipt.resource_id
+        todo_id = self.stale_todo = created.receipt.resource_id
         print(f"[{n}] a second todo 交房租 → {short(created)}")
 
         response = self.agent.invoke("turn-5", "set_todo_status", {"id": todo_id, "status": "done", "version": 1})
@@ -491,26 +546,148 @@ class Walkthrough:
         expect("one POST /todos", len(self.todo_writes(card.action_id)) == 1, self.todo_writes(card.action_id))
 
     # [13] ---------------------------------------------------------------------------------
+    def countersignature(self, n: int) -> None:
+        expect("the failed action of step 8", self.stale is not None, None)
+        assert self.stale is not None
+        todo_id = self.stale_todo
+        response = self.agent.invoke("turn-9", "delete_todo", {"id": todo_id})
+        expect("a ConfirmationCard", outcome(response) == "confirmation", outcome(response))
+        card = response.confirmation
+        requirement = common_pb2.ApprovalRequirement.Name(card.approval).removeprefix("APPROVAL_REQUIREMENT_")
+        print(
+            f"[{n}] the countersignature: delete_todo {todo_id} → a card that needs the user's signed approval "
+            f"({requirement}), approval_digest {card.approval_digest[:19]}…"
+        )
+        expect("approval SIGNED", card.approval == common_pb2.APPROVAL_REQUIREMENT_SIGNED, requirement)
+        try:
+            self.agent.confirm("turn-9", card.token)
+            raise Mismatch("expected PERMISSION_DENIED APPROVAL_REQUIRED, got an Action")
+        except grpc.RpcError as err:
+            code, reason = refusal_of(err)
+        state = self.agent.stub.GetAction(
+            gateway_pb2.GetActionRequest(context=ctx("turn-9"), action_id=card.action_id), timeout=RPC_TIMEOUT
+        ).action.state
+        print(
+            f"    the agent confirms it by itself (it holds the token) → {code} {reason}; the card is "
+            f"{state_name(state)}, the service saw {len(self.todo_writes(card.action_id))} request(s)"
+        )
+        expect(
+            "PERMISSION_DENIED APPROVAL_REQUIRED", (code, reason) == ("PERMISSION_DENIED", "APPROVAL_REQUIRED"), code
+        )
+        expect("the card still READY", state == common_pb2.ACTION_STATE_READY, state_name(state))
+        expect("nothing sent", self.todo_writes(card.action_id) == [], self.todo_writes(card.action_id))
+        approval = self.app.approve(card)
+        done = self.agent.confirm("turn-9", card.token, approval=approval)
+        again = self.agent.confirm("turn-9", card.token, approval=approval)
+        print(
+            f"    alice approves on the app's page (signed by {done.receipt.approval.issuer}, key "
+            f"{done.receipt.approval.kid}) → {short(done)}; once more → {state_name(again.state)} (replayed)"
+        )
+        expect("SUCCEEDED", done.state == common_pb2.ACTION_STATE_SUCCEEDED, short(done))
+        expect("the receipt names the approval's key", done.receipt.approval.kid != "", done.receipt)
+        expect("replayed", again.replayed and again.state == common_pb2.ACTION_STATE_SUCCEEDED, short(again))
+        expect("one DELETE", len(self.todo_writes(card.action_id)) == 1, self.todo_writes(card.action_id))
+
+    # [14] ---------------------------------------------------------------------------------
     def compensation(self, n: int) -> None:
         expect("the reconciled action of step 12", self.reconciled is not None, None)
         assert self.reconciled is not None
         todo_id = self.reconciled.receipt.resource_id
         request = gateway_pb2.CompensateRequest(context=ctx("turn-8"), action_id=self.reconciled.action_id)
-        undone = self.agent.stub.Compensate(request, timeout=RPC_TIMEOUT).action
-        twice = self.agent.stub.Compensate(request, timeout=RPC_TIMEOUT).action
+        proposed = self.agent.stub.Compensate(request, timeout=RPC_TIMEOUT)
+        inverse = proposed.confirmation
+        before = self.todo_writes(inverse.action_id)
+        print(
+            f"[{n}] the user changes their mind: Compensate proposes the declared inverse as a card of its own → "
+            f"{inverse.preview.title} {inverse.preview.target} ({state_name(proposed.action.state)}); "
+            f"the service saw {len(before)} request(s)"
+        )
+        requirement = common_pb2.ApprovalRequirement.Name(inverse.approval).removeprefix("APPROVAL_REQUIREMENT_")
+        print(f"    the undo is a delete: it needs alice's approval ({requirement}) like any such card")
+        expect("approval SIGNED", inverse.approval == common_pb2.APPROVAL_REQUIREMENT_SIGNED, requirement)
+        undone = self.agent.stub.Confirm(
+            gateway_pb2.ConfirmRequest(context=ctx("turn-8"), token=inverse.token, approval=self.app.approve(inverse)),
+            timeout=RPC_TIMEOUT,
+        ).action
+        twice = self.agent.stub.Compensate(request, timeout=RPC_TIMEOUT)
         gone = self.todo.call("GET", f"/todos/{todo_id}")
         print(
-            f"[{n}] the user changes their mind: Compensate runs the declared inverse (delete_todo {todo_id}) → "
-            f"{state_name(undone.state)}; again → {state_name(twice.state)} (replayed: {twice.replayed})"
+            f"    the user confirms the undo → {state_name(undone.state)}; Compensate again → "
+            f"{state_name(twice.action.state)} (replayed: {twice.action.replayed}, no card)"
         )
         print(f"    the todo at the service: {gone.get('reason', gone)}")
-        expect("COMPENSATED", undone.state == common_pb2.ACTION_STATE_COMPENSATED, short(undone))
+        expect("a card, nothing run yet", bool(inverse.token) and before == [], (inverse.token, before))
+        expect("COMPENSATING while it waits", proposed.action.state == common_pb2.ACTION_STATE_COMPENSATING, proposed)
+        expect("the inverse ran once", undone.state == common_pb2.ACTION_STATE_SUCCEEDED, short(undone))
         expect(
-            "the first outcome again",
-            twice.state == common_pb2.ACTION_STATE_COMPENSATED and twice.replayed,
-            short(twice),
+            "COMPENSATED, replayed",
+            twice.action.state == common_pb2.ACTION_STATE_COMPENSATED
+            and twice.action.replayed
+            and not twice.HasField("confirmation"),
+            short(twice.action),
         )
+        expect("one DELETE", len(self.todo_writes(inverse.action_id)) == 1, self.todo_writes(inverse.action_id))
         expect("the todo deleted", gone.get("reason") == "TODO_NOT_FOUND", gone)
+
+    # [15] ---------------------------------------------------------------------------------
+    def standing_grant(self, n: int) -> None:
+        grant = self.app.grant("todo.create", 2)
+        created = self.agent.stub.CreateGrant(
+            gateway_pb2.CreateGrantRequest(context=ctx("turn-10"), approval=grant), timeout=RPC_TIMEOUT
+        ).grant
+        print(
+            f"[{n}] alice grants the assistant 2 todos without asking (signed by the app) → grant "
+            f"{created.grant_id[:12]}…, {created.uses_left} uses left"
+        )
+        outcomes = []
+        for i, title in enumerate(("倒垃圾", "浇花", "喂猫"), 1):
+            response = self.agent.invoke(f"turn-10-{i}", "create_todo", {"title": title})
+            outcomes.append(response)
+            kind = outcome(response)
+            said = short(response.action) + f" under grant {response.action.receipt.grant_id[:12]}…"
+            print(f"    create_todo {title} → " + (said if kind == "action" else f"{kind}: the grant is spent"))
+        ran = [r.action for r in outcomes if outcome(r) == "action"]
+        expect("two writes ran under the grant", len(ran) == 2, [outcome(r) for r in outcomes])
+        expect(
+            "both SUCCEEDED, the receipts name the grant",
+            all(a.state == common_pb2.ACTION_STATE_SUCCEEDED and a.receipt.grant_id == created.grant_id for a in ran),
+            [short(a) for a in ran],
+        )
+        expect("the third a card", outcome(outcomes[2]) == "confirmation", outcome(outcomes[2]))
+        expect(
+            "one POST each, none for the third",
+            [len(self.todo_writes(a.action_id)) for a in ran] == [1, 1]
+            and self.todo_writes(outcomes[2].confirmation.action_id) == [],
+            [len(self.todo_writes(a.action_id)) for a in ran],
+        )
+
+    # [16] ---------------------------------------------------------------------------------
+    def back_door(self, n: int) -> None:
+        expect("the example MCP todo server", self.mcp is not None, None)
+        assert self.mcp is not None
+        response = self.agent.invoke("turn-11", MCP_TOOL, {"title": "给妈妈打电话"})
+        expect("a ConfirmationCard", outcome(response) == "confirmation", outcome(response))
+        card = response.confirmation
+        action = self.agent.confirm("turn-11", card.token)
+        again = self.agent.confirm("turn-11", card.token)
+        calls = self.mcp.calls("create_todo", card.action_id)
+        print(f"[{n}] the back door: {MCP_TOOL} is a tool of an MCP server (create_todo at {self.mcp.url})")
+        print(f"    a card, the user confirms → {short(action)}; again → {state_name(again.state)} (replayed)")
+        first: dict[str, Any] = calls[0] if calls else {"meta": {}, "header_key": "-"}
+        print(
+            f"    the MCP server saw {len(calls)} tools/call create_todo, with _meta {json.dumps(first['meta'])} "
+            f"and Idempotency-Key {first['header_key']}"
+        )
+        expect("SUCCEEDED", action.state == common_pb2.ACTION_STATE_SUCCEEDED, short(action))
+        expect("the same receipt, replayed", again.replayed and again.receipt == action.receipt, short(again))
+        expect("exactly one tools/call with the action's key", len(calls) == 1, len(calls))
+        expect(
+            "the key in _meta and in the header",
+            first["meta"].get(MCP_KEY) == card.action_id and first["header_key"] == card.action_id,
+            first,
+        )
+        stored = [t for t in self.mcp.todos("给妈妈打电话") if t["id"] == action.receipt.resource_id]
+        expect("the todo at the MCP server, once", len(stored) == 1, self.mcp.todos("给妈妈打电话"))
 
     def todo_writes(self, key: str) -> list[dict[str, Any]]:
         return [e for e in self.todo.requests() if e.get("idempotency_key") == key and "/by-key/" not in e["path"]]
@@ -522,30 +699,65 @@ def cont_state(state: int) -> str:
 
 # ---------------------------------------------------------------------------- processes
 
+MCP_TOOL = "create_mcp_todo"  # the MCP server's create_todo, beside the HTTP one (countersign.testing.mcp)
+MCP_KEY = "io.countersign/idempotency-key"
+
+
+def start_approval_service(work: Path) -> processes.Proc:
+    """The example app backend, on a free port, with a fresh Ed25519 key in the demo's work directory."""
+    cmd = [sys.executable, "-m", "examples.approval_service", "--port", "0", "--key-file", str(work / "app.pem")]
+    return processes._start(cmd, work, "approval-service")
+
 
 def main(verbose: bool = False) -> int:
     work = processes.workdir("countersign-demo-")
     procs: list[processes.Proc] = []
+    names: list[str] = []
     failures: list[str] = []
     steps = 0
     try:
         todo = processes.start_todo_service(work)
         procs.append(todo)
-        registry = processes.write_registry(work, todo.info["url"])
+        names.append("todo service")
+        mcp = processes.start_mcp_todo(work)
+        procs.append(mcp)
+        names.append("MCP todo server")
+        app = start_approval_service(work)
+        procs.append(app)
+        names.append("approval service")
+        # the sidecar trusts the app's key (its JWKS URL), nothing the agent holds
+        approvals = write_settings(
+            work / "approvals.json",
+            [{"issuer": app.info["issuer"], "audience": "countersign", "jwks": app.info["jwks_url"]}],
+        )
+        # the example registry plus the MCP server's tools (5 s deadline: the session opens on step 14's call;
+        # the sidecar's 1 s is for step 12)
+        registry = write_both_registry(work, todo.info["url"], mcp.info["url"], timeout_ms=5000)
         sidecar = processes.start_sidecar(
             work,
             registry,
-            flags=["--log-level", "warning", "--downstream-deadline", "1s", "--reconcile-interval", "1h"],
+            flags=[
+                *("--log-level", "warning", "--downstream-deadline", "1s", "--reconcile-interval", "1h"),
+                *("--approvals", str(approvals)),
+            ],
         )
         procs.append(sidecar)
+        names.append("sidecar")
         print(
             f"Countersign walkthrough — sidecar {sidecar.info.get('grpc')} (redis: "
-            f"{sidecar.info.get('redis')}), todo service {todo.info['url']}"
+            f"{sidecar.info.get('redis')}), todo service {todo.info['url']}, MCP todo server {mcp.info['url']}, "
+            f"approval service {app.info['url']}"
         )
         print("user alice, session s-1, locale zh-CN; a scripted agent plays the model\n")
+        policy_version = str(yaml.safe_load(registry.read_text(encoding="utf-8"))["policy_version"])
         with grpc.insecure_channel(str(sidecar.info["grpc"])) as channel:
             grpc.channel_ready_future(channel).result(timeout=10)
-            walk = Walkthrough(Agent(channel), TodoService(todo.info["url"]))
+            walk = Walkthrough(
+                Agent(channel),
+                TodoService(todo.info["url"]),
+                AppBackend(app.info["url"], policy_version),
+                McpTodo(mcp, work),
+            )
             walk.run()
         failures, steps = walk.failures, walk.steps
     except Exception as exc:
@@ -555,7 +767,7 @@ def main(verbose: bool = False) -> int:
         for proc in reversed(procs):
             proc.stop()
         if verbose:
-            for proc, name in zip(procs, ("todo service", "sidecar"), strict=False):
+            for proc, name in zip(procs, names, strict=True):
                 print(f"\n--- {name} log ({proc.log_path}) ---\n{proc.log().rstrip() or '(empty)'}")
         shutil.rmtree(work, ignore_errors=True)
     print()

@@ -133,10 +133,12 @@ class Adapter(Protocol):
 
 
 def address(tool: Tool, call: HttpCall | None = None) -> str:
-    """Where a tool's downstream is, as callers and logs may see it: the gRPC target, or the HTTP call's URL
-    with its {placeholders} unfilled and no query or credentials (never an argument value)."""
+    """Where a tool's downstream is, as callers and logs may see it: the gRPC target, the MCP endpoint, or the HTTP
+    call's URL with its {placeholders} unfilled; no query or credentials (never an argument value)."""
     if tool.adapter.kind == "grpc":
         return tool.adapter.target
+    if tool.adapter.kind == "mcp":
+        return safe_url(tool.adapter.target)
     call = call or tool.adapter.execute
     return safe_url(call.url) if call is not None else ""
 

@@ -57,18 +57,26 @@ REFUSALS = frozenset(
 class GrpcAdapter:
     """One channel per downstream target."""
 
-    def __init__(self, *, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+    def __init__(
+        self, *, max_answer_bytes: int = MAX_ANSWER_BYTES, credentials: grpc.ChannelCredentials | None = None
+    ) -> None:
         self.max_answer_bytes = max_answer_bytes
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        # tools with tls: true: this CA bundle and client certificate (--downstream-ca, --downstream-cert)
+        self.credentials = credentials or grpc.ssl_channel_credentials()
+        self._channels: dict[tuple[str, bool], grpc.aio.Channel] = {}
 
-    def _stub(self, target: str) -> tuple[grpc.aio.Channel, backend_pb2_grpc.ToolBackendServiceStub]:
-        channel = self._channels.get(target)
+    def _stub(self, tool: Tool) -> tuple[grpc.aio.Channel, backend_pb2_grpc.ToolBackendServiceStub]:
+        target, tls = tool.adapter.target, tool.adapter.tls
+        channel = self._channels.get((target, tls))
         if channel is None:
             # an answer over the cap fails on receipt (RESOURCE_EXHAUSTED), as an oversize HTTP answer does
-            channel = grpc.aio.insecure_channel(
-                target, options=[("grpc.max_receive_message_length", self.max_answer_bytes)]
+            options = [("grpc.max_receive_message_length", self.max_answer_bytes)]
+            channel = (
+                grpc.aio.secure_channel(target, self.credentials, options=options)
+                if tls
+                else grpc.aio.insecure_channel(target, options=options)
             )
-            self._channels[target] = channel
+            self._channels[(target, tls)] = channel
         return channel, backend_pb2_grpc.ToolBackendServiceStub(channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
@@ -99,7 +107,7 @@ class GrpcAdapter:
     async def prepare(self, tool: Tool, arguments: Mapping[str, Any], meta: CallMeta, timeout: float) -> Prepared:
         if not tool.adapter.grpc_prepare:
             return Prepared(dict(arguments))
-        _, stub = self._stub(tool.adapter.target)
+        _, stub = self._stub(tool)
         request = backend_pb2.PrepareRequest(
             tool_name=tool.name, arguments_json=json.dumps(arguments), context=self._context(meta)
         )
@@ -132,7 +140,7 @@ class GrpcAdapter:
             metadata = self._metadata(meta)
         except NotSendable as exc:
             return Outcome(Kind.FAILED, exc.reason, exc.message)
-        channel, stub = self._stub(tool.adapter.target)
+        channel, stub = self._stub(tool)
         if not await self._connected(channel, min(until - time.monotonic(), 2.0)):
             return Outcome(Kind.FAILED, Reason.NOT_SENT, f"could not connect to {tool.adapter.target}", retryable=True)
         request = backend_pb2.ExecuteRequest(
@@ -154,7 +162,7 @@ class GrpcAdapter:
     async def lookup(self, tool: Tool, meta: CallMeta, fence: bool, timeout: float) -> Lookup:
         if not tool.adapter.grpc_lookup:
             return Lookup(LookupKind.UNREACHABLE, message="no lookup declared")
-        _, stub = self._stub(tool.adapter.target)
+        _, stub = self._stub(tool)
         request = backend_pb2.LookupRequest(tool_name=tool.name, idempotency_key=meta.idempotency_key, fence=fence)
         try:
             answer = await stub.Lookup(request, timeout=timeout, metadata=self._metadata(meta))

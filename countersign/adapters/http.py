@@ -9,6 +9,7 @@ redirect is followed: a 3xx could land a write somewhere the registry never name
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,14 +53,25 @@ class Answer:
 class HttpAdapter:
     """One pooled aiohttp session for every HTTP downstream."""
 
-    def __init__(self, *, pool_size: int = 128, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+    def __init__(
+        self,
+        *,
+        pool_size: int = 128,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self._pool_size = pool_size
         self.max_answer_bytes = max_answer_bytes
+        # https:// downstreams: this CA bundle and client certificate (--downstream-ca, --downstream-cert); None:
+        # the system's CAs, no client certificate. Always verified: a handshake that fails is NOT_SENT.
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._pool_size, keepalive_timeout=30, ttl_dns_cache=60)
+            connector = aiohttp.TCPConnector(
+                limit=self._pool_size, keepalive_timeout=30, ttl_dns_cache=60, ssl=self._ssl
+            )
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 json_serialize=lambda v: json.dumps(v, ensure_ascii=False),
@@ -149,7 +161,8 @@ class HttpAdapter:
         except NotSendable as exc:
             return Outcome(Kind.FAILED, exc.reason, exc.message)
         except aiohttp.ClientConnectorError as exc:
-            # DNS failure or connection refused: the request never left this process.
+            # DNS failure, connection refused, or a TLS handshake that failed (an untrusted certificate, a client
+            # certificate refused): the request never left this process.
             return Outcome(Kind.FAILED, Reason.NOT_SENT, f"could not connect: {exc.os_error}", retryable=True)
         except (ValueError, TypeError) as exc:
             # The request could not even be built (a header or URL aiohttp refuses): nothing was sent, but

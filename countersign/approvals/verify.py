@@ -54,7 +54,7 @@ from countersign.approvals.errors import (
     ApprovalRequired,
     ContextInvalid,
 )
-from countersign.approvals.issuers import Issuer, Issuers, load_settings
+from countersign.approvals.issuers import RISKS, Issuer, Issuers, load_settings
 from countersign.approvals.jwks import Clock
 
 MAX_TOKEN_CHARS = 16 * 1024
@@ -71,9 +71,11 @@ class Expected:
     tenant_id: str
     session_id: str
     action_id: str
-    digest: str
+    # the card's approval digest; None: not compared here (the sidecar's claim script compares the evidence's
+    # ``digest`` with the card's, atomically, since the card is read only there)
+    digest: str | None
     now: float  # seconds since the epoch
-    risk: str = ""  # low | medium | high | irreversible: selects the step-up rule
+    risk: str = ""  # low | medium | high | irreversible: selects the step-up rule ("": none applies here)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class ApprovalEvidence:
     iat: float
     exp: float
     form: str  # "approval" (our claims) or "authorization_details" (an IdP's CIBA / RAR access token)
+    digest: str = ""  # the dig the approval carries (equal to Expected.digest when that was given)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,6 +179,11 @@ class Verifier:
     async def close(self) -> None:
         await self.issuers.close()
 
+    def satisfied_risks(self, acr: str) -> tuple[str, ...]:
+        """The risks an approval carrying this ``acr`` may approve: every risk without a step-up rule, and those
+        whose rule lists it (the claim script compares the card's risk with this, atomically)."""
+        return tuple(risk for risk in RISKS if acr in self.settings.step_up.get(risk, frozenset({acr})))
+
     # approvals ------------------------------------------------------------------------------------------------
 
     def verify_approval(self, token: str, *, expect: Expected) -> ApprovalEvidence:
@@ -211,12 +219,12 @@ class Verifier:
         if _string(entry, "act", fail, check="action") != expect.action_id:
             raise fail("action", "the approval is for another action")
         dig = _string(entry, "dig", fail, check="digest")
-        if not hmac.compare_digest(dig.encode(), expect.digest.encode()):
+        if expect.digest is not None and not hmac.compare_digest(dig.encode(), expect.digest.encode()):
             raise fail("digest", "the approval is for other arguments, preview, policy or expiry than this card's")
         acceptable = self.settings.step_up.get(expect.risk)
         if acceptable and acr not in acceptable:
             raise fail("step_up", f"a {expect.risk}-risk action needs acr {' or '.join(sorted(acceptable))}")
-        return ApprovalEvidence(issuer.issuer, auth.kid, jti, acr, amr, iat, exp, form)
+        return ApprovalEvidence(issuer.issuer, auth.kid, jti, acr, amr, iat, exp, form, dig)
 
     # grants ---------------------------------------------------------------------------------------------------
 

@@ -33,6 +33,9 @@ RPCS = (
     "GetAction",
     "Compensate",
     "Reconcile",
+    "CreateGrant",
+    "ListGrants",
+    "RevokeGrant",
     "OpenContinuation",
     "ClaimContinuation",
     "SettleContinuation",
@@ -41,8 +44,8 @@ RPCS = (
 )
 PRECREATED_REASONS = (Reason.OVERLOADED, Reason.STORE_UNAVAILABLE)  # refusals an alert matches, created for every RPC
 CLAIM_RESULTS = ("won", "running", "replayed", "tampered")
-REFUSED_CLAIMS = ("expired", "forbidden", "role")
-COMPENSATION_RESULTS = ("compensated", "failed", "unknown")
+REFUSED_CLAIMS = ("expired", "forbidden", "role", "approval_required", "approval_invalid")
+COMPENSATION_RESULTS = ("proposed", "compensated", "failed", "unknown")  # proposed: the inverse's card issued
 EXECUTION_OUTCOMES = ("succeeded", "failed", "unknown", "not_sent")  # not_sent: the card was given back
 RECONCILE_RESULTS = ("succeeded", "failed", "not_applied", "still_unknown", "manual_review", "key_not_listed")
 ACTION_STATES = ("running", "unknown", "lease_lapsed", "needs_manual_review", "tool_not_in_registry")
@@ -183,7 +186,7 @@ class Metrics:
             kind, decisions = (
                 ("read", ("succeeded", "failed", "unknown"))
                 if tool in reads
-                else ("write", ("card", "same_card", "replay"))
+                else ("write", ("card", "same_card", "replay", "grant"))  # grant: run under a standing grant
             )
             for decision in decisions:
                 self.invocations.labels(tool, kind, decision)

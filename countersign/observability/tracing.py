@@ -221,7 +221,11 @@ def _server(url: str) -> tuple[str, int]:
 
 
 def downstream_attributes(kind: str, method: str, url_or_target: str) -> dict[str, Any]:
-    """The CLIENT span's attributes for one downstream (HTTP or gRPC), by the conventions."""
+    """The CLIENT span's attributes for one downstream (HTTP, gRPC or an MCP server), by the conventions."""
+    if kind == "mcp":  # an MCP server's tool: the JSON-RPC method over the endpoint URL
+        url = safe_url(url_or_target)
+        host, port = _server(url)
+        return {"mcp.method.name": "tools/call", "server.address": host, "server.port": port, "url.full": url}
     if kind == "http":
         url = safe_url(url_or_target)
         host, port = _server(url)
@@ -256,7 +260,12 @@ def client_span(tool: str, adapter: str, method: str, url_or_target: str) -> Ite
         yield trace.INVALID_SPAN  # outgoing_headers still hands the trace on, as a hop of its own
         return
     attributes = downstream_attributes(adapter, method, url_or_target)
-    name = f"{method} {attributes['url.template']}" if adapter == "http" else f"{attributes['rpc.service']}/{method}"
+    if adapter == "mcp":
+        name = f"tools/call {tool}"
+    elif adapter == "http":
+        name = f"{method} {attributes['url.template']}"
+    else:
+        name = f"{attributes['rpc.service']}/{method}"
     attributes.update({"countersign.tool": tool, "countersign.adapter": adapter})
     with tracer.start_as_current_span(
         name, kind=SpanKind.CLIENT, record_exception=False, attributes=attributes
@@ -266,13 +275,16 @@ def client_span(tool: str, adapter: str, method: str, url_or_target: str) -> Ite
 
 def end_client_span(span: Span, adapter: str, status: str, reason: str) -> None:
     """The downstream's answer on the CLIENT span: HTTP status or gRPC code; ERROR for an HTTP status of 400
-    or more, a gRPC code other than OK, or no answer at all (not sent, timed out, connection lost)."""
+    or more, a gRPC code other than OK, an MCP answer other than a result, or no answer at all (not sent, timed
+    out, connection lost)."""
     if not span.is_recording():
         return
     if adapter == "http" and status.isdigit():
         span.set_attribute("http.response.status_code", int(status))
         failed = int(status) >= 400
         error_type = status
+    elif adapter == "mcp" and status:  # "result", "isError", "error <JSON-RPC code>", or an HTTP status
+        failed, error_type = status != "result", status
     elif adapter != "http" and status in grpc.StatusCode.__members__:
         span.set_attribute("rpc.grpc.status_code", grpc.StatusCode[status].value[0])
         failed = status != "OK"

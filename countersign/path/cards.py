@@ -4,6 +4,14 @@ A card binds the server-prepared canonical arguments to owner (as a keyed hash),
 capability, risk, policy version, admin context and expiry (I2). A card whose record changed in
 Redis fails its MAC check: DATA_LOSS, CONFIRMATION_TAMPERED, and nothing executes.
 
+The body also carries what Confirm needs besides the token (docs/design.md §12): ``approval`` (none | signed, the
+registry's at issue) and ``approval_digest``, the hash of what the user is shown (countersign/approvals/digest.py:
+tool, prepared arguments, preview, policy version, expiry), computed once here; an approval's ``dig`` must equal
+it. Both are also written as the card's own hash fields (with the risk), which claim.lua compares atomically; the
+executor checks what the claim let through against the MAC'd body (execute.py), so a hash field flipped in Redis
+never runs a write without the approval its card requires. ``tenant_binding`` (a keyed hash of the tenant) lets an
+admin context be checked against the action's tenant without storing the tenant.
+
 The run record keeps the sealed card it was claimed from, so its owner binding, key id and tool
 are checked against the MAC'd body at every read (``check_run``): a binding copied from another
 record is RECORD_TAMPERED, never a way into someone else's receipt. The card's sealed expiry is
@@ -19,18 +27,27 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from countersign.approvals import approval_digest
 from countersign.canonical import canonical
-from countersign.errors import CountersignError, DataLoss, InvalidArgument, NotFound, PermissionDenied
+from countersign.errors import (
+    CountersignError,
+    DataLoss,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+)
 from countersign.keyring import Keyring, is_action_id
-from countersign.path import policy
+from countersign.path import approval, policy
 from countersign.reasons import Reason
 from countersign.registry import RISKS, Tool
-from countersign.store import CardRecord, Refused, RunRecord
+from countersign.store import NO_APPROVAL, CardRecord, Refused, RunRecord
 from countersign.store.protocols import Peek
 from countersign.v1 import common_pb2, gateway_pb2
 
 VERSION = 1
 RISK_ENUM = {r: i + 1 for i, r in enumerate(RISKS)}
+APPROVAL_ENUM = {"none": common_pb2.APPROVAL_REQUIREMENT_NONE, "signed": common_pb2.APPROVAL_REQUIREMENT_SIGNED}
 
 
 @dataclass(frozen=True)
@@ -50,11 +67,22 @@ class Card:
     preview: dict[str, Any]
     issued_at_ms: int
     expires_at_ms: int
+    compensates: str = ""  # an inverse's card: the action it undoes (path/inverse.py)
+    compensates_tool: str = ""
+    grant: str = ""  # issued under a standing grant: its id (no card was shown; path/grants.py)
+    approval: str = "none"  # none | signed: what Confirm needs besides the token (sealed at issue)
+    approval_digest: str = ""  # the dig an approval of this card carries ("" on a card sealed before issue 13)
+    tenant_binding: str = ""  # keyed hash of the owner's tenant (admin contexts are checked against it)
 
 
 def owner(context: common_pb2.CallContext) -> list[str]:
     """What a card is bound to, besides the tool: who, for whom, where, under which admin context."""
     return [context.tenant_id, context.actor_id, context.subject_id, context.session_id, context.admin_context_id]
+
+
+def tenant_binding(keyring: Keyring, kid: str, tenant_id: str) -> str:
+    """The owner's tenant as a keyed hash (never the tenant itself), under key ``kid``."""
+    return keyring.binding(kid, ["tenant", tenant_id])
 
 
 def binding_of(keyring: Keyring, record: CardRecord | RunRecord, context: common_pb2.CallContext) -> str:
@@ -102,21 +130,47 @@ def require_owner(
         raise PermissionDenied(Reason.CONFIRMATION_BINDING_MISMATCH, "the action belongs to another owner or session")
 
 
+ADMIN_READ = frozenset({common_pb2.ADMIN_MODE_READONLY, common_pb2.ADMIN_MODE_MAINTAIN})
+ADMIN_MAINTAIN = frozenset({common_pb2.ADMIN_MODE_MAINTAIN})
+
+
 async def owned_action(
-    store: Peek, keyring: Keyring, context: common_pb2.CallContext, action_id: str, *, admin_may: bool = False
+    store: Peek,
+    keyring: Keyring,
+    context: common_pb2.CallContext,
+    action_id: str,
+    *,
+    admin_modes: frozenset[int] = frozenset(),
 ) -> CardRecord | RunRecord:
     """The action a caller names by id, checked once for every entry that takes an id (GetAction, Compensate,
     Reconcile, OpenContinuation): a valid context, a well-formed id, an action that exists, records that verify,
-    and the caller its owner (``admin_may``: or an admin context in MAINTAIN mode)."""
+    and the caller its owner, or (``admin_modes``) an admin context in one of these modes whose tenant is the
+    action's (the admin rules themselves, role admin and an id of its own tenant, are check_context's)."""
     policy.check_context(context)
     if not is_action_id(action_id):
         raise InvalidArgument(Reason.REQUEST_INVALID, "action_id must be 32 lower-case hex characters")
     found = await store.peek(action_id)
     if found is None:
         raise NotFound(Reason.ACTION_NOT_FOUND, "no such action: never issued, or its records expired")
-    if not (admin_may and context.admin_context_id and context.admin_mode == common_pb2.ADMIN_MODE_MAINTAIN):
+    if context.admin_context_id and context.admin_mode in admin_modes:
+        _require_tenant(keyring, action_id, found, context)
+    else:
         require_owner(keyring, action_id, found, context)
     return found
+
+
+def _require_tenant(
+    keyring: Keyring, action_id: str, record: CardRecord | RunRecord, context: common_pb2.CallContext
+) -> None:
+    """The record verifies, and its owner's tenant is the caller's (an admin acts inside its own tenant only)."""
+    if isinstance(record, RunRecord):
+        check_run(keyring, action_id, record)
+        card = open_card(keyring, action_id, CardRecord(record.kid, record.tool, record.card, record.cmac))
+    else:
+        card = open_card(keyring, action_id, record)
+    mine = card.tenant_binding and card.tenant_binding == tenant_binding(keyring, card.kid, context.tenant_id)
+    if not mine:  # a card sealed before tenant bindings were kept names no tenant: only its owner may look
+        raise PermissionDenied(Reason.CONFIRMATION_BINDING_MISMATCH, "the action belongs to another owner or session")
 
 
 def refusal_error(refused: Refused) -> CountersignError:
@@ -132,6 +186,8 @@ def refusal_error(refused: Refused) -> CountersignError:
         return PermissionDenied(
             Reason.ROLE_NOT_ALLOWED, f"your role may not run {refused.tool!r}; the card is still waiting"
         )
+    if refused.why in ("approval_required", "approval_invalid"):
+        return approval.refusal(refused, approval.Checked(NO_APPROVAL))
     return PermissionDenied(Reason.CONFIRMATION_BINDING_MISMATCH, "this belongs to another owner or session")
 
 
@@ -147,8 +203,18 @@ def seal(
     preview: common_pb2.Preview,
     now_ms: int,
     ttl_ms: int,
+    tenant: str = "",
     extra: dict[str, Any] | None = None,
 ) -> CardRecord:
+    """The card's record: its body canonical and MAC'd, with the approval digest of what the user will see
+    (FAILED_PRECONDITION PREPARED_ARGS_INVALID when the prepared arguments are not I-JSON)."""
+    expires_at_ms = now_ms + ttl_ms
+    try:
+        digest = approval_digest(tool.name, arguments, preview, policy_version, expires_at_ms)
+    except ValueError as exc:
+        raise FailedPrecondition(
+            Reason.PREPARED_ARGS_INVALID, f"the prepared arguments of {tool.name!r} are not canonical JSON: {exc}"
+        ) from exc
     body = {
         "v": VERSION,
         "action_id": action_id,
@@ -163,11 +229,23 @@ def seal(
         "resource_version": resource_version,
         "preview": json_format.MessageToDict(preview, preserving_proto_field_name=True),
         "issued_at_ms": now_ms,
-        "expires_at_ms": now_ms + ttl_ms,
+        "expires_at_ms": expires_at_ms,
+        "approval": tool.approval,
+        "approval_digest": digest,
+        "tenant_binding": tenant_binding(keyring, keyring.active, tenant),
         **(extra or {}),
     }
     raw = canonical(body)
-    return CardRecord(keyring.active, tool.name, raw, keyring.mac(keyring.active, "card", raw), binding)
+    return CardRecord(
+        keyring.active,
+        tool.name,
+        raw,
+        keyring.mac(keyring.active, "card", raw),
+        binding,
+        approval=tool.approval,
+        digest=digest,
+        risk=tool.risk,
+    )
 
 
 def open_card(keyring: Keyring, action_id: str, record: CardRecord) -> Card:
@@ -208,6 +286,12 @@ def open_card(keyring: Keyring, action_id: str, record: CardRecord) -> Card:
         preview=body.get("preview", {}),
         issued_at_ms=int(body["issued_at_ms"]),
         expires_at_ms=int(body["expires_at_ms"]),
+        compensates=str(body.get("compensates", "")),
+        compensates_tool=str(body.get("compensates_tool", "")),
+        grant=str(body.get("grant", "")),
+        approval=body.get("approval", "none"),
+        approval_digest=body.get("approval_digest", ""),
+        tenant_binding=body.get("tenant_binding", ""),
     )
 
 
@@ -219,6 +303,8 @@ def to_proto(keyring: Keyring, card: Card) -> gateway_pb2.ConfirmationCard:
         tool_name=card.tool,
         risk=RISK_ENUM.get(card.risk, 0),  # type: ignore[arg-type]
         prepared_arguments_json=canonical(card.arguments).decode(),
+        approval_digest=card.approval_digest,
+        approval=APPROVAL_ENUM.get(card.approval, common_pb2.APPROVAL_REQUIREMENT_UNSPECIFIED),
     )
     json_format.ParseDict(card.preview, out.preview)
     out.expires_at.FromMilliseconds(card.expires_at_ms)

@@ -24,8 +24,10 @@ from countersign.observability import tracing
 from countersign.observability.logs import decision
 from countersign.observability.metrics import Metrics
 from countersign.path import policy
+from countersign.path.approval import Checked, claimed_as_sealed, evidence_event, evidence_proto
 from countersign.path.cards import Card, open_card
-from countersign.path.receipts import open_action, refused_action, to_action
+from countersign.path.inverse import record_settled
+from countersign.path.receipts import open_action, refused_action, to_action, with_approval
 from countersign.path.settle import Settler, Timing, spawn
 from countersign.reasons import Reason
 from countersign.registry import Capability, Registry, Tool
@@ -58,36 +60,55 @@ class Executor:
         return int(self.clock() * 1000)
 
     async def run(
-        self, registry: Registry, context: common_pb2.CallContext, action_id: str, claim_id: str, record: CardRecord
+        self,
+        registry: Registry,
+        context: common_pb2.CallContext,
+        action_id: str,
+        claim_id: str,
+        record: CardRecord,
+        approval: Checked | None = None,
+        **claimed: str,
     ) -> common_pb2.Action:
-        """Shielded from the caller: the work of a won claim always ends in a settle attempt."""
-        return await asyncio.shield(spawn(self.background, self._run(registry, context, action_id, claim_id, record)))
+        """Shielded from the caller: the work of a won claim always ends in a settle attempt. ``approval``: the
+        user's approval the claim was won with (kept in the receipt and the audit events); ``claimed``: more
+        fields of the claimed event (the grant it runs under)."""
+        work = self._run(registry, context, action_id, claim_id, record, approval, claimed)
+        return await asyncio.shield(spawn(self.background, work))
 
     async def _run(
-        self, registry: Registry, context: common_pb2.CallContext, action_id: str, claim_id: str, record: CardRecord
+        self,
+        registry: Registry,
+        context: common_pb2.CallContext,
+        action_id: str,
+        claim_id: str,
+        record: CardRecord,
+        approval: Checked | None,
+        claimed: dict[str, str],
     ) -> common_pb2.Action:
-        self.audit.event(action_id, "claimed", tool=record.tool)
+        evidence = evidence_proto(approval.evidence) if approval is not None and approval.evidence else None
+        fields: dict[str, object] = {**claimed, **({"approval": evidence_event(evidence)} if evidence else {})}
+        self.audit.event(action_id, "claimed", tool=record.tool, **fields)
         try:
             card = open_card(self.keyring, action_id, record)
+            # a write run under a standing grant was approved by the grant (signed by an issuer, verified at
+            # CreateGrant, its use taken by grant_use.lua); its MAC'd card names it. Any other claim must carry
+            # the approval its card demands.
+            mismatch = "" if card.grant else claimed_as_sealed(card.approval, card.approval_digest, card.risk, approval)
+            if mismatch:  # a hash field claim.lua reads was changed in Redis: never run, whatever it says
+                raise DataLoss(Reason.CONFIRMATION_TAMPERED, f"{mismatch}: the stored card was changed; not executed")
         except DataLoss as exc:
             self.metrics.claims.labels(self.metrics.tool(record.tool), "tampered").inc()
-            await self.settler.settle(
-                action_id,
-                record.kid,
-                claim_id,
-                refused_action(action_id, record.tool, exc.reason, exc.message, self._now_ms()),
-            )
+            refused = refused_action(action_id, record.tool, exc.reason, exc.message, self._now_ms())
+            await self.settler.settle(action_id, record.kid, claim_id, with_approval(refused, evidence))
             raise
         tracing.annotate(action_id=action_id, tool=card.tool, capability=card.capability, risk=card.risk)
         with self.metrics.timed("policy"):
-            tool = self._recheck(registry, context, card)
+            tool = self._recheck(registry, context, card, approved=evidence is not None or bool(card.grant))
         if isinstance(tool, FailedPrecondition):
-            await self.settler.settle(
-                action_id,
-                card.kid,
-                claim_id,
-                refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms()),
-            )
+            refused = refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms())
+            refused.receipt.grant_id = card.grant
+            await self.settler.settle(action_id, card.kid, claim_id, with_approval(refused, evidence))
+            record_settled(self.audit, self.metrics, card, refused)
             raise tool
         # the prepared version travels as If-Match: a resource changed since the card was shown is not written
         meta = CallMeta(
@@ -125,8 +146,9 @@ class Executor:
         tracing.annotate(outcome=outcome.kind.value, replayed=False)
         if not_sent:
             return await self._give_back(action_id, claim_id, tool, outcome)
-        action = to_action(action_id, tool, card, outcome, self._now_ms())
+        action = with_approval(to_action(action_id, tool, card, outcome, self._now_ms()), evidence)
         await self.settler.settle(action_id, card.kid, claim_id, action)
+        record_settled(self.audit, self.metrics, card, action)
         decision(
             action_id, tool.name, "executed", outcome.reason or outcome.kind.value.upper(), outcome=outcome.kind.value
         )
@@ -159,8 +181,12 @@ class Executor:
             raise Unavailable(Reason.DOWNSTREAM_NOT_SENT, never, metadata=named)
         return open_action(self.keyring, action_id, found, replayed=True)
 
-    def _recheck(self, registry: Registry, context: common_pb2.CallContext, card: Card) -> Tool | FailedPrecondition:
-        """Policy again, against the registry in force at claim time (docs/design.md §5)."""
+    def _recheck(
+        self, registry: Registry, context: common_pb2.CallContext, card: Card, *, approved: bool
+    ) -> Tool | FailedPrecondition:
+        """Policy again, against the registry in force at claim time (docs/design.md §5): and a tool that needs a
+        signed approval now runs only with one (claim.lua refuses that first, leaving the card READY; this is the
+        second line, for a registry that changed between the claim and here)."""
         changed = FailedPrecondition(
             Reason.POLICY_CHANGED, "the registry changed since the card was issued; the action was not executed"
         )
@@ -175,5 +201,8 @@ class Executor:
         if card.policy_version != registry.policy_version and (
             (tool.risk, tool.confirmation, tool.capability) != (card.risk, card.confirmation, card.capability)
         ):
+            return changed
+        if tool.approval == "signed" and not approved:
+            changed.message = f"{changed.message} (it needs the user's signed approval now)"
             return changed
         return tool

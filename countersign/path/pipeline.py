@@ -2,7 +2,10 @@
 
 Invoke     registry -> policy -> (read: quota -> adapter now -> the turn's fact)
                                | (write: action id -> quota -> prepare -> preview -> card -> issue)
-Confirm    claim (token, context may write, claim.lua) -> (won: execute -> settle) | (else: replay / RUNNING)
+                               | (write a standing grant covers: ... -> prepare -> grant_use -> grant_run
+                                  -> execute -> settle: the action, no card)
+Confirm    claim (token, context may write, the approval verified, claim.lua) -> (won: execute -> settle)
+                                                                                 | (else: replay / RUNNING)
 Reject     token -> reject.lua
 GetAction  the owned action -> its outcome, seen through its compensation
 """
@@ -26,15 +29,16 @@ from countersign.observability.metrics import Metrics
 from countersign.path import cards, policy, prepare
 from countersign.path.claim import Claims
 from countersign.path.execute import Executor
+from countersign.path.grants import Grant, Grants
 from countersign.path.inverse import inverse_of, overlay
 from countersign.path.quota import Quota
 from countersign.path.receipts import open_action, seal_action
 from countersign.path.settle import Timing
 from countersign.path.turn import action_entry, fact_entry, read_summary, turn_key
 from countersign.reasons import Reason
-from countersign.registry import Capability, Registry
-from countersign.store import CardRecord, Issued, Refused, Rejected, RunRecord
-from countersign.store.protocols import CardStore, RejectStore, TurnStore
+from countersign.registry import Capability, Registry, Tool
+from countersign.store import CardRecord, Issued, Refused, Rejected, RunRecord, Won
+from countersign.store.protocols import CardStore, GrantRunStore, RejectStore, TurnStore
 from countersign.v1 import common_pb2, gateway_pb2
 
 _CAP_STATUS = {
@@ -44,7 +48,7 @@ _CAP_STATUS = {
 }
 
 
-class PipelineStore(CardStore, RejectStore, TurnStore, Protocol):
+class PipelineStore(CardStore, GrantRunStore, RejectStore, TurnStore, Protocol):
     """What the pipeline itself does to the store (its stages have their own)."""
 
 
@@ -63,11 +67,13 @@ class Pipeline:
         metrics: Metrics,
         timing: Timing,
         confirm_ttl_ms: int,
+        grants: Grants | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.registry, self.store, self.keyring, self.adapters = registry, store, keyring, adapters
         self.quota, self.claims, self.executor, self.audit = quota, claims, executor, audit
         self.metrics, self.timing, self.confirm_ttl_ms, self.clock = metrics, timing, confirm_ttl_ms, clock
+        self.grants = grants
 
     # -- Invoke --------------------------------------------------------------------------------
 
@@ -148,22 +154,35 @@ class Pipeline:
                 prepared = await prepare.prepare(
                     adapter, tool, allowed.arguments, meta, self.timing.downstream_deadline
                 )
+            preview = prepare.preview(tool, prepared, action_id, context.locale)
+            now_ms = int(self.clock() * 1000)
+
+            def seal(grant_id: str = "") -> CardRecord:
+                return cards.seal(
+                    self.keyring,
+                    action_id=action_id,
+                    binding=self.keyring.binding(self.keyring.active, cards.owner(context)),
+                    tool=tool,
+                    policy_version=registry.policy_version,
+                    arguments=prepared.arguments,
+                    resource_version=prepared.resource_version,
+                    preview=preview,
+                    now_ms=now_ms,
+                    ttl_ms=self.confirm_ttl_ms,
+                    tenant=context.tenant_id,
+                    extra={"grant": grant_id} if grant_id else None,
+                )
+
+            record = seal()  # a card that cannot be sealed (PREPARED_ARGS_INVALID) takes no grant's use
         except CountersignError:
             with contextlib.suppress(CountersignError):  # the refusal is the answer, whatever Redis does now
                 await self.quota.forget(tenant, ["a:" + action_id])  # no card: the action keeps nothing
             raise
-        record = cards.seal(
-            self.keyring,
-            action_id=action_id,
-            binding=self.keyring.binding(self.keyring.active, cards.owner(context)),
-            tool=tool,
-            policy_version=registry.policy_version,
-            arguments=prepared.arguments,
-            resource_version=prepared.resource_version,
-            preview=prepare.preview(tool, prepared, action_id),
-            now_ms=int(self.clock() * 1000),
-            ttl_ms=self.confirm_ttl_ms,
-        )
+        # a standing grant of the caller may cover exactly these prepared arguments: one use taken (step one)
+        grant = await self.grants.cover(context, tool, prepared.arguments, action_id) if self.grants else None
+        if grant is not None:
+            record = seal(grant.grant_id)
+            return await self._under_grant(context, tool, action_id, record, grant, allowed.canonical_args, turn)
         with self.metrics.timed("issue"):
             found = await self.store.issue(action_id, record, self.confirm_ttl_ms)
         if not isinstance(found, Issued):
@@ -185,6 +204,41 @@ class Pipeline:
             confirmation=cards.to_proto(self.keyring, cards.open_card(self.keyring, action_id, record))
         )
 
+    async def _under_grant(
+        self,
+        context: common_pb2.CallContext,
+        tool: Tool,
+        action_id: str,
+        record: CardRecord,
+        grant: Grant,
+        canonical_args: bytes,
+        turn: str,
+    ) -> gateway_pb2.InvokeResponse:
+        """Step two of a write under a grant: issued directly as running (grant_run.lua), then executed and settled
+        like any claimed action. The action's record when it exists (replay, RUNNING); the card that waits for
+        the user when one was issued before the grant covered the call (the use taken stays taken)."""
+        label = self.metrics.tool(tool.name)
+        claim_id = os.urandom(12).hex()
+        with self.metrics.timed("claim"):
+            found = await self.store.grant_run(action_id, record, claim_id, self.timing.lease_ms, grant.grant_id)
+        if not isinstance(found, Won):
+            return self._existing(action_id, found, label)
+        args_hmac = self.keyring.digest("args", canonical_args)
+        self.audit.event(
+            action_id,
+            "issued",
+            tool=tool.name,
+            capability=tool.capability,
+            policy_version=self.registry.policy_version,
+            args_hmac=args_hmac,
+            grant=grant.grant_id,
+        )
+        self.metrics.invocations.labels(label, "write", "grant").inc()
+        decision(action_id, tool.name, "grant", "GRANT_COVERED", args_hmac=args_hmac, grant=grant.grant_id)
+        await self.store.remember(turn, action_entry(action_id), self.timing.replay_ttl_ms)
+        action = await self.executor.run(self.registry, context, action_id, claim_id, found.card, grant=grant.grant_id)
+        return gateway_pb2.InvokeResponse(action=action)
+
     async def _quota(self, context: common_pb2.CallContext, members: list[str]) -> str:
         """Count what this call would keep against the tenant's cap, before anything is stored (QUOTA_EXCEEDED).
         Returns the tenant's quota id."""
@@ -205,12 +259,16 @@ class Pipeline:
 
     # -- Confirm -------------------------------------------------------------------------------
 
-    async def confirm(self, context: common_pb2.CallContext, token: str, wait_ms: int) -> common_pb2.Action:
+    async def confirm(
+        self, context: common_pb2.CallContext, token: str, wait_ms: int, approval: str = ""
+    ) -> common_pb2.Action:
         registry = self.registry
-        claimed = await self.claims.claim(registry, context, token, wait_ms)
+        claimed = await self.claims.claim(registry, context, token, wait_ms, approval)
         if isinstance(claimed, common_pb2.Action):
             return claimed
-        return await self.executor.run(registry, context, claimed.action_id, claimed.claim_id, claimed.card)
+        return await self.executor.run(
+            registry, context, claimed.action_id, claimed.claim_id, claimed.card, claimed.approval
+        )
 
     # -- Reject / GetAction --------------------------------------------------------------------
 
@@ -232,7 +290,7 @@ class Pipeline:
         return open_action(self.keyring, action_id, result, replayed=True)
 
     async def get_action(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
-        found = await cards.owned_action(self.store, self.keyring, context, action_id)
+        found = await cards.owned_action(self.store, self.keyring, context, action_id, admin_modes=cards.ADMIN_READ)
         if isinstance(found, CardRecord):
             return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
         action = open_action(self.keyring, action_id, found, replayed=False)

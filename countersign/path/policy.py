@@ -22,8 +22,17 @@ from typing import Any
 
 import jsonschema_rs
 
+from countersign.approvals import ApprovalError, ContextFields, ContextInvalid, ContextMode, merge_context
 from countersign.canonical import canonical
-from countersign.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound, PermissionDenied
+from countersign.errors import (
+    CountersignError,
+    FailedPrecondition,
+    FieldViolation,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+)
 from countersign.reasons import Reason
 from countersign.registry import Capability, Registry, Tool
 from countersign.registry.templates import ACTION_FIELDS, path_fields, path_problem, text_of
@@ -34,13 +43,14 @@ MAX_DEPTH = 32
 _ID_FIELDS = ("tenant_id", "actor_id", "subject_id", "session_id")
 _TEXT_FIELDS = (*_ID_FIELDS, "request_id", "role", "admin_context_id", "locale")
 MAX_ID_BYTES = 256
+_NO_ADMIN = (common_pb2.ADMIN_MODE_UNSPECIFIED, common_pb2.ADMIN_MODE_NONE)
 
 
 class Phase(enum.Enum):
     INVOKE = "invoke"  # a read runs now; a write is prepared into a card
     CONFIRM = "confirm"  # may this context write now? (checked before the claim)
     EXECUTE = "execute"  # a write runs: only with a claimed confirmation
-    COMPENSATE = "compensate"
+    COMPENSATE = "compensate"  # the inverse is proposed as a card, like a write at INVOKE
     RECONCILE = "reconcile"
 
 
@@ -67,7 +77,8 @@ def resolve(registry: Registry, name: str) -> Tool | Capability:
 
 def check_context(context: common_pb2.CallContext) -> None:
     """The ids every call must carry: present, at most 256 bytes, no control characters (they travel
-    on to the downstream as headers)."""
+    on to the downstream as headers); and an admin context only where it is honoured (role admin, its own
+    tenant: CONTEXT_MISMATCH otherwise, in every --verified-context mode)."""
     missing = [f for f in _ID_FIELDS if not getattr(context, f)]
     if missing:
         raise InvalidArgument(
@@ -84,6 +95,24 @@ def check_context(context: common_pb2.CallContext) -> None:
                 FieldViolation(f"context.{f}", f"at most {MAX_ID_BYTES} bytes, no control characters") for f in bad
             ),
         )
+    if context.admin_context_id or context.admin_mode not in _NO_ADMIN:
+        try:  # an admin context only with role admin, only inside its own tenant (docs/design.md §12)
+            merge_context(ContextFields.from_proto(context), None, ContextMode.OFF)
+        except ApprovalError as exc:
+            raise context_error(exc) from exc
+
+
+def context_error(exc: ApprovalError) -> CountersignError:
+    """A refused context: UNAUTHENTICATED CONTEXT_INVALID (no, or no valid, assertion), else PERMISSION_DENIED
+    CONTEXT_MISMATCH; ErrorInfo metadata ``check`` names the field or rule."""
+    metadata = {"check": exc.check}
+    if isinstance(exc, ContextInvalid):
+        return Unauthenticated(
+            Reason.CONTEXT_INVALID, f"the context assertion was refused ({exc.check}): {exc.message}", metadata=metadata
+        )
+    return PermissionDenied(
+        Reason.CONTEXT_MISMATCH, f"the context was refused ({exc.check}): {exc.message}", metadata=metadata
+    )
 
 
 def _id_ok(value: str) -> bool:
@@ -124,7 +153,7 @@ def authorize(
     if context.role not in tool.roles:
         raise PermissionDenied(Reason.ROLE_NOT_ALLOWED, f"role {cut(context.role)!r} may not use {tool.name!r}")
     args, canonical_args = _normalise(tool, arguments)
-    if tool.is_write and phase in (Phase.EXECUTE, Phase.COMPENSATE) and not claimed:
+    if tool.is_write and phase is Phase.EXECUTE and not claimed:
         raise FailedPrecondition(
             Reason.TOOL_CONFIRMATION_REQUIRED, f"{tool.name!r} writes; it runs only after a claimed confirmation"
         )

@@ -61,15 +61,31 @@ async def prepare(
     return prepared
 
 
-def preview(tool: Tool, prepared: Prepared, action_id: str) -> common_pb2.Preview:
-    """The downstream's preview when it gave one, else the registry's template over the prepared args."""
+def preview(tool: Tool, prepared: Prepared, action_id: str, locale: str = "") -> common_pb2.Preview:
+    """The downstream's preview when it gave one, else the registry's template, in the caller's locale, over the
+    prepared args."""
     values = {**prepared.arguments, "action_id": action_id, "idempotency_key": action_id}
-    source = prepared.preview or tool.preview
+    template = localized(tool.preview, locale)
+    source = prepared.preview or template
     out = common_pb2.Preview(
         title=render(str(source.get("title", "")), values),
         target=render(str(source.get("target", "")), values),
         impact=render(str(source.get("impact", "")), values),
     )
-    for detail in tool.preview.get("details") or []:
+    for detail in template.get("details") or []:
         out.details.add(label=str(detail["label"]), value=render(str(detail["value"]), values))
     return out
+
+
+def localized(preview: Mapping[str, Any], locale: str) -> Mapping[str, Any]:
+    """The registry preview for a locale: its exact tag under ``locales``, then its language, then another tag of
+    that language, else the preview itself (the registry's default language)."""
+    locales = preview.get("locales") or {}
+    lang = locale.split("-")[0].lower() if locale else ""
+    for key in (locale, lang):
+        if key and key in locales:
+            return dict(locales[key])
+    for key, variant in locales.items():
+        if lang and key.split("-")[0].lower() == lang:
+            return dict(variant)
+    return preview

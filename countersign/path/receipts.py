@@ -83,6 +83,7 @@ def to_action(action_id: str, tool: Tool, card: Card, outcome: Outcome, now_ms: 
     receipt = action.receipt
     receipt.action_id = action_id
     receipt.tool_name = tool.name
+    receipt.grant_id = card.grant  # run under a standing grant, with no card shown: which one
     receipt.status = (
         common_pb2.RECEIPT_STATUS_SUCCEEDED if outcome.kind is Kind.SUCCEEDED else common_pb2.RECEIPT_STATUS_FAILED
     )
@@ -119,6 +120,13 @@ def evidence(outcome: Outcome) -> str:
         {"status": outcome.status, "evidence_sha256": hashlib.sha256(whole).hexdigest(), "evidence_bytes": len(whole)},
         sort_keys=True,
     )
+
+
+def with_approval(action: common_pb2.Action, approval: common_pb2.ApprovalEvidence | None) -> common_pb2.Action:
+    """The action with the user's approval in its receipt (an outcome without a receipt, UNKNOWN, has none)."""
+    if approval is not None and action.HasField("receipt"):
+        action.receipt.approval.CopyFrom(approval)
+    return action
 
 
 def refused_action(action_id: str, tool: str, reason: str, message: str, now_ms: int) -> common_pb2.Action:

@@ -19,6 +19,7 @@ from countersign.audit import Audit
 from countersign.errors import CountersignError, Unavailable
 from countersign.keyring import Keyring
 from countersign.observability.metrics import Metrics
+from countersign.path.approval import evidence_event
 from countersign.path.receipts import seal_action
 from countersign.store import states
 from countersign.store.protocols import SettleStore
@@ -75,6 +76,7 @@ class Settler:
             resource_id=action.receipt.resource_id,
             outcome_hmac=self.keyring.digest("outcome", out),
             by=(claim_id[:1] == "r" and "reconciler") or "executor",
+            **({"approval": evidence_event(action.receipt.approval)} if action.receipt.HasField("approval") else {}),
         )
         receipt = "SUCCEEDED" if action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED else ""
         args = (action_id, claim_id, state, out, omac, action.error.reason, receipt, self.timing.replay_ttl_ms)

@@ -30,13 +30,13 @@ from countersign.keyring import Keyring
 from countersign.observability import tracing
 from countersign.observability.logs import decision
 from countersign.observability.metrics import Metrics
-from countersign.path import cards
+from countersign.path import cards, policy
 from countersign.path.cards import open_card
 from countersign.path.receipts import open_action, to_action, unknown_message
 from countersign.path.settle import Settler
 from countersign.reasons import Reason
 from countersign.registry import Registry
-from countersign.store import Busy, ReconcileWork, RunRecord
+from countersign.store import Busy, CardRecord, ReconcileWork, RunRecord
 from countersign.store.protocols import ReconcileStore
 from countersign.v1 import common_pb2
 
@@ -71,10 +71,15 @@ class Reconciler:
         self._foreign_until: dict[str, int] = {}
 
     async def reconcile_rpc(self, context: common_pb2.CallContext, action_id: str) -> common_pb2.Action:
-        """Reconcile(A): the action's owner, or an admin in MAINTAIN mode, may ask."""
-        found = await cards.owned_action(self.store, self.keyring, context, action_id, admin_may=True)
+        """Reconcile(A): the action's owner, or an admin of its tenant in MAINTAIN mode, may ask; and the caller
+        passes the same policy step as every entry (role, boundary, session mode) for the action's tool."""
+        found = await cards.owned_action(self.store, self.keyring, context, action_id, admin_modes=cards.ADMIN_MAINTAIN)
         if not isinstance(found, RunRecord):
             return common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_READY, tool_name=found.tool)
+        card = open_card(self.keyring, action_id, CardRecord(found.kid, found.tool, found.card, found.cmac))
+        if card.tool in self.registry.tools:  # a tool this registry lacks is another sidecar's to reconcile
+            # a planned or forbidden capability still may be reconciled: asking never re-sends the write
+            policy.authorize(self.registry, context, card.tool, card.arguments, policy.Phase.RECONCILE, claimed=True)
         return await self.reconcile(action_id)
 
     async def reconcile(self, action_id: str) -> common_pb2.Action:

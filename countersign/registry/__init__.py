@@ -21,6 +21,12 @@ rule names are stable (tests assert them, one bad fixture file per rule):
     template-fields                    templates name only arguments, the action or the receipt
     adapter-valid                      the adapter is complete for its kind
     compensation-is-write-tool         a compensation names a registered write tool
+    approval-matches-capability        a write tool's approval (none | signed) equals its capability's
+    approval-needs-issuer              approval: signed only where an approval issuer is configured (--approvals)
+
+``approval`` defaults, when neither the tool nor its capability declares it, to ``signed`` for a write with
+``confirmation: always`` or risk ``high`` / ``irreversible`` whenever an issuer is configured, else ``none``;
+``load(path, issuers=...)`` says whether one is.
 
 One more rule depends on the settings too, so it is checked at start (``check_deadlines``), not by
 ``load``: ``deadline-below-lease``, a write tool's deadline (adapter.timeout_ms, else
@@ -29,6 +35,7 @@ One more rule depends on the settings too, so it is checked at start (``check_de
 
 from countersign.registry.load import build, check_deadlines, load, loads
 from countersign.registry.model import (
+    APPROVALS,
     CONFIRMATIONS,
     HTTP_METHODS,
     RISKS,
@@ -47,6 +54,7 @@ from countersign.registry.templates import ACTION_FIELDS, PLACEHOLDER, RECEIPT_F
 
 __all__ = [
     "ACTION_FIELDS",
+    "APPROVALS",
     "CONFIRMATIONS",
     "HTTP_METHODS",
     "PLACEHOLDER",

@@ -10,6 +10,7 @@ import yaml
 
 from countersign.errors import RegistryError
 from countersign.registry.model import (
+    APPROVALS,
     CONFIRMATIONS,
     RISKS,
     STATUSES,
@@ -21,20 +22,22 @@ from countersign.registry.templates import ACTION_FIELDS, RECEIPT_FIELDS
 from countersign.registry.tools import check_keys, check_template, fields_of, tool_from
 
 _TOP_KEYS = {"policy_version", "capabilities", "tools"}
-_CAP_KEYS = {"id", "status", "tool", "risk", "confirmation", "guidance"}
+_CAP_KEYS = {"id", "status", "tool", "risk", "confirmation", "guidance", "approval"}
 
 
-def load(path: str) -> Registry:
-    """Load and validate a registry file; raise RegistryError naming file, tool and rule."""
+def load(path: str, *, issuers: bool = False) -> Registry:
+    """Load and validate a registry file; raise RegistryError naming file, tool and rule. ``issuers``: whether an
+    approval issuer is configured (--approvals), which decides approval's default and whether ``signed`` may be
+    declared."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
     except OSError as exc:
         raise RegistryError(path, "-", "readable", str(exc)) from exc
-    return loads(raw, path)
+    return loads(raw, path, issuers=issuers)
 
 
-def loads(text: str | bytes, path: str) -> Registry:
+def loads(text: str | bytes, path: str, *, issuers: bool = False) -> Registry:
     """Validate a registry given as YAML text; ``path`` names it in the errors (a file, or a ConfigMap)."""
     try:
         doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
@@ -45,7 +48,7 @@ def loads(text: str | bytes, path: str) -> Registry:
             path, "-", "yaml", f"not a readable YAML mapping: {type(exc).__name__}: {str(exc)[:200]}"
         ) from exc
     try:
-        return build(doc, path)
+        return build(doc, path, issuers=issuers)
     except RegistryError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as exc:
@@ -72,7 +75,7 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
-def build(doc: Any, path: str = "<registry>") -> Registry:
+def build(doc: Any, path: str = "<registry>", *, issuers: bool = False) -> Registry:
     def fail(tool: str, rule: str, detail: str) -> RegistryError:
         return RegistryError(path, tool, rule, detail)
 
@@ -92,7 +95,7 @@ def build(doc: Any, path: str = "<registry>") -> Registry:
 
     tools: dict[str, Tool] = {}
     for raw in _list(doc.get("tools"), "tools", fail):
-        tool = tool_from(raw, caps, fail)
+        tool = tool_from(raw, caps, fail, issuers=issuers)
         if tool.name in tools:
             raise fail(tool.name, "unique-names", "the tool is declared twice")
         tools[tool.name] = tool
@@ -131,7 +134,8 @@ def build(doc: Any, path: str = "<registry>") -> Registry:
     writes = sorted(t.name for t in tools.values() if t.is_write)
     roles = {role for t in tools.values() for role in t.roles}
     denied = {role: _csv(n for n in writes if role not in tools[n].roles) for role in roles}
-    return Registry(path, str(version), caps, tools, refusals, denied, _csv(writes))
+    signed = _csv(n for n in writes if tools[n].approval == "signed")
+    return Registry(path, str(version), caps, tools, refusals, denied, _csv(writes), signed)
 
 
 def _csv(names: Iterable[str]) -> str:
@@ -160,12 +164,16 @@ def _capability(raw: dict[str, Any], fail: Any) -> Capability:
     guidance = raw.get("guidance") or {}
     if not isinstance(guidance, dict) or not all(isinstance(v, str) for v in guidance.values()):
         raise fail(tool, "known-keys", f"capability {cid!r}: guidance must map locale to text")
-    risk, conf = raw.get("risk", ""), raw.get("confirmation", "")
+    risk, conf, approval = raw.get("risk", ""), raw.get("confirmation", ""), raw.get("approval", "")
     if risk and risk not in RISKS:
         raise fail(tool, "known-keys", f"capability {cid!r}: risk must be one of {', '.join(RISKS)}")
     if conf and conf not in CONFIRMATIONS:
         raise fail(tool, "known-keys", f"capability {cid!r}: confirmation must be one of {', '.join(CONFIRMATIONS)}")
-    return Capability(cid, status, raw["tool"], risk or "", conf or "", {str(k): v for k, v in guidance.items()})
+    if approval and approval not in APPROVALS:
+        raise fail(tool, "known-keys", f"capability {cid!r}: approval must be one of {', '.join(APPROVALS)}")
+    return Capability(
+        cid, status, raw["tool"], risk or "", conf or "", {str(k): v for k, v in guidance.items()}, approval or ""
+    )
 
 
 def check_deadlines(registry: Registry, lease: float, default_deadline: float, margin: float) -> None:

@@ -10,6 +10,7 @@ STATUSES = ("enabled", "planned", "forbidden")
 RISKS = ("low", "medium", "high", "irreversible")
 CONFIRMATIONS = ("default", "always", "none")
 SCOPES = ("request", "session", "none")
+APPROVALS = ("none", "signed")  # what Confirm needs besides the token (docs/design.md §12)
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 VERBS = frozenset({"create", "delete", "add", "save", "update", "complete", "send"})
 
@@ -22,6 +23,7 @@ class Capability:
     risk: str = ""
     confirmation: str = ""
     guidance: Mapping[str, str] = field(default_factory=dict)
+    approval: str = ""  # none | signed, or "" (not declared: the tool's, else the default)
 
     def guidance_for(self, locale: str) -> str:
         """Guidance in the caller's locale: exact tag, then its language, then en, then any."""
@@ -44,25 +46,30 @@ class HttpCall:
 
 @dataclass(frozen=True)
 class AdapterSpec:
-    kind: str  # http | grpc
+    kind: str  # http | grpc | mcp
     execute: HttpCall | None = None
     lookup: HttpCall | None = None
     fence: HttpCall | None = None
     prepare: HttpCall | None = None
-    target: str = ""  # grpc: host:port or unix:/path
+    target: str = ""  # grpc: host:port or unix:/path; mcp: the server's Streamable HTTP endpoint URL
     grpc_prepare: bool = False
     grpc_lookup: bool = False
     grpc_fence: bool = False
+    mcp_tool: str = ""  # mcp: the server's tool the execute calls
+    mcp_lookup: str = ""  # mcp: its read tool that finds the effect of an idempotency key
+    mcp_fence: bool = False  # mcp: that lookup tool also fences (``fence: true``)
+    mcp_prepare: str = ""  # mcp: its tool that prepares the arguments
     timeout_ms: int = 0  # 0: the sidecar's downstream deadline
+    tls: bool = False  # grpc: a TLS channel (--downstream-ca, --downstream-cert); http: the URL's scheme says
 
     @property
     def can_fence(self) -> bool:
         """A lookup that marks an absent key never-to-be-applied: the only proof of "not applied"."""
-        return self.fence is not None or self.grpc_fence
+        return self.fence is not None or self.grpc_fence or self.mcp_fence
 
     @property
     def can_lookup(self) -> bool:
-        return self.can_fence or self.lookup is not None or self.grpc_lookup
+        return self.can_fence or self.lookup is not None or self.grpc_lookup or bool(self.mcp_lookup)
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,7 @@ class Tool:
     receipt: ReceiptSpec
     compensation: Compensation | None
     verbs: frozenset[str] = frozenset()  # what a success claim about this tool may say (reply guard)
+    approval: str = "none"  # signed: Confirm must carry the user's approval (docs/design.md §12)
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,7 @@ class Registry:
     refusals: Mapping[str, Capability]  # tool name or capability id -> planned/forbidden
     denied_by_role: Mapping[str, str]  # role -> ",tool,tool," write tools the role may not run
     all_writes: str  # ",tool,tool," every registered write tool
+    signed_writes: str = ",,"  # ",tool,tool," the write tools whose Confirm needs a signed approval
 
     def denied_tools(self, role: str) -> str:
         """What the claim script refuses for this role, leaving the card READY (docs/design.md §5).

@@ -3,12 +3,15 @@ templates, adapter (its downstream calls), receipt, compensation and the verbs a
 
 from __future__ import annotations
 
+import re
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 import jsonschema_rs
 
 from countersign.registry.model import (
+    APPROVALS,
     CONFIRMATIONS,
     HTTP_METHODS,
     RISKS,
@@ -40,10 +43,17 @@ _TOOL_KEYS = {
     "compensation",
     "description",
     "verbs",
+    "approval",
 }
-_ADAPTER_KEYS = {"kind", "execute", "lookup", "fence", "prepare", "target", "timeout_ms"}
+# what an adapter of each kind may say (a key of another kind is a mistake, not a no-op)
+_ADAPTER_KEYS = {
+    "http": {"kind", "execute", "lookup", "fence", "prepare", "timeout_ms"},
+    "grpc": {"kind", "target", "execute", "lookup", "fence", "prepare", "timeout_ms", "tls"},
+    "mcp": {"kind", "url", "tool", "lookup", "prepare", "timeout_ms"},
+}
+_MCP_TOOL = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")  # an MCP tool name (the specification's characters)
 _CALL_KEYS = {"method", "url"}
-_PREVIEW_KEYS = {"title", "target", "impact", "details"}
+_PREVIEW_KEYS = {"title", "target", "impact", "details", "locales"}
 _RECEIPT_KEYS = {"resource_id", "resource_version", "summary"}
 _COMP_KEYS = {"tool", "args"}
 
@@ -54,7 +64,18 @@ def check_keys(raw: Mapping[str, Any], allowed: set[str], tool: str, where: str,
         raise fail(tool, "known-keys", f"unknown key(s) {', '.join(map(str, unknown))} in {where}")
 
 
-def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) -> Tool:
+def check_preview(preview: Mapping[str, Any], known: set[str], tool: str, where: str, fail: Any) -> None:
+    """A preview's keys are known and its templates name only the tool's properties and the action's fields."""
+    check_keys(preview, _PREVIEW_KEYS, tool, where, fail)
+    for key in ("title", "target", "impact"):
+        check_template(str(preview.get(key, "")), known, tool, fail)
+    for detail in preview.get("details") or []:
+        if not isinstance(detail, dict) or set(detail) != {"label", "value"}:
+            raise fail(tool, "known-keys", f"{where} details are {{label, value}} mappings")
+        check_template(str(detail["value"]), known, tool, fail)
+
+
+def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any, *, issuers: bool = False) -> Tool:
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise fail("-", "known-keys", "a tool needs a string name")
@@ -129,13 +150,14 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
     preview = raw.get("preview") or {}
     if not isinstance(preview, dict):
         raise fail(name, "known-keys", "preview must be a mapping")
-    check_keys(preview, _PREVIEW_KEYS, name, "preview", fail)
-    for key in ("title", "target", "impact"):
-        check_template(str(preview.get(key, "")), known, name, fail)
-    for detail in preview.get("details") or []:
-        if not isinstance(detail, dict) or set(detail) != {"label", "value"}:
-            raise fail(name, "known-keys", "preview details are {label, value} mappings")
-        check_template(str(detail["value"]), known, name, fail)
+    check_preview(preview, known, name, "preview", fail)
+    locales = preview.get("locales") or {}
+    if not isinstance(locales, dict):
+        raise fail(name, "known-keys", "preview.locales must map a locale to a preview")
+    for locale, variant in locales.items():
+        if not isinstance(variant, dict) or "locales" in variant:
+            raise fail(name, "known-keys", f"preview.locales.{locale} must be a preview (title, target, impact…)")
+        check_preview(variant, known, name, f"preview.locales.{locale}", fail)
 
     adapter = adapter_spec(raw.get("adapter"), name, known, fail)
     receipt_raw = raw.get("receipt") or {}
@@ -161,6 +183,7 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
             raise fail(name, "known-keys", "compensation args must be a mapping")
         compensation = Compensation(comp_raw["tool"], {str(k): str(v) for k, v in args.items()})
 
+    approval = _approval(raw, cap, name, is_write, risk, confirmation, issuers, fail)
     verbs = raw.get("verbs") or []
     if not isinstance(verbs, list) or not all(isinstance(v, str) for v in verbs) or not set(verbs) <= VERBS:
         raise fail(name, "known-keys", f"verbs must be a list drawn from {', '.join(sorted(VERBS))}")
@@ -180,24 +203,69 @@ def tool_from(raw: dict[str, Any], caps: Mapping[str, Capability], fail: Any) ->
         adapter=adapter,
         receipt=receipt,
         compensation=compensation,
+        approval=approval,
     )
+
+
+def _approval(
+    raw: Mapping[str, Any],
+    cap: Capability | None,
+    name: str,
+    is_write: bool,
+    risk: str,
+    confirmation: str,
+    issuers: bool,
+    fail: Any,
+) -> str:
+    """What Confirm of this tool needs besides the token: none or signed (docs/design.md §12)."""
+    declared = raw.get("approval", "")
+    if declared and declared not in APPROVALS:
+        raise fail(name, "known-keys", f"approval must be one of {', '.join(APPROVALS)}")
+    if not is_write:
+        if declared == "signed":
+            raise fail(name, "known-keys", "approval: signed applies to write tools only (a read runs at Invoke)")
+        return "none"
+    from_cap = cap.approval if cap is not None else ""
+    if declared and from_cap and declared != from_cap:
+        raise fail(
+            name,
+            "approval-matches-capability",
+            f"approval {declared!r} differs from capability {cap.id if cap else ''!r} approval {from_cap!r}",
+        )
+    approval = declared or from_cap
+    if approval == "signed" and not issuers:
+        raise fail(
+            name,
+            "approval-needs-issuer",
+            "approval: signed needs an approval issuer, and none is configured (--approvals / "
+            "COUNTERSIGN_APPROVALS); without one no Confirm could ever carry a valid approval",
+        )
+    if approval:
+        return approval
+    return "signed" if issuers and (confirmation == "always" or risk in ("high", "irreversible")) else "none"
 
 
 def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec:
     if not isinstance(raw, dict):
-        raise fail(tool, "adapter-valid", "adapter is required (kind: http or grpc)")
-    check_keys(raw, _ADAPTER_KEYS, tool, "adapter", fail)
+        raise fail(tool, "adapter-valid", "adapter is required (kind: http, grpc or mcp)")
     kind = raw.get("kind")
+    if kind not in _ADAPTER_KEYS:
+        raise fail(tool, "adapter-valid", f"adapter kind must be http, grpc or mcp, not {kind!r}")
+    if kind != "grpc" and "tls" in raw:
+        raise fail(tool, "adapter-valid", f"an {kind} adapter takes TLS from its URLs (https://), not from tls")
+    check_keys(raw, _ADAPTER_KEYS[kind], tool, f"adapter (kind {kind})", fail)
     timeout = raw.get("timeout_ms", 0)
-    if not isinstance(timeout, int) or timeout < 0:
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 0:
         raise fail(tool, "adapter-valid", "timeout_ms must be a non-negative integer")
+    if kind == "mcp":
+        return _mcp_spec(raw, tool, timeout, fail)
     if kind == "grpc":
         target = raw.get("target")
         if not isinstance(target, str) or not target:
             raise fail(tool, "adapter-valid", "a grpc adapter needs a target (host:port or unix:/path)")
-        flags = {k: raw.get(k, False) for k in ("prepare", "lookup", "fence", "execute")}
+        flags = {k: raw.get(k, False) for k in ("prepare", "lookup", "fence", "execute", "tls")}
         if not all(isinstance(v, bool) for v in flags.values()):
-            raise fail(tool, "adapter-valid", "grpc adapter prepare/lookup/fence are true or false")
+            raise fail(tool, "adapter-valid", "grpc adapter prepare/lookup/fence/tls are true or false")
         return AdapterSpec(
             "grpc",
             target=target,
@@ -205,9 +273,8 @@ def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec
             grpc_lookup=bool(flags["lookup"] or flags["fence"]),
             grpc_fence=bool(flags["fence"]),
             timeout_ms=timeout,
+            tls=bool(flags["tls"]),
         )
-    if kind != "http":
-        raise fail(tool, "adapter-valid", f"adapter kind must be http or grpc, not {kind!r}")
     calls: dict[str, HttpCall | None] = {}
     for key, default in (("execute", "POST"), ("lookup", "GET"), ("fence", "POST"), ("prepare", "POST")):
         call = raw.get(key)
@@ -237,6 +304,52 @@ def adapter_spec(raw: Any, tool: str, known: set[str], fail: Any) -> AdapterSpec
         lookup=calls["lookup"],
         fence=calls["fence"],
         prepare=calls["prepare"],
+        timeout_ms=timeout,
+    )
+
+
+def _mcp_spec(raw: dict[str, Any], tool: str, timeout: int, fail: Any) -> AdapterSpec:
+    """An MCP server's tool: one fixed endpoint URL (no template: no argument may pick where a write goes), the
+    tool the execute calls, and optionally a lookup tool (that may fence) and a prepare tool, each another tool."""
+    url = raw.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise fail(tool, "adapter-valid", "an mcp adapter needs url, the server's Streamable HTTP endpoint (http(s))")
+    if PLACEHOLDER.search(url) or "{" in url or "}" in url:
+        raise fail(tool, "adapter-valid", "adapter.url of an mcp adapter is one fixed endpoint: no template in it")
+    if not urllib.parse.urlsplit(url).hostname:
+        raise fail(tool, "adapter-valid", "adapter.url of an mcp adapter names no host")
+    name = raw.get("tool")
+    if not isinstance(name, str) or not _MCP_TOOL.match(name):
+        raise fail(tool, "adapter-valid", "an mcp adapter needs tool, the server's tool name (1-128 of A-Za-z0-9_.-)")
+    named: dict[str, str] = {}
+    fence = False
+    for key, allowed in (("lookup", {"tool", "fence"}), ("prepare", {"tool"})):
+        call = raw.get(key)
+        if call is None:
+            continue
+        if not isinstance(call, dict):
+            raise fail(tool, "adapter-valid", f"adapter.{key} is a mapping {{tool: <the server's tool name>}}")
+        check_keys(call, allowed, tool, f"adapter.{key}", fail)
+        other = call.get("tool")
+        if not isinstance(other, str) or not _MCP_TOOL.match(other):
+            raise fail(
+                tool, "adapter-valid", f"adapter.{key}.tool must be the server's tool name (1-128 of A-Za-z0-9_.-)"
+            )
+        if other == name:
+            # the reconciler and Invoke call these freely: they must never be the write itself
+            raise fail(tool, "adapter-valid", f"adapter.{key}.tool must be another tool than adapter.tool ({name!r})")
+        named[key] = other
+        if key == "lookup":
+            fence = call.get("fence", False)
+            if not isinstance(fence, bool):
+                raise fail(tool, "adapter-valid", "adapter.lookup.fence is true or false")
+    return AdapterSpec(
+        "mcp",
+        target=url,
+        mcp_tool=name,
+        mcp_lookup=named.get("lookup", ""),
+        mcp_fence=fence,
+        mcp_prepare=named.get("prepare", ""),
         timeout_ms=timeout,
     )
 

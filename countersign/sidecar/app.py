@@ -20,14 +20,17 @@ from countersign import registry as registry_mod
 from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
 from countersign.adapters.http import HttpAdapter
+from countersign.approvals import ContextMode, Verifier
 from countersign.audit import Audit
-from countersign.errors import SettingsError, StoreUnavailable
+from countersign.errors import SettingsError
 from countersign.guard import LexiconError, ReplyGuard
 from countersign.keyring import Keyring
 from countersign.observability import logs, tracing
 from countersign.observability.metrics import Metrics
+from countersign.path.approval import Approvals
 from countersign.path.claim import Claims
 from countersign.path.execute import Executor
+from countersign.path.grants import Grants
 from countersign.path.pipeline import Pipeline
 from countersign.path.quota import Quota
 from countersign.path.settle import Settler, Timing
@@ -38,6 +41,7 @@ from countersign.reply.check import ReplyCheck
 from countersign.reply.continuations import Continuations
 from countersign.sidecar.admission import Gate, Health, new_server
 from countersign.sidecar.embedded_redis import EmbeddedRedis
+from countersign.sidecar.identity import Identity
 from countersign.sidecar.probes import Probes, serve_probes
 from countersign.sidecar.server import (
     SERVICES,
@@ -47,6 +51,8 @@ from countersign.sidecar.server import (
     register,
 )
 from countersign.sidecar.settings import LEASE_MARGIN, Settings
+from countersign.sidecar.tls import add_port, downstream_tls, server_credentials
+from countersign.sidecar.trust import check_id_key, load_approvals, load_keys
 from countersign.store.redis_store import RedisStore
 from countersign.v1 import continuation_pb2_grpc, gateway_pb2_grpc, guard_pb2_grpc
 
@@ -77,6 +83,7 @@ class Components:
     compensator: Compensator
     continuations: Continuations
     checker: ReplyCheck
+    grants: Grants
 
 
 @dataclass
@@ -89,6 +96,7 @@ class Sidecar:
     metrics_address: str = ""
     probes: Probes | None = None
     embedded: EmbeddedRedis | None = None
+    verifier: Verifier | None = None
     closers: list[Any] = field(default_factory=list)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
@@ -111,53 +119,12 @@ class Sidecar:
         for adapter in parts.adapters.values():
             await adapter.close()
         await parts.store.close()
+        if self.verifier is not None:
+            await self.verifier.close()
         for close in self.closers:
             close()
         if self.embedded is not None:
             self.embedded.stop()
-
-
-def load_keys(settings: Settings) -> Keyring:
-    if settings.keys_file:
-        return Keyring.from_file(settings.keys_file)
-    log.warning(
-        "COUNTERSIGN_KEYS_FILE is not set: a random key was generated. Tokens will not survive a "
-        "restart and will not work across replicas. Do not run like this in production.",
-        extra={"event": "generated_key"},
-    )
-    return Keyring.generate()
-
-
-async def check_id_key(store: RedisStore, keyring: Keyring) -> None:
-    """Refuse to start when this keys file derives action ids with another id key than the sidecars that used
-    this Redis before (docs/design.md §7): one call would become two actions, and could run twice."""
-    if keyring.generated:
-        return
-    mine = keyring.id_fingerprint()
-    try:
-        pinned = await store.pin_id_key(mine)
-    except StoreUnavailable as exc:
-        log.warning(
-            json.dumps(
-                {
-                    "event": "id_key_unchecked",
-                    "message": f"could not compare the id key with the one this Redis's actions use: {exc.message}",
-                }
-            )
-        )
-        return
-    if pinned.rpartition(":")[2] != mine.rpartition(":")[2]:  # the same key, wherever it is written
-        source = pinned.split(":", 1)[0]
-        keep = (
-            'the same "id_key"'
-            if source == "id_key"
-            else f'key {source!r} listed (it need not be active), or pin it as "id_key"'
-        )
-        raise SettingsError(
-            f"the keys file derives action ids from {keyring.id_key_source!r} (fingerprint {mine}), but the actions "
-            f"in this Redis were derived from {source!r} ({pinned}): two id keys on one Redis make one call two "
-            f"actions. Keep {keep}; see docs/runbook.md, 'Rotating keys'"
-        )
 
 
 async def start(settings: Settings) -> Sidecar:
@@ -165,22 +132,32 @@ async def start(settings: Settings) -> Sidecar:
     if settings.telemetry == "on":
         tracing.setup()
     keyring = load_keys(settings)
-    registry = registry_mod.load(settings.registry)
-    registry_mod.check_deadlines(registry, settings.lease, settings.downstream_deadline, LEASE_MARGIN)
+    verifier = await load_approvals(settings)
     embedded = None
-    url = settings.redis_url
-    if not url:
-        embedded = EmbeddedRedis().start()
-        url = embedded.url
     try:
-        return await _start(settings, keyring, registry, url, embedded)
+        registry = registry_mod.load(settings.registry, issuers=verifier is not None)
+        registry_mod.check_deadlines(registry, settings.lease, settings.downstream_deadline, LEASE_MARGIN)
+        url = settings.redis_url
+        if not url:
+            embedded = EmbeddedRedis().start()
+            url = embedded.url
+        return await _start(settings, keyring, registry, url, embedded, verifier)
     except BaseException:
         if embedded is not None:
             embedded.stop()
+        if verifier is not None:
+            await verifier.close()
         raise
 
 
-def build(settings: Settings, keyring: Keyring, registry: Registry, store: RedisStore, guard: ReplyGuard) -> Components:
+def build(
+    settings: Settings,
+    keyring: Keyring,
+    registry: Registry,
+    store: RedisStore,
+    guard: ReplyGuard,
+    verifier: Verifier | None = None,
+) -> Components:
     """The one place components are made: each once, each handed what it calls."""
     metrics = Metrics(
         frozenset(registry.tools),
@@ -190,10 +167,16 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
     store.observe = metrics.redis_observer()
     # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)
     cap = max(min(MAX_ANSWER_BYTES, settings.max_message_bytes - ANSWER_HEADROOM), 1024)
+    tls, credentials = downstream_tls(settings)
     adapters: dict[str, Adapter] = {
-        "http": HttpAdapter(max_answer_bytes=cap),
-        "grpc": GrpcAdapter(max_answer_bytes=cap),
+        "http": HttpAdapter(max_answer_bytes=cap, ssl_context=tls),
+        "grpc": GrpcAdapter(max_answer_bytes=cap, credentials=credentials),
     }
+    if any(tool.adapter.kind == "mcp" for tool in registry.tools.values()):
+        # the MCP SDK takes about a second to import: only a sidecar whose registry names an MCP server pays it
+        from countersign.adapters.mcp import McpAdapter
+
+        adapters["mcp"] = McpAdapter(max_answer_bytes=cap)
     timing = Timing(
         lease_ms=int(settings.lease * 1000),
         replay_ttl_ms=int(settings.replay_ttl * 1000),
@@ -203,7 +186,10 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
     quota = Quota(store, settings.tenant_quota, timing.replay_ttl_ms)
     settler = Settler(store, keyring, audit, metrics, timing)
     executor = Executor(store, keyring, adapters, settler, timing, metrics, audit)
-    claims = Claims(store, keyring, metrics, lease_ms=timing.lease_ms, max_wait=settings.max_wait)
+    claims = Claims(
+        store, keyring, metrics, lease_ms=timing.lease_ms, max_wait=settings.max_wait, approvals=Approvals(verifier)
+    )
+    grants = Grants(store, keyring, registry, verifier, audit, metrics)
     pipeline = Pipeline(
         registry=registry,
         store=store,
@@ -216,6 +202,7 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
         metrics=metrics,
         timing=timing,
         confirm_ttl_ms=int(settings.confirm_ttl * 1000),
+        grants=grants,
     )
     reconciler = Reconciler(
         store=store,
@@ -230,7 +217,12 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
         downstream_deadline=timing.downstream_deadline,
     )
     compensator = Compensator(
-        store=store, keyring=keyring, executor=executor, registry=registry, timing=timing, metrics=metrics, audit=audit
+        store=store,
+        keyring=keyring,
+        registry=registry,
+        metrics=metrics,
+        audit=audit,
+        confirm_ttl_ms=int(settings.confirm_ttl * 1000),
     )
     continuations = Continuations(
         store=store,
@@ -257,11 +249,17 @@ def build(settings: Settings, keyring: Keyring, registry: Registry, store: Redis
         compensator,
         continuations,
         checker,
+        grants,
     )
 
 
 async def _start(
-    settings: Settings, keyring: Keyring, registry: Registry, url: str, embedded: EmbeddedRedis | None
+    settings: Settings,
+    keyring: Keyring,
+    registry: Registry,
+    url: str,
+    embedded: EmbeddedRedis | None,
+    verifier: Verifier | None,
 ) -> Sidecar:
     try:
         store = RedisStore.from_url(
@@ -284,8 +282,13 @@ async def _start(
     except SettingsError:
         await store.close()
         raise
-    parts = build(settings, keyring, registry, store, guard)
+    try:
+        parts = build(settings, keyring, registry, store, guard, verifier)
+    except SettingsError:
+        await store.close()
+        raise
     metrics = parts.metrics
+    identity = Identity(verifier, ContextMode(settings.verified_context), settings.allowed_peers)
 
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
@@ -297,16 +300,18 @@ async def _start(
     metrics.watch_admission(lambda: gate.holding, settings.max_in_flight)
     register(
         gateway_pb2_grpc.add_ToolGatewayServiceServicer_to_server,
-        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, metrics, gate),
+        GatewayServicer(parts.pipeline, parts.compensator, parts.reconciler, parts.grants, metrics, gate, identity),
         server,
     )
     register(
         continuation_pb2_grpc.add_ContinuationServiceServicer_to_server,
-        ContinuationServicer(parts.continuations, metrics, gate),
+        ContinuationServicer(parts.continuations, metrics, gate, identity),
         server,
     )
     register(
-        guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server, ReplyGuardServicer(parts.checker, metrics, gate), server
+        guard_pb2_grpc.add_ReplyGuardServiceServicer_to_server,
+        ReplyGuardServicer(parts.checker, metrics, gate, identity),
+        server,
     )
     health = Health(gate)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -314,16 +319,17 @@ async def _start(
         (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
     )
 
+    credentials = server_credentials(settings)
     if settings.listen.startswith("unix:"):
-        server.add_insecure_port(settings.listen)
+        add_port(server, settings.listen, credentials)
         address = settings.listen
     else:
         host, port = split_addr(settings.listen)
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = add_port(server, f"{host}:{port}", credentials)
         if bound == 0:
             raise SettingsError(f"cannot listen on {settings.listen}")
         address = f"{host}:{bound}"
-    sidecar = Sidecar(settings, parts, server, health, address, embedded=embedded)
+    sidecar = Sidecar(settings, parts, server, health, address, embedded=embedded, verifier=verifier)
     if settings.metrics_listen:
         host, port = split_addr(settings.metrics_listen)
         sidecar.probes = Probes(

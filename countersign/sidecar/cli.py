@@ -118,6 +118,13 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     checking.add_argument("files", nargs="+", metavar="FILE", help="a registry or manifests file; - for stdin")
+    checking.add_argument(
+        "--approvals",
+        default=os.environ.get("COUNTERSIGN_APPROVALS", ""),
+        metavar="FILE",
+        help="the sidecars' approvals settings: with an issuer, approval defaults to signed for confirmation: "
+        "always and high risk, and approval: signed is allowed [env COUNTERSIGN_APPROVALS]",
+    )
     keys = sub.add_parser("keys", help="make the HMAC keys file the sidecars and the operator CLI share")
     keys_sub = keys.add_subparsers(dest="verb", required=True)
     generating = keys_sub.add_parser("generate", help='a new keys file {"active": kid, "keys": {kid: hex}}')
@@ -132,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     generating.add_argument(
         "--out", default="-", help="a new file (written 0600, never overwritten), or - for standard output"
     )
-    demo = sub.add_parser("demo", help="the walkthrough: embedded Redis, the example service, a scripted agent")
+    demo = sub.add_parser(
+        "demo", help="the walkthrough: embedded Redis, the example todo and approval services, a scripted agent"
+    )
     demo.add_argument("--verbose", action="store_true", help="also show the sidecar's and service's logs")
     args = parser.parse_args(argv)
 
@@ -163,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "registry":
         from countersign.sidecar import registry_check
 
-        return registry_check.check(args.files)
+        return registry_check.check(args.files, approvals=args.approvals)
 
     if args.command == "keys":
         return _keys(args)
@@ -253,6 +262,10 @@ async def _resolve(args: argparse.Namespace, store: Any, keyring: Any) -> int:
         print(f"countersign: {exc}", file=sys.stderr)
         return 2
     adapters: dict[str, Adapter] = {"http": HttpAdapter(), "grpc": GrpcAdapter()}
+    if registry is not None and any(tool.adapter.kind == "mcp" for tool in registry.tools.values()):
+        from countersign.adapters.mcp import McpAdapter  # the SDK is slow to import: only when named
+
+        adapters["mcp"] = McpAdapter()
     try:
         return await operator.resolve(
             store,

@@ -3,7 +3,7 @@
 A FILE is a registry, or a stream of Kubernetes manifests (``helm template ... | countersign registry check -``)
 whose ConfigMaps carrying ``registry.yaml`` are each checked, named ``FILE: ConfigMap/<name>``. The answer is
 the sidecar's own: ``<file>: tool '<name>': <rule>: <detail>`` on standard error, exit 1; exit 0 when every
-registry passes; exit 2 when a FILE holds no registry at all.
+registry passes; exit 2 when a FILE holds no registry at all, or the ``--approvals`` file is invalid.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, TextIO
 import yaml
 
 from countersign import registry as registry_mod
+from countersign.approvals import ApprovalSettingsError, load_settings
 from countersign.errors import RegistryError
 
 
@@ -33,7 +34,18 @@ def _registries(name: str, raw: bytes) -> list[tuple[str, bytes | str]] | None:
     return found or None
 
 
-def check(paths: list[str], stdin: Any = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def check(
+    paths: list[str], stdin: Any = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *, approvals: str = ""
+) -> int:
+    """Exit status of the check; ``approvals`` is the sidecars' --approvals file, whose issuers decide approval's
+    default and whether ``approval: signed`` may be declared (its keys are not loaded here: no network in CI)."""
+    issuers = False
+    if approvals:
+        try:
+            issuers = bool(load_settings(approvals).issuers)
+        except ApprovalSettingsError as exc:
+            print(exc, file=err)
+            return 2
     worst = 0
     for path in paths:
         if path == "-":
@@ -58,7 +70,7 @@ def check(paths: list[str], stdin: Any = None, out: TextIO = sys.stdout, err: Te
             continue
         for label, text in registries:
             try:
-                registry = registry_mod.loads(text, label)
+                registry = registry_mod.loads(text, label, issuers=issuers)
             except RegistryError as exc:
                 print(exc, file=err)
                 worst = max(worst, 1)

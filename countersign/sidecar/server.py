@@ -1,7 +1,9 @@
 """gRPC servicers: decode the request, call the component app.py handed them, turn errors into rich statuses.
 
-No business logic lives here. Every error leaves as a gRPC status with a google.rpc.ErrorInfo
-(domain "countersign", a stable reason) and, for argument problems, a google.rpc.BadRequest.
+Decoding includes who is calling (identity.py): the client certificate's allow-list and, with
+--verified-context, the CallContext taken from a verified context assertion. No business logic lives here.
+Every error leaves as a gRPC status with a google.rpc.ErrorInfo (domain "countersign", a stable reason) and, for
+argument problems, a google.rpc.BadRequest.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from grpc_status import rpc_status
 from countersign.errors import DOMAIN, CountersignError, InvalidArgument, ResourceExhausted, StoreUnavailable
 from countersign.observability import tracing
 from countersign.observability.metrics import Metrics
+from countersign.path.grants import Grants
 from countersign.path.pipeline import Pipeline
 from countersign.reasons import Reason
 from countersign.recovery.compensate import Compensator
@@ -28,6 +31,7 @@ from countersign.recovery.reconcile import Reconciler
 from countersign.reply.check import ReplyCheck
 from countersign.reply.continuations import Continuations
 from countersign.sidecar.admission import Gate
+from countersign.sidecar.identity import Identity
 from countersign.v1 import (
     continuation_pb2,
     continuation_pb2_grpc,
@@ -60,6 +64,8 @@ QUICK = frozenset(
         "SettleContinuation",
         "ReleaseContinuation",
         "CheckReply",
+        "ListGrants",
+        "RevokeGrant",
     }
 )
 
@@ -142,6 +148,9 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
                                     "the request is not a valid protobuf "
                                     "message (invalid UTF-8 in a string field, or corrupt bytes)",
                                 )
+                            identity: Identity | None = getattr(self, "identity", None)
+                            if identity is not None:  # the peer's certificate, the verified context (§12)
+                                await identity.admit(request, context)
                             answer = await handler(self, request, context)
                             tracing.end_server_span(span, code)
                             return answer
@@ -254,10 +263,17 @@ def _token(token: str) -> str:
 
 class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
     def __init__(
-        self, pipeline: Pipeline, compensator: Compensator, reconciler: Reconciler, metrics: Metrics, gate: Gate
+        self,
+        pipeline: Pipeline,
+        compensator: Compensator,
+        reconciler: Reconciler,
+        grants: Grants,
+        metrics: Metrics,
+        gate: Gate,
+        identity: Identity | None = None,
     ) -> None:
-        self.pipeline, self.compensator, self.reconciler = pipeline, compensator, reconciler
-        self.metrics, self.gate = metrics, gate
+        self.pipeline, self.compensator, self.reconciler, self.grants = pipeline, compensator, reconciler, grants
+        self.metrics, self.gate, self.identity = metrics, gate, identity
 
     @rpc("Invoke")
     async def Invoke(self, request: gateway_pb2.InvokeRequest, context: Ctx) -> gateway_pb2.InvokeResponse:
@@ -265,7 +281,7 @@ class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
 
     @rpc("Confirm")
     async def Confirm(self, request: gateway_pb2.ConfirmRequest, context: Ctx) -> gateway_pb2.ConfirmResponse:
-        action = await self.pipeline.confirm(request.context, _token(request.token), request.wait_ms)
+        action = await self.pipeline.confirm(request.context, _token(request.token), request.wait_ms, request.approval)
         return gateway_pb2.ConfirmResponse(action=action)
 
     @rpc("Reject")
@@ -279,18 +295,35 @@ class GatewayServicer(gateway_pb2_grpc.ToolGatewayServiceServicer):
 
     @rpc("Compensate")
     async def Compensate(self, request: gateway_pb2.CompensateRequest, context: Ctx) -> gateway_pb2.CompensateResponse:
-        action = await self.compensator.compensate(request.context, request.action_id)
-        return gateway_pb2.CompensateResponse(action=action)
+        return await self.compensator.compensate(request.context, request.action_id)
 
     @rpc("Reconcile")
     async def Reconcile(self, request: gateway_pb2.ReconcileRequest, context: Ctx) -> gateway_pb2.ReconcileResponse:
         action = await self.reconciler.reconcile_rpc(request.context, request.action_id)
         return gateway_pb2.ReconcileResponse(action=action)
 
+    @rpc("CreateGrant")
+    async def CreateGrant(
+        self, request: gateway_pb2.CreateGrantRequest, context: Ctx
+    ) -> gateway_pb2.CreateGrantResponse:
+        return await self.grants.create(request.context, request.approval)
+
+    @rpc("ListGrants")
+    async def ListGrants(self, request: gateway_pb2.ListGrantsRequest, context: Ctx) -> gateway_pb2.ListGrantsResponse:
+        return await self.grants.list(request.context)
+
+    @rpc("RevokeGrant")
+    async def RevokeGrant(
+        self, request: gateway_pb2.RevokeGrantRequest, context: Ctx
+    ) -> gateway_pb2.RevokeGrantResponse:
+        return await self.grants.revoke(request.context, request.grant_id)
+
 
 class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):
-    def __init__(self, continuations: Continuations, metrics: Metrics, gate: Gate) -> None:
-        self.continuations, self.metrics, self.gate = continuations, metrics, gate
+    def __init__(
+        self, continuations: Continuations, metrics: Metrics, gate: Gate, identity: Identity | None = None
+    ) -> None:
+        self.continuations, self.metrics, self.gate, self.identity = continuations, metrics, gate, identity
 
     @rpc("OpenContinuation")
     async def OpenContinuation(
@@ -328,8 +361,8 @@ class ContinuationServicer(continuation_pb2_grpc.ContinuationServiceServicer):
 
 
 class ReplyGuardServicer(guard_pb2_grpc.ReplyGuardServiceServicer):
-    def __init__(self, checker: ReplyCheck, metrics: Metrics, gate: Gate) -> None:
-        self.checker, self.metrics, self.gate = checker, metrics, gate
+    def __init__(self, checker: ReplyCheck, metrics: Metrics, gate: Gate, identity: Identity | None = None) -> None:
+        self.checker, self.metrics, self.gate, self.identity = checker, metrics, gate, identity
 
     @rpc("CheckReply")
     async def CheckReply(self, request: guard_pb2.CheckReplyRequest, context: Ctx) -> guard_pb2.CheckReplyResponse:

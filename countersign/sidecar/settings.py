@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
@@ -100,6 +101,39 @@ class Settings:
         "(replace it unless a receipt succeeded)",
     )
     log_level: str = _setting("info", "debug, info, warning or error")
+    approvals: str = _setting(
+        "",
+        "the approval issuers (YAML, or JSON: issuers, their JWKS, step_up; docs/approvals.md): parties the agent "
+        "is not, whose signed approval Confirm needs for a tool with approval: signed, and who sign standing "
+        "grants (CreateGrant). Empty: none, no grants, and every write is confirmable by the token alone (a loud "
+        "warning at start)",
+    )
+    verified_context: str = _setting(
+        "off",
+        "off | optional | required: take tenant, actor, subject, session, role and admin context from a context "
+        "assertion (gRPC metadata authorization: Bearer <JWS> from an --approvals issuer); required refuses a call "
+        "without one (UNAUTHENTICATED CONTEXT_INVALID), a CallContext field that disagrees is CONTEXT_MISMATCH",
+    )
+    tls_cert: str = _setting("", "the server certificate chain (PEM) for gRPC over TLS; with --tls-key")
+    tls_key: str = _setting("", "the server's private key (PEM)")
+    tls_client_ca: str = _setting(
+        "", "CA bundle (PEM): client certificates are then required and must be signed by it (mTLS)"
+    )
+    tls_allowed_peers: str = _setting(
+        "",
+        "comma-separated SANs (DNS names, URIs such as SPIFFE ids spiffe://..., e-mail, IP) a client certificate "
+        "must carry one of, checked on every RPC; empty: any certificate the client CA signed",
+    )
+    insecure_listen: str = _setting(
+        "",
+        "yes: acknowledge plaintext gRPC on an address beyond loopback (without it the sidecar refuses to start "
+        "there unless --tls-cert is given): e.g. a pod-wide address for kubelet's gRPC probe, behind a NetworkPolicy",
+    )
+    downstream_ca: str = _setting(
+        "", "CA bundle (PEM) trusted for https:// downstreams and gRPC tools with tls: true; empty: the system's"
+    )
+    downstream_cert: str = _setting("", "client certificate (PEM) presented to TLS downstreams; with --downstream-key")
+    downstream_key: str = _setting("", "its private key (PEM)")
 
     def validate(self) -> Settings:
         if not self.registry:
@@ -129,7 +163,49 @@ class Settings:
             raise SettingsError("--telemetry must be on or off")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise SettingsError("--log-level must be debug, info, warning or error")
+        self._validate_identity()
         return self
+
+    def _validate_identity(self) -> None:
+        """Approvals, verified context and transport identity (docs/design.md §12)."""
+        if self.verified_context not in ("off", "optional", "required"):
+            raise SettingsError("--verified-context must be off, optional or required")
+        if self.verified_context != "off" and not self.approvals:
+            raise SettingsError("--verified-context needs --approvals: its issuers sign the context assertions")
+        for first, second in (("tls_cert", "tls_key"), ("downstream_cert", "downstream_key")):
+            if bool(getattr(self, first)) != bool(getattr(self, second)):
+                raise SettingsError(f"--{_flag(first)} and --{_flag(second)} go together")
+        if self.tls_client_ca and not self.tls_cert:
+            raise SettingsError("--tls-client-ca needs --tls-cert and --tls-key (mTLS is TLS first)")
+        if self.tls_allowed_peers and not self.tls_client_ca:
+            raise SettingsError(
+                "--tls-allowed-peers needs --tls-client-ca: only a verified client certificate names a peer"
+            )
+        if self.insecure_listen not in ("", "yes", "no"):
+            raise SettingsError("--insecure-listen must be yes (or empty)")
+        if not self.tls_cert and self.insecure_listen != "yes" and not loopback(self.listen):
+            raise SettingsError(
+                f"--listen {self.listen} is beyond loopback and has no TLS: anyone who reaches it could call every "
+                "RPC. Give --tls-cert and --tls-key (and --tls-client-ca to require client certificates), or "
+                "acknowledge a plaintext listener with --insecure-listen yes (e.g. inside a pod behind a NetworkPolicy)"
+            )
+
+    @property
+    def allowed_peers(self) -> frozenset[str]:
+        return frozenset(p.strip() for p in self.tls_allowed_peers.split(",") if p.strip())
+
+
+def loopback(listen: str) -> bool:
+    """A unix socket, or a host:port whose host is a loopback name or address."""
+    if listen.startswith("unix:"):
+        return True
+    host = listen.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _flag(name: str) -> str:

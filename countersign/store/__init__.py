@@ -7,11 +7,14 @@ keys; ``states`` is the state machine. Only this package imports redis (redis_st
 """
 
 from countersign.store.records import (
+    NO_APPROVAL,
     Anchor,
     AuditEvidence,
     CardRecord,
+    ClaimApproval,
     ContRecord,
     ContState,
+    GrantRecord,
     RunRecord,
     RunState,
     RunSummary,
@@ -24,6 +27,11 @@ from countersign.store.results import (
     ContSettled,
     ContWon,
     Defer,
+    GrantCreated,
+    GrantNotTaken,
+    GrantRevoked,
+    GrantsFull,
+    GrantTaken,
     Issued,
     LeaseLost,
     NotClaimed,
@@ -39,11 +47,13 @@ from countersign.store.results import (
 )
 
 __all__ = [
+    "NO_APPROVAL",
     "Anchor",
     "Appended",
     "AuditEvidence",
     "Busy",
     "CardRecord",
+    "ClaimApproval",
     "ContBusy",
     "ContRecord",
     "ContReleased",
@@ -51,6 +61,12 @@ __all__ = [
     "ContState",
     "ContWon",
     "Defer",
+    "GrantCreated",
+    "GrantNotTaken",
+    "GrantRecord",
+    "GrantRevoked",
+    "GrantTaken",
+    "GrantsFull",
     "Issued",
     "LeaseLost",
     "NotClaimed",

@@ -50,3 +50,15 @@ def quota_key(tenant: str) -> str:
 def action_of(key: str, kind: str) -> str:
     """The action id in a key ``cs:{A}:<kind>`` (as SCAN returns it)."""
     return key[4 : -(len(kind) + 2)]
+
+
+def grants_key(owner: str) -> str:
+    """One owner's standing grants (a hash: each grant sealed, its expiry, the uses taken, whether revoked), under
+    a keyed hash of tenant and actor that never changes when keys rotate: every grant script of one owner touches
+    one slot."""
+    return f"cs:grants:{{{owner}}}"
+
+
+def grant_used_key(owner: str, grant_id: str) -> str:
+    """The actions that took a use of one grant (a set), in its owner's slot."""
+    return f"cs:grants:{{{owner}}}:{grant_id}:used"

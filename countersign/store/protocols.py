@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from countersign.store.records import Anchor, AuditEvidence, CardRecord, ContRecord, RunRecord, RunSummary
+from countersign.store.records import (
+    NO_APPROVAL,
+    Anchor,
+    AuditEvidence,
+    CardRecord,
+    ClaimApproval,
+    ContRecord,
+    GrantRecord,
+    RunRecord,
+    RunSummary,
+)
 from countersign.store.results import (
     Appended,
     Busy,
@@ -19,6 +29,11 @@ from countersign.store.results import (
     ContSettled,
     ContWon,
     Defer,
+    GrantCreated,
+    GrantNotTaken,
+    GrantRevoked,
+    GrantsFull,
+    GrantTaken,
     Issued,
     LeaseLost,
     NotClaimed,
@@ -51,13 +66,49 @@ class ClaimStore(Peek, Protocol):
     """Confirm and Compensate: claim a card, wait for another caller's claim to settle."""
 
     async def claim(
-        self, action_id: str, binding: str, denied: str, claim_id: str, lease_ms: int
+        self,
+        action_id: str,
+        binding: str,
+        denied: str,
+        claim_id: str,
+        lease_ms: int,
+        approval: ClaimApproval = NO_APPROVAL,
     ) -> Won | RunRecord | Refused:
         """ready -> running for one caller (Won); the record when claimed before; Refused (expired, forbidden,
-        role) changing nothing. REPLICAS_NOT_ACKNOWLEDGED (the claim put back) under --redis-wait-replicas."""
+        role, approval_required, approval_invalid) changing nothing. REPLICAS_NOT_ACKNOWLEDGED (the claim put
+        back) under --redis-wait-replicas."""
 
     async def wait_settled(self, action_id: str, run: RunRecord, seconds: float) -> RunRecord:
         """Poll (bounded) until a running record settles; the last record seen."""
+
+
+class GrantStore(Protocol):
+    """Standing grants: one owner's, in one slot (docs/design.md §12)."""
+
+    async def grants(self, owner: str) -> list[GrantRecord]:
+        """Every grant the owner's hash holds, expired and revoked ones included."""
+
+    async def grant_create(
+        self, owner: str, grant_id: str, sealed: bytes, exp_ms: int, keep_ms: int, max_live: int
+    ) -> GrantCreated | GrantRecord | GrantsFull:
+        """Record a grant unless it exists (the grant recorded before), or GrantsFull."""
+
+    async def grant_use(
+        self, owner: str, grant_id: str, action_id: str, mac: str, uses: int, exp_ms: int, keep_ms: int
+    ) -> GrantTaken | GrantNotTaken:
+        """Take one use for an action: at most ``uses`` actions ever take one, one action at most one."""
+
+    async def grant_revoke(self, owner: str, grant_id: str) -> GrantRevoked | None: ...
+
+
+class GrantRunStore(Peek, Protocol):
+    """Invoke under a grant: the covered action issued directly as running."""
+
+    async def grant_run(
+        self, action_id: str, card: CardRecord, claim_id: str, lease_ms: int, grant_id: str
+    ) -> Won | RunRecord | CardRecord:
+        """Won (the caller holds the claim), the action's record (replay, RUNNING), or its waiting card.
+        REPLICAS_NOT_ACKNOWLEDGED (put back as a card) under --redis-wait-replicas."""
 
 
 class ReleaseStore(Peek, Protocol):

@@ -34,6 +34,23 @@ class CardRecord:
     body: bytes
     mac: str
     binding: str = ""
+    # the card's own hash fields claim.lua compares (copies of the MAC'd body's; "" where a reply has none)
+    approval: str = ""  # none | signed
+    digest: str = ""  # the approval digest
+    risk: str = ""
+
+
+@dataclass(frozen=True)
+class ClaimApproval:
+    """What claim.lua compares of a Confirm's approval (verified before Redis) with the card it would claim."""
+
+    digest: str = ""  # the approval's dig; "" when the Confirm carries none
+    risks: str = ",,"  # ",risk,risk," the approval's acr satisfies (step-up rules)
+    failed: str = ""  # the check the approval failed before Redis ("" when none failed)
+    signed_tools: str = ",,"  # ",tool,tool," the registry in force requires a signed approval for
+
+
+NO_APPROVAL = ClaimApproval()
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,17 @@ class ContRecord:
     reply: bytes = b""  # when settled
     rmac: str = ""
     verdict: bytes = b""
+
+
+@dataclass(frozen=True)
+class GrantRecord:
+    """A standing grant as stored in its owner's hash: ``sealed`` is JSON {kid, mac, body}, checked by the path on
+    every read, never trusted here; ``taken`` the uses taken so far."""
+
+    grant_id: str
+    sealed: bytes
+    taken: int = 0
+    revoked: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The store over Redis: runs the scripts in ``store/lua`` and names their replies (replies.py); its reads are
-redis_reads.py, its connection connect.py (the only modules that import redis).
+redis_reads.py, its standing grants redis_grants.py, its connection connect.py (the only modules that import
+redis).
 
 Each transition is one script, one atomic step (docs/design.md §7); its reply is decoded by name into a record or
 a typed result (results.py). Any Redis failure (refused, timed out, lost) raises ``StoreUnavailable``: the caller
@@ -21,7 +22,8 @@ from countersign.reasons import Reason
 from countersign.store import keys
 from countersign.store.connect import connect
 from countersign.store.keys import card_key, cont_key, run_key
-from countersign.store.records import Anchor, CardRecord, ContRecord, RunRecord, cont_state
+from countersign.store.records import NO_APPROVAL, Anchor, CardRecord, ClaimApproval, ContRecord, RunRecord, cont_state
+from countersign.store.redis_grants import RedisGrants
 from countersign.store.redis_reads import RedisReads
 from countersign.store.replies import SCRIPTS, card_record, decode, raw, run_record, text
 from countersign.store.results import (
@@ -49,7 +51,7 @@ from countersign.store.results import (
 T = TypeVar("T")
 
 
-class RedisStore(RedisReads):
+class RedisStore(RedisGrants, RedisReads):
     """Card, run, continuation and audit records in Redis, one Lua script per transition (reads: RedisReads)."""
 
     wait_replicas = 0
@@ -153,7 +155,7 @@ class RedisStore(RedisReads):
         kind, f = await self._script(
             "issue",
             [card_key(action_id), run_key(action_id)],
-            [card.binding, card.tool, card.body, card.mac, card.kid, ttl_ms],
+            [card.binding, card.tool, card.body, card.mac, card.kid, ttl_ms, card.approval, card.digest, card.risk],
         )
         if kind == "issued":
             return Issued()
@@ -162,7 +164,13 @@ class RedisStore(RedisReads):
         return run_record(f)
 
     async def claim(
-        self, action_id: str, binding: str, denied: str, claim_id: str, lease_ms: int
+        self,
+        action_id: str,
+        binding: str,
+        denied: str,
+        claim_id: str,
+        lease_ms: int,
+        approval: ClaimApproval = NO_APPROVAL,
     ) -> Won | RunRecord | Refused:
         """ready -> running. Won: the caller holds the claim and must settle (or release) it. A RunRecord: someone
         claimed it before (replay, or RUNNING).
@@ -171,7 +179,8 @@ class RedisStore(RedisReads):
         request was never sent) and the caller gets UNAVAILABLE REPLICAS_NOT_ACKNOWLEDGED: a failover must not
         lose the claim and let a second caller execute the same action."""
         keys_ = [card_key(action_id), run_key(action_id)]
-        kind, f, acked = await self._acknowledged("claim", keys_, [binding, denied, claim_id, lease_ms])
+        args = [binding, denied, claim_id, lease_ms, approval.digest, approval.risks, approval.failed]
+        kind, f, acked = await self._acknowledged("claim", keys_, [*args, approval.signed_tools])
         if acked < self.wait_replicas and kind == "won":
             await self._script("release", keys_, [claim_id])
             raise self._not_acknowledged("claim", acked)
@@ -179,7 +188,8 @@ class RedisStore(RedisReads):
             return Won(card_record(f, binding=binding))
         if kind == "run":
             return run_record(f)
-        return Refused(kind, text(f.get("tool", "")))  # type: ignore[arg-type]   # expired | forbidden | role
+        check = text(f.get("why", f.get("check", "")))  # approval_required | approval_invalid
+        return Refused(kind, text(f.get("tool", "")), check)  # type: ignore[arg-type]   # expired | forbidden | role
 
     async def release(self, action_id: str, claim_id: str) -> Release:
         """running -> ready by the claim holder that never sent the request: ready, expired or lost."""

@@ -17,7 +17,15 @@ RUN = ("state", "kid", "out", "omac", "reason", "binding", "tool", "card", "cmac
 
 REPLIES: dict[str, dict[str, tuple[str, ...]]] = {
     "issue": {"issued": (), "card": ("kid", "body", "mac"), "run": RUN},
-    "claim": {"won": ("kid", "tool", "body", "mac"), "run": RUN, "expired": (), "forbidden": (), "role": ("tool",)},
+    "claim": {
+        "won": ("kid", "tool", "body", "mac"),
+        "run": RUN,
+        "expired": (),
+        "forbidden": (),
+        "role": ("tool",),
+        "approval_required": ("why",),
+        "approval_invalid": ("check",),
+    },
     "release": {"ready": (), "expired": (), "lost": ("state",)},
     "settle": {"ok": (), "lost": ("state",), "gone": ()},
     "reject": {"rejected": (), "run": RUN, "expired": (), "forbidden": ()},
@@ -62,6 +70,18 @@ REPLIES: dict[str, dict[str, tuple[str, ...]]] = {
     "audit": {"ok": ("seq",), "conflict": ("seq", "head")},
     "resolve": {"ok": (), "state": ("state",)},
     "quota": {"ok": ("count",), "full": ("count", "first_gone")},
+    "grant_create": {"created": (), "exists": ("sealed", "taken", "st"), "full": ("live",)},
+    "grant_use": {
+        "took": ("left",),
+        "again": ("left",),
+        "spent": (),
+        "revoked": (),
+        "expired": (),
+        "none": (),
+        "tampered": (),
+    },
+    "grant_revoke": {"revoked": ("sealed", "taken"), "already": ("sealed", "taken"), "none": ()},
+    "grant_run": {"won": ("kid", "tool", "body", "mac"), "run": RUN, "card": ("kid", "body", "mac")},
 }
 SCRIPTS = tuple(REPLIES)
 

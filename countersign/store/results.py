@@ -10,18 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from countersign.store.records import CardRecord, ContRecord, RunRecord
+from countersign.store.records import CardRecord, ContRecord, GrantRecord, RunRecord
 
-RefusedWhy: TypeAlias = Literal["expired", "forbidden", "role", "none"]
+RefusedWhy: TypeAlias = Literal["expired", "forbidden", "role", "none", "approval_required", "approval_invalid"]
 
 
 @dataclass(frozen=True)
 class Refused:
     """The transition did not happen and nothing was changed: no such card or action (``expired`` for a card,
-    ``none`` for a continuation), another owner's (``forbidden``), or a tool the caller's role may not run."""
+    ``none`` for a continuation), another owner's (``forbidden``), a tool the caller's role may not run, or a
+    claim without the approval the card requires (``approval_required``) or with one that failed a check
+    (``approval_invalid``)."""
 
     why: RefusedWhy
     tool: str = ""  # role: the tool
+    check: str = ""  # approval_required: "card" or "registry"; approval_invalid: the failed check
 
 
 @dataclass(frozen=True)
@@ -142,3 +145,36 @@ class Resolved:
 
     ok: bool
     state: str = ""
+
+
+@dataclass(frozen=True)
+class GrantCreated:
+    """grant_create: the grant was recorded now, with no use taken."""
+
+
+@dataclass(frozen=True)
+class GrantsFull:
+    """grant_create: the owner holds as many live grants as allowed; nothing was recorded."""
+
+    live: int
+
+
+@dataclass(frozen=True)
+class GrantTaken:
+    """grant_use: this action holds a use of the grant: taken now, or (``again``) by this same action before."""
+
+    left: int
+    again: bool = False
+
+
+# grant_use: nothing was taken: every use is taken (spent), the owner revoked it, its expiry passed, there is no
+# such grant (none), or the stored grant is not the one the caller verified (tampered)
+GrantNotTaken: TypeAlias = Literal["spent", "revoked", "expired", "none", "tampered"]
+
+
+@dataclass(frozen=True)
+class GrantRevoked:
+    """grant_revoke: the grant as stored, revoked now (``before`` False) or already (True)."""
+
+    grant: GrantRecord
+    before: bool = False

@@ -7,6 +7,7 @@ r"""Action states: the protobuf enum mirrored once, with the transitions the Lua
                         +--TTL-----> EXPIRED (the card is gone)    reconciler --> SUCCEEDED | FAILED
                                                                    reconciler --> NEEDS_MANUAL_REVIEW
                                                                    operator (resolve) --> SUCCEEDED | FAILED
+    (none) --grant_run--> RUNNING   a write a standing grant covers (grant_use.lua took a use first): no card
     COMPENSATING / COMPENSATED / COMPENSATION_FAILED are not stored: they are derived from the
     inverse action's own record (recovery/compensate.py, path/inverse.py).
 
@@ -22,6 +23,7 @@ from countersign.v1 import common_pb2
 
 # record state in Redis (cs:{A}:run "st") -> what it may become, by which script (tests/store drives each one)
 TRANSITIONS: dict[str, dict[str, str]] = {
+    "none": {"running": "grant_run.lua (a write a standing grant covers, after grant_use.lua took a use: no card)"},
     "ready": {"running": "claim.lua", "rejected": "reject.lua", "expired": "(card TTL)"},
     "running": {
         "settled": "settle.lua",

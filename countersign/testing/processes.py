@@ -22,6 +22,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: countersign/testing/processes.py
 EXAMPLE_REGISTRY = ROOT / "examples" / "registry.yaml"
 TEMPLATE_URL = "http://127.0.0.1:8081"
+MCP_REGISTRY = ROOT / "examples" / "registry_mcp.yaml"  # the back door: the example MCP todo server's tools
+MCP_TEMPLATE_URL = "http://127.0.0.1:8082/mcp"
 TEST_KEYS: dict[str, Any] = {"active": "k1", "keys": {"k1": "11" * 32, "k0": "22" * 32}}
 
 
@@ -148,7 +150,8 @@ def start_redis(work: Path, *, extra: list[str] | None = None) -> Proc:
     raise RuntimeError("redis-server did not start")
 
 
-def start_todo_service(work: Path, *, grpc: bool = False) -> Proc:
+def start_todo_service(work: Path, *, grpc: bool = False, tls: list[str] | None = None) -> Proc:
+    """The example todo service; ``tls``: its --tls-* flags (then its url is https://)."""
     cmd = [
         sys.executable,
         "-m",
@@ -162,9 +165,37 @@ def start_todo_service(work: Path, *, grpc: bool = False) -> Proc:
     ]
     if grpc:
         cmd += ["--grpc-port", "0"]
+    cmd += tls or []
     proc = _start(cmd, work, "todo")
-    proc.info["url"] = f"http://127.0.0.1:{proc.info['port']}"
+    proc.info["url"] = f"{'https' if tls else 'http'}://127.0.0.1:{proc.info['port']}"
     return proc
+
+
+def start_mcp_todo(work: Path, *, port: int = 0, db: Path | None = None, json_response: bool = False) -> Proc:
+    """The example MCP todo server (python -m examples.mcp_todo_server); info["url"] is its /mcp endpoint. Give
+    the port and db of a server that stopped to start it again where it was, with what it had written."""
+    db = db or work / f"mcp-todos-{time.monotonic_ns()}.db"
+    cmd = [
+        sys.executable,
+        "-m",
+        "examples.mcp_todo_server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--db",
+        str(db),
+    ]
+    if json_response:
+        cmd.append("--json-response")
+    proc = _start(cmd, work, "mcp-todo")
+    proc.info["db"] = str(db)
+    return proc
+
+
+def write_mcp_registry(work: Path, mcp_url: str, *, source: Path = MCP_REGISTRY) -> Path:
+    """The example MCP registry pointing at the MCP server at ``mcp_url``."""
+    return write_registry(work, mcp_url, source=source, **{MCP_TEMPLATE_URL: mcp_url})
 
 
 def write_registry(work: Path, todo_url: str, *, source: Path = EXAMPLE_REGISTRY, **replace: str) -> Path:

@@ -4,6 +4,7 @@ sees of the downstream (what reached it, faults to inject)."""
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 import uuid
@@ -23,8 +24,15 @@ from countersign.v1 import gateway_pb2, gateway_pb2_grpc
 class Todo:
     """The example downstream, seen from the test: what reached it, and faults to inject."""
 
-    def __init__(self, proc: processes.Proc) -> None:
+    def __init__(self, proc: processes.Proc, ca: Path | None = None) -> None:
         self.proc, self.url = proc, proc.info["url"]
+        # a todo service over TLS: the test trusts its CA (and presents a client certificate when it needs one)
+        self.ssl = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
+
+    def present(self, cert: Path, key: Path) -> None:
+        """Present this client certificate to a todo service that requires one."""
+        assert self.ssl is not None
+        self.ssl.load_cert_chain(str(cert), str(key))
 
     def _call(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
@@ -32,7 +40,7 @@ class Todo:
             self.url + path, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
         )
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=10, context=self.ssl) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
             raw = exc.read()

@@ -59,6 +59,12 @@ class ReceiptStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RECEIPT_STATUS_UNSPECIFIED: _ClassVar[ReceiptStatus]
     RECEIPT_STATUS_SUCCEEDED: _ClassVar[ReceiptStatus]
     RECEIPT_STATUS_FAILED: _ClassVar[ReceiptStatus]
+
+class ApprovalRequirement(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    APPROVAL_REQUIREMENT_UNSPECIFIED: _ClassVar[ApprovalRequirement]
+    APPROVAL_REQUIREMENT_NONE: _ClassVar[ApprovalRequirement]
+    APPROVAL_REQUIREMENT_SIGNED: _ClassVar[ApprovalRequirement]
 ADMIN_MODE_UNSPECIFIED: AdminMode
 ADMIN_MODE_NONE: AdminMode
 ADMIN_MODE_READONLY: AdminMode
@@ -91,6 +97,9 @@ ACTION_STATE_NEEDS_MANUAL_REVIEW: ActionState
 RECEIPT_STATUS_UNSPECIFIED: ReceiptStatus
 RECEIPT_STATUS_SUCCEEDED: ReceiptStatus
 RECEIPT_STATUS_FAILED: ReceiptStatus
+APPROVAL_REQUIREMENT_UNSPECIFIED: ApprovalRequirement
+APPROVAL_REQUIREMENT_NONE: ApprovalRequirement
+APPROVAL_REQUIREMENT_SIGNED: ApprovalRequirement
 
 class CallContext(_message.Message):
     __slots__ = ("tenant_id", "actor_id", "subject_id", "session_id", "request_id", "role", "admin_context_id", "admin_mode", "locale", "session_mode")
@@ -117,7 +126,7 @@ class CallContext(_message.Message):
     def __init__(self, tenant_id: _Optional[str] = ..., actor_id: _Optional[str] = ..., subject_id: _Optional[str] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., role: _Optional[str] = ..., admin_context_id: _Optional[str] = ..., admin_mode: _Optional[_Union[AdminMode, str]] = ..., locale: _Optional[str] = ..., session_mode: _Optional[_Union[SessionMode, str]] = ...) -> None: ...
 
 class Receipt(_message.Message):
-    __slots__ = ("action_id", "tool_name", "status", "resource_id", "resource_version", "summary", "evidence_json", "settled_at")
+    __slots__ = ("action_id", "tool_name", "status", "resource_id", "resource_version", "summary", "evidence_json", "settled_at", "grant_id", "approval")
     ACTION_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +135,8 @@ class Receipt(_message.Message):
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     EVIDENCE_JSON_FIELD_NUMBER: _ClassVar[int]
     SETTLED_AT_FIELD_NUMBER: _ClassVar[int]
+    GRANT_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
     action_id: str
     tool_name: str
     status: ReceiptStatus
@@ -134,7 +145,23 @@ class Receipt(_message.Message):
     summary: str
     evidence_json: str
     settled_at: _timestamp_pb2.Timestamp
-    def __init__(self, action_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., status: _Optional[_Union[ReceiptStatus, str]] = ..., resource_id: _Optional[str] = ..., resource_version: _Optional[str] = ..., summary: _Optional[str] = ..., evidence_json: _Optional[str] = ..., settled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    grant_id: str
+    approval: ApprovalEvidence
+    def __init__(self, action_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., status: _Optional[_Union[ReceiptStatus, str]] = ..., resource_id: _Optional[str] = ..., resource_version: _Optional[str] = ..., summary: _Optional[str] = ..., evidence_json: _Optional[str] = ..., settled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., grant_id: _Optional[str] = ..., approval: _Optional[_Union[ApprovalEvidence, _Mapping]] = ...) -> None: ...
+
+class ApprovalEvidence(_message.Message):
+    __slots__ = ("issuer", "kid", "jti", "acr", "amr")
+    ISSUER_FIELD_NUMBER: _ClassVar[int]
+    KID_FIELD_NUMBER: _ClassVar[int]
+    JTI_FIELD_NUMBER: _ClassVar[int]
+    ACR_FIELD_NUMBER: _ClassVar[int]
+    AMR_FIELD_NUMBER: _ClassVar[int]
+    issuer: str
+    kid: str
+    jti: str
+    acr: str
+    amr: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, issuer: _Optional[str] = ..., kid: _Optional[str] = ..., jti: _Optional[str] = ..., acr: _Optional[str] = ..., amr: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ActionError(_message.Message):
     __slots__ = ("reason", "message", "retryable")

@@ -66,6 +66,21 @@ class ToolGatewayServiceStub:
                 request_serializer=countersign_dot_v1_dot_gateway__pb2.ReconcileRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_gateway__pb2.ReconcileResponse.FromString,
                 _registered_method=True)
+        self.CreateGrant = channel.unary_unary(
+                '/countersign.v1.ToolGatewayService/CreateGrant',
+                request_serializer=countersign_dot_v1_dot_gateway__pb2.CreateGrantRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_gateway__pb2.CreateGrantResponse.FromString,
+                _registered_method=True)
+        self.ListGrants = channel.unary_unary(
+                '/countersign.v1.ToolGatewayService/ListGrants',
+                request_serializer=countersign_dot_v1_dot_gateway__pb2.ListGrantsRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_gateway__pb2.ListGrantsResponse.FromString,
+                _registered_method=True)
+        self.RevokeGrant = channel.unary_unary(
+                '/countersign.v1.ToolGatewayService/RevokeGrant',
+                request_serializer=countersign_dot_v1_dot_gateway__pb2.RevokeGrantRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_gateway__pb2.RevokeGrantResponse.FromString,
+                _registered_method=True)
 
 
 class ToolGatewayServiceServicer:
@@ -102,7 +117,8 @@ class ToolGatewayServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Compensate(self, request, context):
-        """Undo a succeeded action by its declared inverse.
+        """Undo a succeeded action by its declared inverse: the inverse's confirmation
+        card (confirmed like any card), or, once it settled, its outcome.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -110,6 +126,28 @@ class ToolGatewayServiceServicer:
 
     def Reconcile(self, request, context):
         """Resolve an UNKNOWN action by asking the downstream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateGrant(self, request, context):
+        """A standing grant from the user (a signed approval of kind "grant"): a
+        number of writes of one capability that run without a card.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGrants(self, request, context):
+        """The caller's live grants.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeGrant(self, request, context):
+        """End a grant before its expiry (its owner only).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -147,6 +185,21 @@ def add_ToolGatewayServiceServicer_to_server(servicer, server):
                     servicer.Reconcile,
                     request_deserializer=countersign_dot_v1_dot_gateway__pb2.ReconcileRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_gateway__pb2.ReconcileResponse.SerializeToString,
+            ),
+            'CreateGrant': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateGrant,
+                    request_deserializer=countersign_dot_v1_dot_gateway__pb2.CreateGrantRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_gateway__pb2.CreateGrantResponse.SerializeToString,
+            ),
+            'ListGrants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGrants,
+                    request_deserializer=countersign_dot_v1_dot_gateway__pb2.ListGrantsRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_gateway__pb2.ListGrantsResponse.SerializeToString,
+            ),
+            'RevokeGrant': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeGrant,
+                    request_deserializer=countersign_dot_v1_dot_gateway__pb2.RevokeGrantRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_gateway__pb2.RevokeGrantResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -313,6 +366,87 @@ class ToolGatewayService:
             '/countersign.v1.ToolGatewayService/Reconcile',
             countersign_dot_v1_dot_gateway__pb2.ReconcileRequest.SerializeToString,
             countersign_dot_v1_dot_gateway__pb2.ReconcileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateGrant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.ToolGatewayService/CreateGrant',
+            countersign_dot_v1_dot_gateway__pb2.CreateGrantRequest.SerializeToString,
+            countersign_dot_v1_dot_gateway__pb2.CreateGrantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGrants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.ToolGatewayService/ListGrants',
+            countersign_dot_v1_dot_gateway__pb2.ListGrantsRequest.SerializeToString,
+            countersign_dot_v1_dot_gateway__pb2.ListGrantsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeGrant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.ToolGatewayService/RevokeGrant',
+            countersign_dot_v1_dot_gateway__pb2.RevokeGrantRequest.SerializeToString,
+            countersign_dot_v1_dot_gateway__pb2.RevokeGrantResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,7 +1,9 @@
-"""``python -m examples.todo_service --host 127.0.0.1 --port 0 [--db PATH] [--grpc-port 0]``
+"""``python -m examples.todo_service --host 127.0.0.1 --port 0 [--db PATH] [--grpc-port 0] [--tls-cert C --tls-key K
+[--tls-client-ca CA]]``
 
 Binds, prints one JSON line ``{"event": "listening", "port": N[, "grpc_port": M]}`` to stdout and serves
-until SIGTERM/SIGINT, then exits 0.
+until SIGTERM/SIGINT, then exits 0. With --tls-cert/--tls-key, HTTP and gRPC are served over TLS only (https://);
+with --tls-client-ca, a client certificate signed by it is required.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ import argparse
 import asyncio
 import json
 import signal
+import ssl
 import sys
 from datetime import datetime
+from pathlib import Path
 
+import grpc
 from aiohttp import web
 
 from .app import ServiceControls, make_app
@@ -27,7 +32,26 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--db", default=":memory:", help="SQLite database path (default in-memory)")
     parser.add_argument("--grpc-port", type=int, default=None, help="also serve ToolBackendService on this port")
     parser.add_argument("--now", default=None, help="freeze the clock at this ISO-8601 time (for tests)")
+    parser.add_argument("--tls-cert", default="", help="serve over TLS with this certificate chain (PEM)")
+    parser.add_argument("--tls-key", default="", help="... and its private key (PEM)")
+    parser.add_argument("--tls-client-ca", default="", help="require client certificates signed by this CA (PEM)")
     return parser.parse_args(argv)
+
+
+def _tls(args: argparse.Namespace) -> tuple[ssl.SSLContext | None, grpc.ServerCredentials | None]:
+    if not args.tls_cert:
+        return None, None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(args.tls_cert, args.tls_key)
+    client_ca = None
+    if args.tls_client_ca:
+        context.load_verify_locations(args.tls_client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+        client_ca = Path(args.tls_client_ca).read_bytes()
+    pair = (Path(args.tls_key).read_bytes(), Path(args.tls_cert).read_bytes())
+    return context, grpc.ssl_server_credentials(
+        [pair], root_certificates=client_ca, require_client_auth=bool(client_ca)
+    )
 
 
 def _fixed_clock(text: str) -> Clock:
@@ -42,7 +66,8 @@ async def serve(args: argparse.Namespace) -> None:
     controls = ServiceControls()
     runner = web.AppRunner(make_app(store, controls=controls), access_log=None, shutdown_timeout=0.25)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
+    context, credentials = _tls(args)
+    site = web.TCPSite(runner, args.host, args.port, ssl_context=context)
     await site.start()
     port = int(runner.addresses[0][1])
     listening: dict[str, object] = {"event": "listening", "port": port}
@@ -50,7 +75,9 @@ async def serve(args: argparse.Namespace) -> None:
     if args.grpc_port is not None:
         from .grpc_backend import start_grpc_server
 
-        grpc_server, grpc_port = await start_grpc_server(store, controls, host=args.host, port=args.grpc_port)
+        grpc_server, grpc_port = await start_grpc_server(
+            store, controls, host=args.host, port=args.grpc_port, credentials=credentials
+        )
         listening["grpc_port"] = grpc_port
 
     stop = asyncio.Event()

@@ -219,11 +219,17 @@ def add_backend_to_server(server: grpc.aio.Server, backend: TodoBackend) -> None
 
 
 async def start_grpc_server(
-    store: TodoStore, controls: ServiceControls | None = None, *, host: str = "127.0.0.1", port: int = 0
+    store: TodoStore,
+    controls: ServiceControls | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """Start a grpc.aio server with :class:`TodoBackend`; returns (server, bound port)."""
+    """Start a grpc.aio server with :class:`TodoBackend` (over TLS with ``credentials``); returns (server, port)."""
     server = grpc.aio.server()
     add_backend_to_server(server, TodoBackend(store, controls))
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     await server.start()
     return server, bound

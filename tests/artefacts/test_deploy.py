@@ -220,6 +220,7 @@ def test_examples_cover_the_ways_to_deploy() -> None:
         "sentinel-values",
         "cluster-values",
         "monitoring-values",
+        "mtls-values",
     }
 
 
@@ -516,12 +517,79 @@ def test_keys_come_only_from_an_existing_secret() -> None:
 
 
 def test_grpc_probes_need_a_wildcard_tcp_listener() -> None:
-    side = sidecar(render({**STANDALONE, "listen": {"host": "0.0.0.0"}, "probes": {"type": "grpc"}}))
+    side = sidecar(render({**STANDALONE, "listen": {"host": "0.0.0.0", "insecure": True}, "probes": {"type": "grpc"}}))
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert side[probe]["grpc"] == {"port": 50051, "service": ""}
     for listen in ({"host": "127.0.0.1"}, {"host": "0.0.0.0", "unixSocket": True}):
         with pytest.raises(helm.HelmError, match="pod IP"):
             render({**STANDALONE, "listen": listen, "probes": {"type": "grpc"}})
+
+
+def test_a_wildcard_listener_needs_tls_or_an_acknowledged_plaintext() -> None:
+    with pytest.raises(helm.HelmError, match=r"listen\.insecure"):
+        render({**STANDALONE, "listen": {"host": "0.0.0.0"}})
+    insecure = env(sidecar(render({**STANDALONE, "listen": {"host": "0.0.0.0", "insecure": True}})))
+    assert insecure["COUNTERSIGN_INSECURE_LISTEN"] == "yes"
+    assert "COUNTERSIGN_INSECURE_LISTEN" not in env(sidecar(render(STANDALONE)))
+
+
+def test_mtls_approvals_and_downstream_tls_are_mounted_read_only_and_named_to_the_sidecar() -> None:
+    docs = render(example_values(CHART / "examples" / "mtls-values.yaml"))
+    side, spec = sidecar(docs), pod_spec(docs)
+    e = env(side)
+    assert (e["COUNTERSIGN_LISTEN"], "COUNTERSIGN_INSECURE_LISTEN" in e) == ("0.0.0.0:50051", False)
+    assert (e["COUNTERSIGN_TLS_CERT"], e["COUNTERSIGN_TLS_KEY"], e["COUNTERSIGN_TLS_CLIENT_CA"]) == (
+        "/etc/countersign/tls/tls.crt",
+        "/etc/countersign/tls/tls.key",
+        "/etc/countersign/tls/ca.crt",
+    )
+    assert e["COUNTERSIGN_TLS_ALLOWED_PEERS"] == "spiffe://cluster.local/ns/agents/sa/agent"
+    assert e["COUNTERSIGN_APPROVALS"] == "/etc/countersign/approvals/approvals.yaml"
+    assert e["COUNTERSIGN_VERIFIED_CONTEXT"] == "required"
+    assert (e["COUNTERSIGN_DOWNSTREAM_CA"], e["COUNTERSIGN_DOWNSTREAM_CERT"], e["COUNTERSIGN_DOWNSTREAM_KEY"]) == (
+        "/etc/countersign/downstream-tls/ca.crt",
+        "/etc/countersign/downstream-tls/tls.crt",
+        "/etc/countersign/downstream-tls/tls.key",
+    )
+    mounts = {m["name"]: m for m in side["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for name, source in (
+        ("countersign-tls", {"secretName": "countersign-grpc-tls", "defaultMode": 0o444}),
+        ("countersign-downstream-tls", {"secretName": "countersign-downstream-tls", "defaultMode": 0o444}),
+    ):
+        assert mounts[name]["readOnly"] is True and volumes[name]["secret"] == source
+    assert volumes["countersign-approvals"]["configMap"] == {"name": "countersign-approvals"}
+    assert mounts["countersign-approvals"] == {
+        "name": "countersign-approvals",
+        "mountPath": "/etc/countersign/approvals",
+        "readOnly": True,
+    }
+    # nothing of it without the values: loopback, no issuer, verified context off
+    plain = env(sidecar(render(STANDALONE)))
+    assert not {
+        k
+        for k in plain
+        if k.startswith(("COUNTERSIGN_TLS", "COUNTERSIGN_DOWNSTREAM_CA", "COUNTERSIGN_DOWNSTREAM_CERT"))
+        or k in ("COUNTERSIGN_DOWNSTREAM_KEY", "COUNTERSIGN_APPROVALS")
+    }
+    assert "COUNTERSIGN_VERIFIED_CONTEXT" not in plain  # the sidecar's default, off
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"tls": {"existingSecret": "s"}, "probes": {"type": "grpc"}, "listen": {"host": "0.0.0.0"}},
+            "probes.type http",
+        ),
+        ({"tls": {"existingSecret": "s"}, "probes": {"type": "exec"}}, "probes.type http"),
+        ({"tls": {"existingSecret": "s", "clientAuth": False, "allowedPeers": ["spiffe://x"]}}, "needs tls.clientAuth"),
+        ({"approvals": {"verifiedContext": "required"}}, "needs approvals.existingConfigMap"),
+    ],
+)
+def test_identity_values_that_cannot_work_fail_the_render(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmError, match=message):
+        render({**STANDALONE, **values})
 
 
 def test_unix_socket_is_shared_with_the_agent() -> None:

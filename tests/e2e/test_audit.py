@@ -376,21 +376,21 @@ def test_every_kind_of_action_verifies_clean_including_across_a_key_rotation(fre
     stack.keys = rotated
     sidecar = stack.start_sidecar()
     try:
-        result = (
-            stack.stub(sidecar.info["grpc"])
-            .Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=undone.action_id))
-            .action
-        )
-        assert result.state == common_pb2.ACTION_STATE_COMPENSATED
+        stub = stack.stub(sidecar.info["grpc"])
+        card = stub.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=undone.action_id)).confirmation
+        result = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=card.token)).action
+        assert result.state == common_pb2.ACTION_STATE_SUCCEEDED
         events = _wait_events(stack, undone.action_id, {"compensated"})
     finally:
         sidecar.stop()
-    assert [e["kid"] for e in events] == ["k1", "k1", "k1", "k0"]
+    # issued, claimed, settled under k1; the inverse proposed and its outcome under k0
+    assert [e["kid"] for e in events] == ["k1", "k1", "k1", "k0", "k0"]
+    assert [e["t"] for e in events][-2:] == ["compensation_proposed", "compensated"]
     assert _redis(stack).hget(_keys(undone.action_id)["audit"], "kid") == b"k0"
     out = _verify(stack)
     assert out.returncode == 0 and "looked at again" not in out.stdout, out.stdout + out.stderr
     # rejected, kept, undone and its inverse (issued, claimed, settled); a read is no action
-    assert "4 action(s), 12 event(s)" in out.stdout, out.stdout
+    assert "4 action(s), 13 event(s)" in out.stdout, out.stdout
     assert _show(stack, kept.action_id)["audit"] == "verified"
 
     # a keys file that lost k1 can no longer vouch for what k1 signed, and says so

@@ -82,6 +82,22 @@ def test_registry_check_reads_rendered_manifests_from_stdin() -> None:
     assert ": risk-matches-capability: " in result.stderr
 
 
+def test_registry_check_with_the_sidecars_approvals_applies_the_approval_rule_as_the_sidecar_does(
+    tmp_path: Path,
+) -> None:
+    """approval: signed needs an issuer: without --approvals the check fails as the sidecar's start would; with the
+    sidecars' approvals file it passes (its keys are not fetched: CI needs no network)."""
+    fixture = str(FIXTURES / "approval-needs-issuer.yaml")
+    assert countersign("registry", "check", fixture).returncode == 1
+    approvals = tmp_path / "approvals.yaml"
+    approvals.write_text("issuers:\n  - {issuer: https://app.example, audience: countersign, jwks: app.jwks.json}\n")
+    result = countersign("registry", "check", "--approvals", str(approvals), fixture)
+    assert result.returncode == 0, result.stderr
+    approvals.write_text("issuers: []\n")
+    bad = countersign("registry", "check", "--approvals", str(approvals), fixture)
+    assert bad.returncode == 2 and f"approvals settings {approvals}: " in bad.stderr
+
+
 def test_registry_check_says_when_a_file_holds_no_registry(tmp_path: Path) -> None:
     deployment_only = [d for d in render(STANDALONE) if d["kind"] == "Deployment"]
     path = tmp_path / "manifests.yaml"

@@ -10,10 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
+from countersign.testing.approvals import write_settings
 from countersign.testing.processes import ROOT
 from countersign.testing.stack import Stack
 
@@ -98,6 +101,56 @@ def test_node_client_exits_non_zero_when_the_sidecar_is_not_there(stack: Stack) 
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "UNAVAILABLE" in done.stderr
+
+
+def test_node_client_signs_the_users_approval_and_confirms_a_signed_tool(stack: Stack, tmp_path: Path) -> None:
+    """examples/clients/node/approve.js is the app backend in Node: its own Ed25519 key published as a JWKS, the
+    digest recomputed from what the card shows, a compact JWS signed with node:crypto. The agent's Confirm alone
+    and a forged approval leave the card READY; the user's approval writes once."""
+    node, npm = _node()
+    _node_modules(npm)
+    key = tmp_path / "backend.pem"
+    published = subprocess.run(
+        [node, "approve.js", "jwks", str(key)], cwd=NODE_DIR, capture_output=True, text=True, timeout=60
+    )
+    assert published.returncode == 0, published.stderr
+    assert oct(key.stat().st_mode & 0o777) == "0o600", "the private key is the backend's alone"
+    jwks = tmp_path / "backend.jwks.json"
+    jwks.write_text(published.stdout, encoding="utf-8")
+    issuer = "https://backend.example"
+    settings = write_settings(
+        tmp_path / "approvals.json", [{"issuer": issuer, "audience": "countersign", "jwks": jwks.name}]
+    )
+    doc = yaml.safe_load(stack.registry.read_text(encoding="utf-8"))
+    next(t for t in doc["tools"] if t["name"] == "create_todo")["approval"] = "signed"
+    registry = tmp_path / "signed.yaml"
+    registry.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    sidecar = stack.start_sidecar(registry=registry, flags=["--approvals", str(settings)])
+    title = f"node 签字的待办 {uuid.uuid4().hex[:6]}"
+    try:
+        done = subprocess.run(
+            [node, "approve.js", "confirm", sidecar.info["grpc"], str(key), issuer, doc["policy_version"], title],
+            cwd=NODE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        sidecar.stop()
+    out = done.stdout
+    assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{out}\n--- stderr\n{done.stderr}"
+    for line in (
+        "APPROVAL_REQUIREMENT_SIGNED",
+        "[2] the agent's own Confirm → PERMISSION_DENIED APPROVAL_REQUIRED; card ACTION_STATE_READY",
+        "[3] digest recomputed from what the card shows: sha256:",
+        "APPROVAL_INVALID (check key); card ACTION_STATE_READY",
+        "[5] Confirm with the user's approval → SUCCEEDED",
+        f"receipt approval: issuer {issuer}, kid ",
+        "[6] Confirm again → SUCCEEDED (replayed)",
+    ):
+        assert line in out, f"{line!r} missing from\n{out}"
+    assert out.rstrip().endswith("node approve: all 6 steps behaved"), out
+    assert len(_downstream_creates(stack, title)) == 1, "written once, after the user's approval only"
 
 
 def _grpcurl_env() -> dict[str, str]:

@@ -128,9 +128,12 @@ def test_two_sidecars_mid_rotation_give_one_action_one_execution_and_one_inverse
         replay = invoke(b, title, request_id)
         assert replay.WhichOneof("outcome") == "replay" and replay.replay.receipt == done.receipt
 
-        undo_a = a.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=action_id)).action
-        undo_b = b.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=action_id)).action
-        assert undo_a.state == undo_b.state == S.ACTION_STATE_COMPENSATED
+        undo_a = a.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=action_id))
+        undo_b = b.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=action_id))
+        assert undo_a.confirmation.token == undo_b.confirmation.token, "one inverse card, whichever sidecar answers"
+        assert confirm(b, undo_a.confirmation.token).state == S.ACTION_STATE_SUCCEEDED
+        assert confirm(a, undo_b.confirmation.token).replayed
+        assert get(a, action_id).state == get(b, action_id).state == S.ACTION_STATE_COMPENSATED
         deletes = [e for e in stack.todo.requests(path=f"/todos/{done.receipt.resource_id}") if e["method"] == "DELETE"]
         assert len(deletes) == 1, "one inverse reached the downstream"
     finally:
@@ -594,6 +597,8 @@ def test_every_unknown_says_it_may_have_landed_was_not_retried_and_is_reconciled
             seconds=1.0,
             times=1,
         )
+        inverse = stub.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=card.action_id)).confirmation
+        assert confirm(stub, inverse.token).state == S.ACTION_STATE_UNKNOWN
         undo = stub.Compensate(gateway_pb2.CompensateRequest(context=ctx(), action_id=card.action_id)).action
         assert undo.state == S.ACTION_STATE_COMPENSATING and says_unknown_plainly(undo.error.message), undo
         assert says_unknown_plainly(get(stub, card.action_id).error.message)

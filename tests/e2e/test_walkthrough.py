@@ -27,7 +27,18 @@ def _assert_behaved(done: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_walkthrough_module() -> None:
-    _assert_behaved(_run([sys.executable, "-m", "examples.walkthrough"]))
+    done = _run([sys.executable, "-m", "examples.walkthrough"])
+    _assert_behaved(done)
+    # the undo is a card of its own: nothing reached the service before the user confirmed it
+    assert "Compensate proposes the declared inverse as a card of its own" in done.stdout, done.stdout
+    assert "the service saw 0 request(s)" in done.stdout and "the user confirms the undo → SUCCEEDED" in done.stdout
+    # the countersignature (issue 13): the agent's own Confirm of a signed tool is refused and the card waits;
+    # the app's signed approval runs it; a grant of 2 uses covers two writes and not a third
+    assert "PERMISSION_DENIED APPROVAL_REQUIRED; the card is READY, the service saw 0 request(s)" in done.stdout
+    assert "it needs alice's approval (SIGNED)" in done.stdout
+    assert done.stdout.count("under grant") == 2 and "confirmation: the grant is spent" in done.stdout
+    # the back door (issue 15): one tools/call at the MCP server, the key in _meta and in the header
+    assert "the MCP server saw 1 tools/call create_todo" in done.stdout, done.stdout
 
 
 @pytest.mark.skipif(not COUNTERSIGN.exists(), reason="the countersign console script is not installed")

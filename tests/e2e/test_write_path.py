@@ -70,7 +70,7 @@ def test_role_not_allowed_and_subject_boundary_and_admin_readonly(stack: Stack) 
             {"title": "x"},
             subject_id="bob",
             role="admin",
-            admin_context_id="ticket-1",
+            admin_context_id="t1:ticket-1",
             admin_mode=common_pb2.ADMIN_MODE_READONLY,
         )
     )
@@ -82,7 +82,7 @@ def test_role_not_allowed_and_subject_boundary_and_admin_readonly(stack: Stack) 
         {},
         subject_id="bob",
         role="admin",
-        admin_context_id="ticket-1",
+        admin_context_id="t1:ticket-1",
         admin_mode=common_pb2.ADMIN_MODE_READONLY,
     ).HasField("result")
 
@@ -120,6 +120,21 @@ def test_session_modes(stack: Stack) -> None:
 
 
 # -- the card (test 3) ----------------------------------------------------------------------------
+
+
+def test_the_registry_preview_is_in_the_callers_locale(stack: Stack) -> None:
+    """A tool whose downstream prepares no preview shows the registry's, in the caller's locale: the exact tag,
+    then its language, else the registry's default (here Chinese)."""
+    created = confirm(stack, invoke(stack, "create_todo", {"title": "locale"}, request_id=turn()).confirmation.token)
+    todo = created.receipt.resource_id
+    previews = {
+        locale: invoke(stack, "delete_todo", {"id": todo}, locale=locale, request_id=turn()).confirmation.preview
+        for locale in ("en", "en-GB", "zh-CN", "fr")
+    }
+    assert previews["en"].title == previews["en-GB"].title == "Delete a to-do"
+    assert previews["en"].impact == "Confirming deletes this to-do; it cannot be undone."
+    assert previews["zh-CN"].title == previews["fr"].title == "删除待办"
+    assert previews["en"].target == previews["zh-CN"].target == todo
 
 
 def test_card_shows_the_prepared_concrete_arguments(stack: Stack) -> None:

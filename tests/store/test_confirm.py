@@ -233,6 +233,9 @@ async def test_a_card_is_stored_in_the_format_the_next_release_reads(
             "preview",
             "issued_at_ms",
             "expires_at_ms",
+            "approval",
+            "approval_digest",
+            "tenant_binding",
         ]
     )
     assert (body["v"], body["action_id"], body["kid"], body["tool"]) == (1, shown.action_id, "k1", "create_thing")
@@ -369,7 +372,7 @@ async def test_a_decimal_argument_reaches_the_card_and_the_downstream_unchanged(
 
 # -- who may name an action by id ---------------------------------------------------------------------------------
 
-MAINTAIN = {"admin_context_id": "ticket-42", "admin_mode": common_pb2.ADMIN_MODE_MAINTAIN}
+ADMIN = {**BOB, "role": "admin", "admin_context_id": "t1:ticket-42"}  # an admin context of the action's tenant
 
 
 async def test_an_action_named_by_id_is_told_apart_malformed_unknown_and_anothers(redis_url: str, raw: Raw) -> None:
@@ -389,31 +392,35 @@ async def test_an_action_named_by_id_is_told_apart_malformed_unknown_and_another
     assert raw.seen == []
 
 
+BINDING, INCOMPLETE = "CONFIRMATION_BINDING_MISMATCH", "CONTEXT_MISMATCH"
+
+
 @pytest.mark.parametrize(
-    ("who", "may"),
+    ("who", "reconcile", "get"),
     [
-        ({**BOB, **MAINTAIN}, True),
-        (BOB, False),
-        ({**BOB, "admin_context_id": "ticket-42", "admin_mode": common_pb2.ADMIN_MODE_READONLY}, False),
-        ({**BOB, "admin_mode": common_pb2.ADMIN_MODE_MAINTAIN}, False),  # MAINTAIN without an admin context id
+        ({**ADMIN, "admin_mode": common_pb2.ADMIN_MODE_MAINTAIN}, None, None),
+        ({**ADMIN, "admin_mode": common_pb2.ADMIN_MODE_READONLY}, BINDING, None),
+        (BOB, BINDING, BINDING),
+        ({**BOB, "admin_mode": common_pb2.ADMIN_MODE_MAINTAIN}, INCOMPLETE, INCOMPLETE),  # no admin context id
     ],
-    ids=["admin-maintain", "another-owner", "admin-readonly", "maintain-without-admin-context"],
+    ids=["admin-maintain", "admin-readonly", "another-owner", "maintain-without-admin-context"],
 )
-async def test_only_an_admin_in_maintain_mode_may_reconcile_anothers_action(
-    redis_url: str, raw: Raw, who: dict[str, Any], may: bool
+async def test_only_an_admin_may_name_anothers_action_reconcile_in_maintain_mode_alone(
+    redis_url: str, raw: Raw, who: dict[str, Any], reconcile: str | None, get: str | None
 ) -> None:
     raw.script = created
     async with sidecar(redis_url, things(raw), BOTH) as parts:
         alices = await card(parts, "爱丽丝的行动")
-        if may:
-            action = await parts.reconciler.reconcile_rpc(ctx(**who), alices.action_id)
-            assert (action.state, action.tool_name) == (common_pb2.ACTION_STATE_READY, "create_thing")
-        else:
-            err = await refused(parts.reconciler.reconcile_rpc(ctx(**who), alices.action_id))
-            assert (err.code, err.reason) == (grpc.StatusCode.PERMISSION_DENIED, "CONFIRMATION_BINDING_MISMATCH")
-        # GetAction is its owner's alone, admin or not
-        err = await refused(parts.pipeline.get_action(ctx(**who), alices.action_id))
-        assert (err.code, err.reason) == (grpc.StatusCode.PERMISSION_DENIED, "CONFIRMATION_BINDING_MISMATCH")
+        for call, refusal in (
+            (parts.reconciler.reconcile_rpc(ctx(**who), alices.action_id), reconcile),
+            (parts.pipeline.get_action(ctx(**who), alices.action_id), get),
+        ):
+            if refusal is None:
+                action = await call
+                assert (action.state, action.tool_name) == (common_pb2.ACTION_STATE_READY, "create_thing")
+            else:
+                err = await refused(call)
+                assert (err.code, err.reason) == (grpc.StatusCode.PERMISSION_DENIED, refusal)
     assert raw.seen == []
 
 

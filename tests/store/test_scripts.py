@@ -22,11 +22,17 @@ from countersign.store import (
     Appended,
     Busy,
     CardRecord,
+    ClaimApproval,
     ContBusy,
     ContRecord,
     ContReleased,
     ContSettled,
     ContWon,
+    GrantCreated,
+    GrantRecord,
+    GrantRevoked,
+    GrantsFull,
+    GrantTaken,
     Issued,
     LeaseLost,
     NotClaimed,
@@ -70,6 +76,27 @@ def aid() -> str:
 def card(expires_in_ms: int = 60_000, tool: str = "create_todo", binding: str = B) -> CardRecord:
     body = json.dumps({"expires_at_ms": int(time.time() * 1000) + expires_in_ms, "tool": tool}).encode()
     return CardRecord("k1", tool, body, "card-mac", binding)
+
+
+DIG = "sha256:the-digest-of-what-the-user-saw"
+
+
+def signed_card(risk: str = "medium") -> CardRecord:
+    """A card whose Confirm needs an approval of DIG (its hash fields, as issue.lua writes them)."""
+    body = json.dumps(
+        {
+            "expires_at_ms": int(time.time() * 1000) + 60_000,
+            "tool": "delete_todo",
+            "approval": "signed",
+            "approval_digest": DIG,
+            "risk": risk,
+        }
+    ).encode()
+    return CardRecord("k1", "delete_todo", body, "card-mac", B, approval="signed", digest=DIG, risk=risk)
+
+
+def approved(digest: str = DIG, risks: str = ",low,medium,", failed: str = "", signed: str = ",,") -> ClaimApproval:
+    return ClaimApproval(digest, risks, failed, signed)
 
 
 async def issued(store: RedisStore, expires_in_ms: int = 60_000) -> str:
@@ -178,7 +205,14 @@ async def review_to_settled(store: RedisStore) -> str:
     return await state_of(store, action)
 
 
+async def none_to_running(store: RedisStore) -> str:
+    action = aid()
+    assert isinstance(await store.grant_run(action, card(), "c-g", LEASE, "g-1"), Won)
+    return await state_of(store, action)
+
+
 EDGES: dict[tuple[str, str], Callable[[RedisStore], Awaitable[str]]] = {
+    ("none", "running"): none_to_running,
     ("ready", "running"): ready_to_running,
     ("ready", "rejected"): ready_to_rejected,
     ("ready", "expired"): ready_to_expired,
@@ -302,6 +336,30 @@ async def _(s: RedisStore) -> bool:
     return await s.claim(action, B, ",create_todo,", "c", LEASE) == Refused("role", "create_todo") and isinstance(
         await s.peek(action), CardRecord
     )
+
+
+@shape("claim", "approval_required")
+async def _(s: RedisStore) -> bool:
+    action = await s_issue(s, signed_card())
+    required = await s.claim(action, B, ",", "c", LEASE) == Refused("approval_required", check="card")
+    plain = await issued(s)  # a card issued as none, under a registry that requires a signed approval now
+    registry = await s.claim(plain, B, ",", "c", LEASE, approved("", signed=",create_todo,")) == Refused(
+        "approval_required", check="registry"
+    )
+    untouched = [isinstance(await s.peek(a), CardRecord) for a in (action, plain)]
+    return required and registry and all(untouched)
+
+
+@shape("claim", "approval_invalid")
+async def _(s: RedisStore) -> bool:
+    action = await s_issue(s, signed_card(risk="high"))
+    answers = [
+        await s.claim(action, B, ",", "c", LEASE, approved(failed="signature")),  # refused before Redis
+        await s.claim(action, B, ",", "c", LEASE, approved(digest="sha256:other-arguments")),
+        await s.claim(action, B, ",", "c", LEASE, approved(risks=",low,medium,")),  # acr without the step-up
+    ]
+    expected = [Refused("approval_invalid", check=c) for c in ("signature", "digest", "step_up")]
+    return answers == expected and isinstance(await s.peek(action), CardRecord)
 
 
 @shape("release", "ready")
@@ -578,6 +636,143 @@ async def _(s: RedisStore) -> bool:
     return not full.counted and full.held == 2 and full.first_gone_ms > time.time() * 1000
 
 
+# -- standing grants: one owner's hash; a use, then the action issued as running -------------------------------
+
+KEEP = 60_000
+
+
+def sealed(mac: str = "g-mac") -> bytes:
+    return json.dumps({"kid": "k1", "mac": mac, "body": "{}"}).encode()
+
+
+async def granted(
+    s: RedisStore, uses: int = 3, expires_in_ms: int = 60_000, owner: str | None = None
+) -> tuple[str, str, int]:
+    owner, grant, exp = owner or aid(), aid(), int(time.time() * 1000) + expires_in_ms
+    assert isinstance(await s.grant_create(owner, grant, sealed(), exp, KEEP, 10), GrantCreated)
+    return owner, grant, exp
+
+
+async def use(s: RedisStore, owner: str, grant: str, exp: int, action: str | None = None, uses: int = 3) -> object:
+    return await s.grant_use(owner, grant, action or aid(), "g-mac", uses, exp, KEEP)
+
+
+@shape("grant_create", "created")
+async def _(s: RedisStore) -> bool:
+    owner, grant, _ = await granted(s)
+    return await s.grants(owner) == [GrantRecord(grant, sealed(), 0, False)]
+
+
+@shape("grant_create", "exists")
+async def _(s: RedisStore) -> bool:
+    owner, grant, exp = await granted(s)
+    await use(s, owner, grant, exp)
+    await s.grant_revoke(owner, grant)
+    again = await s.grant_create(owner, grant, sealed("other"), exp + 1000, KEEP, 10)  # never a fresh grant
+    return again == GrantRecord(grant, sealed(), 1, True) and await s.grants(owner) == [again]
+
+
+@shape("grant_create", "full")
+async def _(s: RedisStore) -> bool:
+    owner, grant, exp = await granted(s)
+    full = await s.grant_create(owner, aid(), sealed(), exp, KEEP, 1)
+    return full == GrantsFull(1) and [g.grant_id for g in await s.grants(owner)] == [grant]
+
+
+@shape("grant_use", "took")
+async def _(s: RedisStore) -> bool:
+    owner, grant, exp = await granted(s)
+    return await use(s, owner, grant, exp) == GrantTaken(2) and (await s.grants(owner))[0].taken == 1
+
+
+@shape("grant_use", "again")
+async def _(s: RedisStore) -> bool:
+    owner, grant, exp = await granted(s)
+    action = aid()
+    await use(s, owner, grant, exp, action)
+    return (
+        await use(s, owner, grant, exp, action) == GrantTaken(2, again=True) and (await s.grants(owner))[0].taken == 1
+    )
+
+
+@shape("grant_use", "spent")
+async def _(s: RedisStore) -> bool:
+    owner, grant, exp = await granted(s, uses=1)
+    await use(s, owner, grant, exp, uses=1)
+    return await use(s, owner, grant, exp, uses=1) == "spent"
+
+
+@shape("grant_use", "revoked")
+async def _(s: RedisStore) -> bool:
+    owner, grant, exp = await granted(s)
+    await s.grant_revoke(owner, grant)
+    return await use(s, owner, grant, exp) == "revoked" and (await s.grants(owner))[0].taken == 0
+
+
+@shape("grant_use", "expired")
+async def _(s: RedisStore) -> bool:
+    owner, grant, exp = await granted(s, expires_in_ms=-1)  # kept past its expiry, covering nothing
+    return await use(s, owner, grant, exp) == "expired"
+
+
+@shape("grant_use", "none")
+async def _(s: RedisStore) -> bool:
+    _, grant, exp = await granted(s)
+    return await use(s, aid(), grant, exp) == "none"  # another owner's hash holds no such grant
+
+
+@shape("grant_use", "tampered")
+async def _(s: RedisStore) -> bool:
+    owner, grant, exp = await granted(s)
+    return await s.grant_use(owner, grant, aid(), "another-mac", 3, exp, KEEP) == "tampered"
+
+
+@shape("grant_revoke", "revoked")
+async def _(s: RedisStore) -> bool:
+    owner, grant, _ = await granted(s)
+    return await s.grant_revoke(owner, grant) == GrantRevoked(GrantRecord(grant, sealed(), 0, True))
+
+
+@shape("grant_revoke", "already")
+async def _(s: RedisStore) -> bool:
+    owner, grant, _ = await granted(s)
+    await s.grant_revoke(owner, grant)
+    return await s.grant_revoke(owner, grant) == GrantRevoked(GrantRecord(grant, sealed(), 0, True), before=True)
+
+
+@shape("grant_revoke", "none")
+async def _(s: RedisStore) -> bool:
+    owner, grant, _ = await granted(s)
+    return await s.grant_revoke(aid(), grant) is None and await s.grant_revoke(owner, aid()) is None
+
+
+@shape("grant_run", "won")
+async def _(s: RedisStore) -> bool:
+    action = aid()
+    won = await s.grant_run(action, card(), "c-g", LEASE, "g-1")
+    record = await s.record(action)
+    return (
+        isinstance(won, Won)
+        and (won.card.kid, won.card.tool, won.card.mac, won.card.binding) == ("k1", "create_todo", "card-mac", B)
+        and (record["st"], record["claim"], record["grant"], record["b"]) == (b"running", b"c-g", b"g-1", B.encode())
+        and await s.client.pttl(f"cs:{{{action}}}:run") == -1
+    )
+
+
+@shape("grant_run", "run")
+async def _(s: RedisStore) -> bool:
+    action, _ = await settled(s)
+    found = await s.grant_run(action, card(), "c-g", LEASE, "g-1")
+    return isinstance(found, RunRecord) and found.state == "settled" and found.out == b"outcome"
+
+
+@shape("grant_run", "card")
+async def _(s: RedisStore) -> bool:
+    action = await issued(s)
+    found = await s.grant_run(action, card(), "c-g", LEASE, "g-1")
+    return isinstance(found, CardRecord) and found.mac == "card-mac" and isinstance(await s.peek(action), CardRecord)
+
+
 def test_every_reply_shape_of_every_script_has_a_scenario() -> None:
     assert set(SHAPES) == {(script, kind) for script, kinds in REPLIES.items() for kind in kinds}
 
@@ -585,6 +780,44 @@ def test_every_reply_shape_of_every_script_has_a_scenario() -> None:
 @pytest.mark.parametrize(("script", "kind"), sorted(SHAPES))
 async def test_each_reply_shape_decodes_to_its_typed_result(store: RedisStore, script: str, kind: str) -> None:
     assert await SHAPES[(script, kind)](store), f"{script} did not answer {kind!r} as typed"
+
+
+async def s_issue(store: RedisStore, record: CardRecord) -> str:
+    action = aid()
+    assert isinstance(await store.issue(action, record, 60_000), Issued)
+    return action
+
+
+async def test_a_signed_card_is_claimed_only_with_an_approval_of_its_digest_whose_acr_fits_its_risk(
+    store: RedisStore,
+) -> None:
+    action = await s_issue(store, signed_card(risk="high"))
+    assert await store.claim(action, B, ",", "c", LEASE) == Refused("approval_required", check="card")
+    won = await store.claim(action, B, ",", "c", LEASE, approved(risks=",low,medium,high,irreversible,"))
+    assert isinstance(won, Won) and won.card.tool == "delete_todo"
+
+
+async def test_a_released_signed_card_still_needs_its_approval(store: RedisStore) -> None:
+    """release.lua puts the hash fields claim.lua compares back (from the sealed body): a card given back after a
+    request that was never sent needs the approval again."""
+    action = await s_issue(store, signed_card())
+    assert isinstance(await store.claim(action, B, ",", "c", LEASE, approved()), Won)
+    assert await store.release(action, "c") == "ready"
+    assert await store.claim(action, B, ",", "d", LEASE) == Refused("approval_required", check="card")
+    assert await store.claim(action, B, ",", "d", LEASE, approved(digest="sha256:x")) == Refused(
+        "approval_invalid", check="digest"
+    )
+    assert isinstance(await store.claim(action, B, ",", "d", LEASE, approved()), Won)
+
+
+async def test_a_claimed_action_is_replayed_to_its_owner_whatever_approval_a_late_confirm_carries(
+    store: RedisStore,
+) -> None:
+    action = await s_issue(store, signed_card())
+    assert isinstance(await store.claim(action, B, ",", "c", LEASE, approved()), Won)
+    for late in (ClaimApproval(), approved(failed="expired"), approved(digest="sha256:x")):
+        assert isinstance(await store.claim(action, B, ",", "e", LEASE, late), RunRecord), late
+    assert await store.claim(action, "someone-else", ",", "e", LEASE, approved()) == Refused("forbidden")
 
 
 async def test_many_concurrent_claims_make_one_holder(store: RedisStore) -> None:
@@ -669,3 +902,42 @@ async def test_waiting_for_a_running_action_returns_it_settled_or_as_last_seen(s
 def test_the_scripts_are_those_the_store_loads() -> None:
     lua = Path(processes.ROOT / "countersign" / "store" / "lua")
     assert {p.stem for p in lua.glob("*.lua")} == set(REPLIES)
+
+
+async def test_fifty_concurrent_uses_of_a_grant_of_three_take_three(store: RedisStore) -> None:
+    owner, grant, exp = await granted(store)
+    results = await asyncio.gather(*(use(store, owner, grant, exp) for _ in range(50)))
+    assert sorted(r.left for r in results if isinstance(r, GrantTaken)) == [0, 1, 2]
+    assert results.count("spent") == 47
+    assert (await store.grants(owner))[0].taken == 3
+
+
+async def test_one_action_takes_one_use_however_often_it_asks(store: RedisStore) -> None:
+    owner, grant, exp = await granted(store)
+    action = aid()
+    results = await asyncio.gather(*(use(store, owner, grant, exp, action) for _ in range(20)))
+    assert sum(isinstance(r, GrantTaken) and not r.again for r in results) == 1
+    assert sum(isinstance(r, GrantTaken) and r.again for r in results) == 19
+    assert (await store.grants(owner))[0].taken == 1
+
+
+async def test_a_grant_run_record_is_the_record_a_claim_makes_with_the_grant(store: RedisStore) -> None:
+    claimed, _ = await running(store)
+    ran = aid()
+    assert isinstance(await store.grant_run(ran, card(), "c-g", LEASE, "g-1"), Won)
+    by_claim, by_grant = await store.record(claimed), await store.record(ran)
+    assert set(by_grant) - set(by_claim) == {"grant"} and set(by_claim) <= set(by_grant)
+    # the executor's next steps work on it unchanged: settle by the holder, release when nothing was sent
+    assert await store.settle(ran, "c-g", "settled", b"o", "m", "", "SUCCEEDED", 60_000) == "ok"
+    other = aid()
+    await store.grant_run(other, card(), "c-x", LEASE, "g-1")
+    assert await store.release(other, "c-x") == "ready" and isinstance(await store.peek(other), CardRecord)
+
+
+async def test_grants_past_their_keep_are_swept_and_the_hash_expires_with_the_last(store: RedisStore) -> None:
+    owner, old, _ = await granted(store, expires_in_ms=-KEEP - 1)
+    _, new, exp = await granted(store, owner=owner)
+    assert [g.grant_id for g in await store.grants(owner)] == [new], "the grant kept past its time was swept"
+    ttl = await store.client.pttl(f"cs:grants:{{{owner}}}")
+    assert exp + KEEP - 2_000 <= time.time() * 1000 + ttl <= exp + KEEP + 1_000
+    assert await use(store, owner, old, exp) == "none"

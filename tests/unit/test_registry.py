@@ -80,7 +80,42 @@ BAD: dict[str, tuple[str, str, str]] = {
         "template-fields",
         "template '{titel}' names {titel}, which is not an argument, the action or the receipt",
     ),
-    "adapter-valid": ("delete_item", "adapter-valid", "adapter kind must be http or grpc, not 'ftp'"),
+    "adapter-valid": ("delete_item", "adapter-valid", "adapter kind must be http, grpc or mcp, not 'ftp'"),
+    # an MCP server's tool (issue 15, the back door): one fixed endpoint, the write's tool, other tools to look up
+    "adapter-valid-mcp-url": (
+        "delete_item",
+        "adapter-valid",
+        "an mcp adapter needs url, the server's Streamable HTTP endpoint (http(s))",
+    ),
+    "adapter-valid-mcp-url-template": (
+        "delete_item",
+        "adapter-valid",
+        "adapter.url of an mcp adapter is one fixed endpoint: no template in it",
+    ),
+    "adapter-valid-mcp-no-host": ("delete_item", "adapter-valid", "adapter.url of an mcp adapter names no host"),
+    "adapter-valid-mcp-tool": (
+        "delete_item",
+        "adapter-valid",
+        "an mcp adapter needs tool, the server's tool name (1-128 of A-Za-z0-9_.-)",
+    ),
+    "adapter-valid-mcp-lookup-tool": (
+        "delete_item",
+        "adapter-valid",
+        "adapter.lookup.tool must be the server's tool name (1-128 of A-Za-z0-9_.-)",
+    ),
+    "adapter-valid-mcp-lookup-is-the-write": (
+        "delete_item",
+        "adapter-valid",
+        "adapter.lookup.tool must be another tool than adapter.tool ('delete_item')",
+    ),
+    "adapter-valid-mcp-fence": ("delete_item", "adapter-valid", "adapter.lookup.fence is true or false"),
+    "adapter-valid-mcp-prepare": (
+        "delete_item",
+        "adapter-valid",
+        "adapter.prepare is a mapping {tool: <the server's tool name>}",
+    ),
+    "known-keys-mcp-adapter": ("delete_item", "known-keys", "unknown key(s) execute in adapter (kind mcp)"),
+    "known-keys-mcp-lookup": ("delete_item", "known-keys", "unknown key(s) fenc in adapter.lookup"),
     "unique-names": ("list_items", "unique-names", "the tool is declared twice"),
     "unique-names-capability": ("list_items", "unique-names", "capability 'item.list' is declared twice"),
     "schema-valid": (
@@ -141,6 +176,18 @@ BAD: dict[str, tuple[str, str, str]] = {
         f"schema.properties.tags uses 'additionalItems'{UNSUPPORTED}",
     ),
     "schema-closed-defs": ("create_item", "schema-closed", f"schema uses '$defs'{UNSUPPORTED}"),
+    # the countersignature (issue 13, item 2)
+    "approval-needs-issuer": (
+        "delete_item",
+        "approval-needs-issuer",
+        "approval: signed needs an approval issuer, and none is configured (--approvals / COUNTERSIGN_APPROVALS); "
+        "without one no Confirm could ever carry a valid approval",
+    ),
+    "approval-matches-capability": (
+        "delete_item",
+        "approval-matches-capability",
+        "approval 'signed' differs from capability 'item.delete' approval 'none'",
+    ),
 }
 
 # What each schema-closed fixture's schema, as JSON Schema alone, accepts although it carries a key the
@@ -187,7 +234,7 @@ def test_every_rule_has_a_fixture_and_every_fixture_a_case() -> None:
     files = {p.stem for p in FIXTURES.glob("*.yaml")}
     assert files == set(BAD) | set(KNOWN_BUGS) | {"valid", "yaml-duplicate-key"}
     documented = set(re.findall(r"^    ([a-z]+(?:-[a-z]+)+)  ", registry.__doc__ or "", re.MULTILINE))
-    assert len(documented) == 15
+    assert len(documented) == 17
     covered = {rule for _tool, rule, _detail in BAD.values()}
     assert documented <= covered
 
@@ -440,3 +487,101 @@ def test_a_key_given_twice_stops_the_start() -> None:
         registry.load(str(path))
     assert str(info.value).startswith(f"{path}: tool '-': yaml: ")
     assert "duplicate key 'confirmation'" in str(info.value)
+
+
+# -- previews in the caller's locale -------------------------------------------------------------
+
+
+def test_a_localized_preview_is_checked_like_the_default(tmp_path: Path) -> None:
+    """A preview under preview.locales names only the tool's properties, like the default one."""
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "examples" / "registry.yaml").read_text())
+    tool = next(t for t in raw["tools"] if t["name"] == "delete_todo")
+    tool["preview"]["locales"]["en"]["impact"] = "deletes {nosuch}"
+    with pytest.raises(RegistryError) as info:
+        registry.build(raw, "x.yaml")
+    assert info.value.tool == "delete_todo" and "nosuch" in str(info.value)
+    tool["preview"]["locales"]["en"] = {"title": "t", "colour": "red"}
+    with pytest.raises(RegistryError, match=r"unknown key\(s\) colour in preview.locales.en"):
+        registry.build(raw, "x.yaml")
+    tool["preview"]["locales"] = ["en"]
+    with pytest.raises(RegistryError, match=r"preview.locales must map a locale to a preview"):
+        registry.build(raw, "x.yaml")
+
+
+def test_preview_locale_fallback(example: registry.Registry) -> None:
+    from countersign.path.prepare import localized
+
+    preview = example.tools["set_todo_status"].preview
+    assert localized(preview, "en")["title"] == "Change a to-do's status"
+    assert localized(preview, "en-US")["title"] == "Change a to-do's status"
+    assert localized(preview, "zh-CN")["title"] == "更新待办状态"
+    assert localized(preview, "")["title"] == "更新待办状态"
+
+
+# -- approval: none | signed (issue 13, item 2) ------------------------------------------------
+
+
+def _tool(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(t for t in doc["tools"] if t["name"] == name)
+
+
+def _capability(doc: dict[str, Any], cid: str) -> dict[str, Any]:
+    return next(c for c in doc["capabilities"] if c["id"] == cid)
+
+
+def test_approval_defaults_to_signed_for_always_and_high_risk_writes_only_when_an_issuer_is_configured() -> None:
+    doc = _doc()  # create_item: low, default; delete_item: medium, always; list_items: a read
+    signed = registry.build(doc, "r.yaml", issuers=True)
+    assert {n: t.approval for n, t in signed.tools.items()} == {
+        "list_items": "none",
+        "create_item": "none",
+        "delete_item": "signed",
+    }
+    assert signed.signed_writes == ",delete_item,"
+    plain = registry.build(doc, "r.yaml")
+    assert {t.approval for t in plain.tools.values()} == {"none"}
+    assert plain.signed_writes == ",,"
+    for risk in ("high", "irreversible"):
+        doc = _doc()
+        _capability(doc, "item.create")["risk"] = _tool(doc, "create_item")["risk"] = risk
+        assert registry.build(doc, "r.yaml", issuers=True).tools["create_item"].approval == "signed", risk
+        assert registry.build(doc, "r.yaml").tools["create_item"].approval == "none", risk
+
+
+def test_a_declared_approval_wins_over_the_default_and_a_capability_declares_it_for_its_tool() -> None:
+    doc = _doc()
+    _tool(doc, "delete_item")["approval"] = "none"
+    _capability(doc, "item.create")["approval"] = "signed"
+    reg = registry.build(doc, "r.yaml", issuers=True)
+    assert (reg.tools["delete_item"].approval, reg.tools["create_item"].approval) == ("none", "signed")
+    assert reg.signed_writes == ",create_item,"
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "detail"),
+    [
+        ("tool", "always", "approval must be one of none, signed"),
+        ("capability", "yes", "capability 'item.create': approval must be one of none, signed"),
+        ("read", "signed", "approval: signed applies to write tools only (a read runs at Invoke)"),
+    ],
+)
+def test_an_approval_that_is_neither_none_nor_signed_or_on_a_read_is_refused(
+    where: str, value: str, detail: str
+) -> None:
+    doc = _doc()
+    target = {
+        "tool": _tool(doc, "create_item"),
+        "capability": _capability(doc, "item.create"),
+        "read": _tool(doc, "list_items"),
+    }
+    target[where]["approval"] = value
+    with pytest.raises(RegistryError) as info:
+        registry.build(doc, "r.yaml", issuers=True)
+    assert (info.value.rule, info.value.detail) == ("known-keys", detail)
+
+
+def test_the_approval_needs_issuer_fixture_loads_once_an_issuer_is_configured() -> None:
+    reg = registry.load(str(FIXTURES / "approval-needs-issuer.yaml"), issuers=True)
+    assert reg.tools["delete_item"].approval == "signed"

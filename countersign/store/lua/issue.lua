@@ -7,6 +7,9 @@
 -- ARGV[4]  card MAC
 -- ARGV[5]  key id
 -- ARGV[6]  card TTL, milliseconds
+-- ARGV[7]  approval: none | signed (copied from the sealed body: claim.lua compares it)
+-- ARGV[8]  the approval digest an approval's dig must equal
+-- ARGV[9]  the card's risk (an approval's acr must satisfy its step-up rule)
 -- returns  {"issued"}                              the card was created (replacing one past its sealed expiry)
 --          {"card", kid, body, mac}                a card was already ready: the same card
 --          {"run", state, kid, out, omac, reason, binding, tool, card, cmac}
@@ -25,6 +28,7 @@ if card[2] then
                and tonumber(sealed['expires_at_ms']) <= now
   if not dead then return {'card', card[1] or '', card[2], card[3] or ''} end
 end
-redis.call('HSET', KEYS[1], 'b', ARGV[1], 'tool', ARGV[2], 'body', ARGV[3], 'mac', ARGV[4], 'kid', ARGV[5])
+redis.call('HSET', KEYS[1], 'b', ARGV[1], 'tool', ARGV[2], 'body', ARGV[3], 'mac', ARGV[4], 'kid', ARGV[5],
+           'appr', ARGV[7], 'dig', ARGV[8], 'risk', ARGV[9])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 return {'issued'}

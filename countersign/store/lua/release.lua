@@ -1,6 +1,7 @@
 -- release: running -> ready, by the claim holder, when the request was never sent (docs/design.md §7-§8): the
 -- claim's WAIT was not acknowledged by enough replicas, or the downstream could not be reached at all. The
--- card comes back exactly as sealed (same token), with its sealed expiry; the run record goes.
+-- card comes back exactly as sealed (same token), with its sealed expiry and the hash fields claim.lua compares
+-- (approval, digest, risk: from the sealed body, as issue.lua wrote them); the run record goes.
 -- KEYS[1]  cs:{A}:card
 -- KEYS[2]  cs:{A}:run
 -- ARGV[1]  the claim id of the caller
@@ -20,6 +21,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('DEL', KEYS[2])
 if expires <= now then return {'expired'} end
-redis.call('HSET', KEYS[1], 'b', run[4], 'tool', run[5], 'body', run[6], 'mac', run[7], 'kid', run[8])
+local function str(v) if type(v) == 'string' then return v end return '' end
+redis.call('HSET', KEYS[1], 'b', run[4], 'tool', run[5], 'body', run[6], 'mac', run[7], 'kid', run[8],
+           'appr', str(sealed['approval']), 'dig', str(sealed['approval_digest']), 'risk', str(sealed['risk']))
 redis.call('PEXPIREAT', KEYS[1], expires)
 return {'ready'}

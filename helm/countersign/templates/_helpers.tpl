@@ -175,6 +175,19 @@ failureThreshold: {{ $p.failureThreshold }}
 {{- if and (eq $v.probes.type "grpc") (or $v.listen.unixSocket (not (has $v.listen.host (list "0.0.0.0" "::" "[::]")))) -}}
 {{- fail "countersign: probes.type grpc needs listen.host 0.0.0.0 (kubelet's gRPC probe dials the pod IP, not loopback or a socket); use probes.type http" -}}
 {{- end -}}
+{{- $wildcard := and (not $v.listen.unixSocket) (has $v.listen.host (list "0.0.0.0" "::" "[::]")) -}}
+{{- if and $wildcard (not $v.tls.existingSecret) (not $v.listen.insecure) -}}
+{{- fail "countersign: listen.host 0.0.0.0 without tls is plaintext gRPC on the pod network: set tls.existingSecret, or acknowledge it with listen.insecure: true (and a NetworkPolicy)" -}}
+{{- end -}}
+{{- if and $v.tls.existingSecret (ne $v.probes.type "http") -}}
+{{- fail "countersign: with tls, use probes.type http (kubelet's gRPC probe and the exec healthcheck speak plaintext gRPC)" -}}
+{{- end -}}
+{{- if and $v.tls.allowedPeers (not $v.tls.clientAuth) -}}
+{{- fail "countersign: tls.allowedPeers needs tls.clientAuth: only a verified client certificate names a peer" -}}
+{{- end -}}
+{{- if and (ne $v.approvals.verifiedContext "off") (not $v.approvals.existingConfigMap) -}}
+{{- fail "countersign: approvals.verifiedContext needs approvals.existingConfigMap: its issuers sign the context assertions" -}}
+{{- end -}}
 {{- if and (eq $v.probes.type "http") (not $v.metrics.enabled) -}}
 {{- fail "countersign: probes.type http is served on the metrics port: it needs metrics.enabled (or use probes.type exec)" -}}
 {{- end -}}
@@ -215,6 +228,42 @@ env:
     value: {{ $v.settings.maxInFlight | int | toString | quote }}
   - name: COUNTERSIGN_TENANT_QUOTA
     value: {{ $v.settings.tenantQuota | int | toString | quote }}
+  {{- if $v.listen.insecure }}
+  - name: COUNTERSIGN_INSECURE_LISTEN
+    value: "yes"
+  {{- end }}
+  {{- with $v.tls.existingSecret }}
+  - name: COUNTERSIGN_TLS_CERT
+    value: {{ printf "%s/tls.crt" $v.tls.mountPath | quote }}
+  - name: COUNTERSIGN_TLS_KEY
+    value: {{ printf "%s/tls.key" $v.tls.mountPath | quote }}
+  {{- if $v.tls.clientAuth }}
+  - name: COUNTERSIGN_TLS_CLIENT_CA
+    value: {{ printf "%s/ca.crt" $v.tls.mountPath | quote }}
+  {{- end }}
+  {{- if $v.tls.allowedPeers }}
+  - name: COUNTERSIGN_TLS_ALLOWED_PEERS
+    value: {{ join "," $v.tls.allowedPeers | quote }}
+  {{- end }}
+  {{- end }}
+  {{- with $v.approvals.existingConfigMap }}
+  - name: COUNTERSIGN_APPROVALS
+    value: {{ printf "%s/%s" $v.approvals.mountPath $v.approvals.settingsKey | quote }}
+  {{- end }}
+  {{- if ne $v.approvals.verifiedContext "off" }}
+  - name: COUNTERSIGN_VERIFIED_CONTEXT
+    value: {{ $v.approvals.verifiedContext | quote }}
+  {{- end }}
+  {{- with $v.downstreamTls.existingSecret }}
+  - name: COUNTERSIGN_DOWNSTREAM_CA
+    value: {{ printf "%s/ca.crt" $v.downstreamTls.mountPath | quote }}
+  {{- if $v.downstreamTls.clientCertificate }}
+  - name: COUNTERSIGN_DOWNSTREAM_CERT
+    value: {{ printf "%s/tls.crt" $v.downstreamTls.mountPath | quote }}
+  - name: COUNTERSIGN_DOWNSTREAM_KEY
+    value: {{ printf "%s/tls.key" $v.downstreamTls.mountPath | quote }}
+  {{- end }}
+  {{- end }}
   {{- if $v.tracing.endpoint }}
   - name: OTEL_EXPORTER_OTLP_ENDPOINT
     value: {{ $v.tracing.endpoint | quote }}
@@ -272,6 +321,21 @@ volumeMounts:
   {{- end }}
   - name: countersign-tmp
     mountPath: /tmp
+  {{- if $v.tls.existingSecret }}
+  - name: countersign-tls
+    mountPath: {{ $v.tls.mountPath }}
+    readOnly: true
+  {{- end }}
+  {{- if $v.approvals.existingConfigMap }}
+  - name: countersign-approvals
+    mountPath: {{ $v.approvals.mountPath }}
+    readOnly: true
+  {{- end }}
+  {{- if $v.downstreamTls.existingSecret }}
+  - name: countersign-downstream-tls
+    mountPath: {{ $v.downstreamTls.mountPath }}
+    readOnly: true
+  {{- end }}
   {{- if $v.listen.unixSocket }}
   - name: countersign-socket
     mountPath: {{ $v.listen.socketDir }}
@@ -299,6 +363,23 @@ volumeMounts:
 - name: countersign-tmp
   emptyDir:
     sizeLimit: 64Mi
+{{- if $v.tls.existingSecret }}
+- name: countersign-tls
+  secret:
+    secretName: {{ $v.tls.existingSecret | quote }}
+    defaultMode: 0444
+{{- end }}
+{{- if $v.approvals.existingConfigMap }}
+- name: countersign-approvals
+  configMap:
+    name: {{ $v.approvals.existingConfigMap | quote }}
+{{- end }}
+{{- if $v.downstreamTls.existingSecret }}
+- name: countersign-downstream-tls
+  secret:
+    secretName: {{ $v.downstreamTls.existingSecret | quote }}
+    defaultMode: 0444
+{{- end }}
 {{- if $v.listen.unixSocket }}
 - name: countersign-socket
   emptyDir:

@@ -87,7 +87,8 @@ def call_context(
 @dataclass
 class Written:
     """What `Client.write` did. ``outcome``: result (a read answered at once), refusal (planned or forbidden
-    capability), rejected (the user said no), executed (confirmed and run: see ``action``)."""
+    capability), rejected (the user said no), executed (confirmed and run, or run under a standing grant with no
+    card: see ``action``)."""
 
     outcome: Literal["result", "refusal", "rejected", "executed"]
     response: gateway_pb2.InvokeResponse
@@ -253,8 +254,11 @@ class Client:
         *,
         traceparent: str | None = None,
         timeout: float | None = None,
-    ) -> common_pb2.Action:
-        """Run the tool's declared inverse once, as an action of its own."""
+    ) -> gateway_pb2.CompensateResponse:
+        """Propose the tool's declared inverse: ``confirmation`` is its card while it waits for the user (confirm
+        it with `confirm` like any card); ``action`` is the original as it reads through the inverse
+        (COMPENSATING, then COMPENSATED or COMPENSATION_FAILED). A repeated call returns the same card, or the
+        outcome once it settled."""
         return self._call(
             "Compensate",
             self.gateway.Compensate,
@@ -262,7 +266,7 @@ class Client:
             traceparent,
             timeout,
             gateway_pb2.CompensateResponse,
-        ).action
+        )
 
     def reconcile(
         self,
@@ -281,6 +285,61 @@ class Client:
             timeout,
             gateway_pb2.ReconcileResponse,
         ).action
+
+    def create_grant(
+        self,
+        context: common_pb2.CallContext,
+        approval: str,
+        *,
+        traceparent: str | None = None,
+        timeout: float | None = None,
+    ) -> gateway_pb2.CreateGrantResponse:
+        """A standing grant from the user's signed approval of kind "grant" (the same approval twice: one grant,
+        ``replayed``)."""
+        return self._call(
+            "CreateGrant",
+            self.gateway.CreateGrant,
+            gateway_pb2.CreateGrantRequest(context=context, approval=approval),
+            traceparent,
+            timeout,
+            gateway_pb2.CreateGrantResponse,
+        )
+
+    def list_grants(
+        self,
+        context: common_pb2.CallContext,
+        *,
+        traceparent: str | None = None,
+        timeout: float | None = None,
+    ) -> list[gateway_pb2.Grant]:
+        """The caller's live grants, soonest expiry first."""
+        return list(
+            self._call(
+                "ListGrants",
+                self.gateway.ListGrants,
+                gateway_pb2.ListGrantsRequest(context=context),
+                traceparent,
+                timeout,
+                gateway_pb2.ListGrantsResponse,
+            ).grants
+        )
+
+    def revoke_grant(
+        self,
+        context: common_pb2.CallContext,
+        grant_id: str,
+        *,
+        traceparent: str | None = None,
+        timeout: float | None = None,
+    ) -> gateway_pb2.Grant:
+        return self._call(
+            "RevokeGrant",
+            self.gateway.RevokeGrant,
+            gateway_pb2.RevokeGrantRequest(context=context, grant_id=grant_id),
+            traceparent,
+            timeout,
+            gateway_pb2.RevokeGrantResponse,
+        ).grant
 
     # -- ContinuationService and ReplyGuardService ------------------------------------------------------------
 
@@ -402,6 +461,8 @@ class Client:
         done = Written("refusal" if kind == "refusal" else "result", response)
         if kind == "replay":
             done = Written("executed", response, action=response.replay)
+        elif kind == "action":  # covered by a standing grant of the user: executed without a card
+            done = Written("executed", response, action=response.action)
         elif kind == "confirmation":
             card = response.confirmation
             if not approve(card):

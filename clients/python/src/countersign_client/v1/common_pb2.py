@@ -25,35 +25,39 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ountersign/v1/common.proto\x12\x0e\x63ountersign.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x88\x02\n\x0b\x43\x61llContext\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x02 \x01(\t\x12\x12\n\nsubject_id\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x18\n\x10\x61\x64min_context_id\x18\x07 \x01(\t\x12-\n\nadmin_mode\x18\x08 \x01(\x0e\x32\x19.countersign.v1.AdminMode\x12\x0e\n\x06locale\x18\t \x01(\t\x12\x31\n\x0csession_mode\x18\n \x01(\x0e\x32\x1b.countersign.v1.SessionMode\"\xe5\x01\n\x07Receipt\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12-\n\x06status\x18\x03 \x01(\x0e\x32\x1d.countersign.v1.ReceiptStatus\x12\x13\n\x0bresource_id\x18\x04 \x01(\t\x12\x18\n\x10resource_version\x18\x05 \x01(\t\x12\x0f\n\x07summary\x18\x06 \x01(\t\x12\x15\n\revidence_json\x18\x07 \x01(\t\x12.\n\nsettled_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\x0b\x41\x63tionError\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\"\xc2\x01\n\x06\x41\x63tion\x12\x11\n\taction_id\x18\x01 \x01(\t\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.countersign.v1.ActionState\x12(\n\x07receipt\x18\x03 \x01(\x0b\x32\x17.countersign.v1.Receipt\x12*\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1b.countersign.v1.ActionError\x12\x10\n\x08replayed\x18\x05 \x01(\x08\x12\x11\n\ttool_name\x18\x06 \x01(\t\"-\n\rPreviewDetail\x12\r\n\x05label\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"h\n\x07Preview\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\x12\x0e\n\x06impact\x18\x03 \x01(\t\x12.\n\x07\x64\x65tails\x18\x04 \x03(\x0b\x32\x1d.countersign.v1.PreviewDetail*n\n\tAdminMode\x12\x1a\n\x16\x41\x44MIN_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41\x44MIN_MODE_NONE\x10\x01\x12\x17\n\x13\x41\x44MIN_MODE_READONLY\x10\x02\x12\x17\n\x13\x41\x44MIN_MODE_MAINTAIN\x10\x03*z\n\x0bSessionMode\x12\x1c\n\x18SESSION_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11SESSION_MODE_AUTO\x10\x01\x12\x1a\n\x16SESSION_MODE_READ_ONLY\x10\x02\x12\x1a\n\x16SESSION_MODE_CHAT_ONLY\x10\x03*\x84\x01\n\tRiskLevel\x12\x1a\n\x16RISK_LEVEL_UNSPECIFIED\x10\x00\x12\x12\n\x0eRISK_LEVEL_LOW\x10\x01\x12\x15\n\x11RISK_LEVEL_MEDIUM\x10\x02\x12\x13\n\x0fRISK_LEVEL_HIGH\x10\x03\x12\x1b\n\x17RISK_LEVEL_IRREVERSIBLE\x10\x04*\x94\x01\n\x10\x43\x61pabilityStatus\x12!\n\x1d\x43\x41PABILITY_STATUS_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43\x41PABILITY_STATUS_ENABLED\x10\x01\x12\x1d\n\x19\x43\x41PABILITY_STATUS_PLANNED\x10\x02\x12\x1f\n\x1b\x43\x41PABILITY_STATUS_FORBIDDEN\x10\x03*\xea\x02\n\x0b\x41\x63tionState\x12\x1c\n\x18\x41\x43TION_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41\x43TION_STATE_READY\x10\x01\x12\x18\n\x14\x41\x43TION_STATE_RUNNING\x10\x02\x12\x1a\n\x16\x41\x43TION_STATE_SUCCEEDED\x10\x03\x12\x17\n\x13\x41\x43TION_STATE_FAILED\x10\x04\x12\x18\n\x14\x41\x43TION_STATE_UNKNOWN\x10\x05\x12\x19\n\x15\x41\x43TION_STATE_REJECTED\x10\x06\x12\x18\n\x14\x41\x43TION_STATE_EXPIRED\x10\x07\x12\x1d\n\x19\x41\x43TION_STATE_COMPENSATING\x10\x08\x12\x1c\n\x18\x41\x43TION_STATE_COMPENSATED\x10\t\x12$\n ACTION_STATE_COMPENSATION_FAILED\x10\n\x12$\n ACTION_STATE_NEEDS_MANUAL_REVIEW\x10\x0b*h\n\rReceiptStatus\x12\x1e\n\x1aRECEIPT_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n\x18RECEIPT_STATUS_SUCCEEDED\x10\x01\x12\x19\n\x15RECEIPT_STATUS_FAILED\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ountersign/v1/common.proto\x12\x0e\x63ountersign.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x88\x02\n\x0b\x43\x61llContext\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x02 \x01(\t\x12\x12\n\nsubject_id\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x18\n\x10\x61\x64min_context_id\x18\x07 \x01(\t\x12-\n\nadmin_mode\x18\x08 \x01(\x0e\x32\x19.countersign.v1.AdminMode\x12\x0e\n\x06locale\x18\t \x01(\t\x12\x31\n\x0csession_mode\x18\n \x01(\x0e\x32\x1b.countersign.v1.SessionMode\"\xab\x02\n\x07Receipt\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12-\n\x06status\x18\x03 \x01(\x0e\x32\x1d.countersign.v1.ReceiptStatus\x12\x13\n\x0bresource_id\x18\x04 \x01(\t\x12\x18\n\x10resource_version\x18\x05 \x01(\t\x12\x0f\n\x07summary\x18\x06 \x01(\t\x12\x15\n\revidence_json\x18\x07 \x01(\t\x12.\n\nsettled_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08grant_id\x18\n \x01(\t\x12\x32\n\x08\x61pproval\x18\t \x01(\x0b\x32 .countersign.v1.ApprovalEvidence\"V\n\x10\x41pprovalEvidence\x12\x0e\n\x06issuer\x18\x01 \x01(\t\x12\x0b\n\x03kid\x18\x02 \x01(\t\x12\x0b\n\x03jti\x18\x03 \x01(\t\x12\x0b\n\x03\x61\x63r\x18\x04 \x01(\t\x12\x0b\n\x03\x61mr\x18\x05 \x03(\t\"A\n\x0b\x41\x63tionError\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\"\xc2\x01\n\x06\x41\x63tion\x12\x11\n\taction_id\x18\x01 \x01(\t\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.countersign.v1.ActionState\x12(\n\x07receipt\x18\x03 \x01(\x0b\x32\x17.countersign.v1.Receipt\x12*\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1b.countersign.v1.ActionError\x12\x10\n\x08replayed\x18\x05 \x01(\x08\x12\x11\n\ttool_name\x18\x06 \x01(\t\"-\n\rPreviewDetail\x12\r\n\x05label\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"h\n\x07Preview\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\x12\x0e\n\x06impact\x18\x03 \x01(\t\x12.\n\x07\x64\x65tails\x18\x04 \x03(\x0b\x32\x1d.countersign.v1.PreviewDetail*n\n\tAdminMode\x12\x1a\n\x16\x41\x44MIN_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41\x44MIN_MODE_NONE\x10\x01\x12\x17\n\x13\x41\x44MIN_MODE_READONLY\x10\x02\x12\x17\n\x13\x41\x44MIN_MODE_MAINTAIN\x10\x03*z\n\x0bSessionMode\x12\x1c\n\x18SESSION_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11SESSION_MODE_AUTO\x10\x01\x12\x1a\n\x16SESSION_MODE_READ_ONLY\x10\x02\x12\x1a\n\x16SESSION_MODE_CHAT_ONLY\x10\x03*\x84\x01\n\tRiskLevel\x12\x1a\n\x16RISK_LEVEL_UNSPECIFIED\x10\x00\x12\x12\n\x0eRISK_LEVEL_LOW\x10\x01\x12\x15\n\x11RISK_LEVEL_MEDIUM\x10\x02\x12\x13\n\x0fRISK_LEVEL_HIGH\x10\x03\x12\x1b\n\x17RISK_LEVEL_IRREVERSIBLE\x10\x04*\x94\x01\n\x10\x43\x61pabilityStatus\x12!\n\x1d\x43\x41PABILITY_STATUS_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43\x41PABILITY_STATUS_ENABLED\x10\x01\x12\x1d\n\x19\x43\x41PABILITY_STATUS_PLANNED\x10\x02\x12\x1f\n\x1b\x43\x41PABILITY_STATUS_FORBIDDEN\x10\x03*\xea\x02\n\x0b\x41\x63tionState\x12\x1c\n\x18\x41\x43TION_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41\x43TION_STATE_READY\x10\x01\x12\x18\n\x14\x41\x43TION_STATE_RUNNING\x10\x02\x12\x1a\n\x16\x41\x43TION_STATE_SUCCEEDED\x10\x03\x12\x17\n\x13\x41\x43TION_STATE_FAILED\x10\x04\x12\x18\n\x14\x41\x43TION_STATE_UNKNOWN\x10\x05\x12\x19\n\x15\x41\x43TION_STATE_REJECTED\x10\x06\x12\x18\n\x14\x41\x43TION_STATE_EXPIRED\x10\x07\x12\x1d\n\x19\x41\x43TION_STATE_COMPENSATING\x10\x08\x12\x1c\n\x18\x41\x43TION_STATE_COMPENSATED\x10\t\x12$\n ACTION_STATE_COMPENSATION_FAILED\x10\n\x12$\n ACTION_STATE_NEEDS_MANUAL_REVIEW\x10\x0b*h\n\rReceiptStatus\x12\x1e\n\x1aRECEIPT_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n\x18RECEIPT_STATUS_SUCCEEDED\x10\x01\x12\x19\n\x15RECEIPT_STATUS_FAILED\x10\x02*{\n\x13\x41pprovalRequirement\x12$\n APPROVAL_REQUIREMENT_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x41PPROVAL_REQUIREMENT_NONE\x10\x01\x12\x1f\n\x1b\x41PPROVAL_REQUIREMENT_SIGNED\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'countersign.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ADMINMODE']._serialized_start=996
-  _globals['_ADMINMODE']._serialized_end=1106
-  _globals['_SESSIONMODE']._serialized_start=1108
-  _globals['_SESSIONMODE']._serialized_end=1230
-  _globals['_RISKLEVEL']._serialized_start=1233
-  _globals['_RISKLEVEL']._serialized_end=1365
-  _globals['_CAPABILITYSTATUS']._serialized_start=1368
-  _globals['_CAPABILITYSTATUS']._serialized_end=1516
-  _globals['_ACTIONSTATE']._serialized_start=1519
-  _globals['_ACTIONSTATE']._serialized_end=1881
-  _globals['_RECEIPTSTATUS']._serialized_start=1883
-  _globals['_RECEIPTSTATUS']._serialized_end=1987
+  _globals['_ADMINMODE']._serialized_start=1154
+  _globals['_ADMINMODE']._serialized_end=1264
+  _globals['_SESSIONMODE']._serialized_start=1266
+  _globals['_SESSIONMODE']._serialized_end=1388
+  _globals['_RISKLEVEL']._serialized_start=1391
+  _globals['_RISKLEVEL']._serialized_end=1523
+  _globals['_CAPABILITYSTATUS']._serialized_start=1526
+  _globals['_CAPABILITYSTATUS']._serialized_end=1674
+  _globals['_ACTIONSTATE']._serialized_start=1677
+  _globals['_ACTIONSTATE']._serialized_end=2039
+  _globals['_RECEIPTSTATUS']._serialized_start=2041
+  _globals['_RECEIPTSTATUS']._serialized_end=2145
+  _globals['_APPROVALREQUIREMENT']._serialized_start=2147
+  _globals['_APPROVALREQUIREMENT']._serialized_end=2270
   _globals['_CALLCONTEXT']._serialized_start=81
   _globals['_CALLCONTEXT']._serialized_end=345
   _globals['_RECEIPT']._serialized_start=348
-  _globals['_RECEIPT']._serialized_end=577
-  _globals['_ACTIONERROR']._serialized_start=579
-  _globals['_ACTIONERROR']._serialized_end=644
-  _globals['_ACTION']._serialized_start=647
-  _globals['_ACTION']._serialized_end=841
-  _globals['_PREVIEWDETAIL']._serialized_start=843
-  _globals['_PREVIEWDETAIL']._serialized_end=888
-  _globals['_PREVIEW']._serialized_start=890
-  _globals['_PREVIEW']._serialized_end=994
+  _globals['_RECEIPT']._serialized_end=647
+  _globals['_APPROVALEVIDENCE']._serialized_start=649
+  _globals['_APPROVALEVIDENCE']._serialized_end=735
+  _globals['_ACTIONERROR']._serialized_start=737
+  _globals['_ACTIONERROR']._serialized_end=802
+  _globals['_ACTION']._serialized_start=805
+  _globals['_ACTION']._serialized_end=999
+  _globals['_PREVIEWDETAIL']._serialized_start=1001
+  _globals['_PREVIEWDETAIL']._serialized_end=1046
+  _globals['_PREVIEW']._serialized_start=1048
+  _globals['_PREVIEW']._serialized_end=1152
 # @@protoc_insertion_point(module_scope)

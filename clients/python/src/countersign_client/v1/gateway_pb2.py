@@ -26,7 +26,7 @@ from countersign_client.v1 import common_pb2 as countersign_dot_v1_dot_common__p
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ountersign/v1/gateway.proto\x12\x0e\x63ountersign.v1\x1a\x1b\x63ountersign/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n\rInvokeRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"\xd9\x01\n\x0eInvokeResponse\x12,\n\x06result\x18\x01 \x01(\x0b\x32\x1a.countersign.v1.ToolResultH\x00\x12\x38\n\x0c\x63onfirmation\x18\x02 \x01(\x0b\x32 .countersign.v1.ConfirmationCardH\x00\x12*\n\x07refusal\x18\x03 \x01(\x0b\x32\x17.countersign.v1.RefusalH\x00\x12(\n\x06replay\x18\x04 \x01(\x0b\x32\x16.countersign.v1.ActionH\x00\x42\t\n\x07outcome\"4\n\nToolResult\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x13\n\x0bresult_json\x18\x02 \x01(\t\"\x82\x02\n\x10\x43onfirmationCard\x12\r\n\x05token\x18\x01 \x01(\t\x12\x11\n\taction_id\x18\x02 \x01(\t\x12\x15\n\rcapability_id\x18\x03 \x01(\t\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12\'\n\x04risk\x18\x05 \x01(\x0e\x32\x19.countersign.v1.RiskLevel\x12(\n\x07preview\x18\x06 \x01(\x0b\x32\x17.countersign.v1.Preview\x12\x1f\n\x17prepared_arguments_json\x18\x07 \x01(\t\x12.\n\nexpires_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"d\n\x07Refusal\x12\x15\n\rcapability_id\x18\x01 \x01(\t\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .countersign.v1.CapabilityStatus\x12\x10\n\x08guidance\x18\x03 \x01(\t\"^\n\x0e\x43onfirmRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07wait_ms\x18\x03 \x01(\r\"9\n\x0f\x43onfirmResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"L\n\rRejectRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\"8\n\x0eRejectResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"S\n\x10GetActionRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\";\n\x11GetActionResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"T\n\x11\x43ompensateRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\"<\n\x12\x43ompensateResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"S\n\x10ReconcileRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\";\n\x11ReconcileResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action2\xeb\x03\n\x12ToolGatewayService\x12G\n\x06Invoke\x12\x1d.countersign.v1.InvokeRequest\x1a\x1e.countersign.v1.InvokeResponse\x12J\n\x07\x43onfirm\x12\x1e.countersign.v1.ConfirmRequest\x1a\x1f.countersign.v1.ConfirmResponse\x12G\n\x06Reject\x12\x1d.countersign.v1.RejectRequest\x1a\x1e.countersign.v1.RejectResponse\x12P\n\tGetAction\x12 .countersign.v1.GetActionRequest\x1a!.countersign.v1.GetActionResponse\x12S\n\nCompensate\x12!.countersign.v1.CompensateRequest\x1a\".countersign.v1.CompensateResponse\x12P\n\tReconcile\x12 .countersign.v1.ReconcileRequest\x1a!.countersign.v1.ReconcileResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ountersign/v1/gateway.proto\x12\x0e\x63ountersign.v1\x1a\x1b\x63ountersign/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n\rInvokeRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"\x83\x02\n\x0eInvokeResponse\x12,\n\x06result\x18\x01 \x01(\x0b\x32\x1a.countersign.v1.ToolResultH\x00\x12\x38\n\x0c\x63onfirmation\x18\x02 \x01(\x0b\x32 .countersign.v1.ConfirmationCardH\x00\x12*\n\x07refusal\x18\x03 \x01(\x0b\x32\x17.countersign.v1.RefusalH\x00\x12(\n\x06replay\x18\x04 \x01(\x0b\x32\x16.countersign.v1.ActionH\x00\x12(\n\x06\x61\x63tion\x18\x05 \x01(\x0b\x32\x16.countersign.v1.ActionH\x00\x42\t\n\x07outcome\"4\n\nToolResult\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x13\n\x0bresult_json\x18\x02 \x01(\t\"\xd2\x02\n\x10\x43onfirmationCard\x12\r\n\x05token\x18\x01 \x01(\t\x12\x11\n\taction_id\x18\x02 \x01(\t\x12\x15\n\rcapability_id\x18\x03 \x01(\t\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12\'\n\x04risk\x18\x05 \x01(\x0e\x32\x19.countersign.v1.RiskLevel\x12(\n\x07preview\x18\x06 \x01(\x0b\x32\x17.countersign.v1.Preview\x12\x1f\n\x17prepared_arguments_json\x18\x07 \x01(\t\x12.\n\nexpires_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x61pproval_digest\x18\t \x01(\t\x12\x35\n\x08\x61pproval\x18\n \x01(\x0e\x32#.countersign.v1.ApprovalRequirement\"d\n\x07Refusal\x12\x15\n\rcapability_id\x18\x01 \x01(\t\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .countersign.v1.CapabilityStatus\x12\x10\n\x08guidance\x18\x03 \x01(\t\"p\n\x0e\x43onfirmRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07wait_ms\x18\x03 \x01(\r\x12\x10\n\x08\x61pproval\x18\x04 \x01(\t\"9\n\x0f\x43onfirmResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"L\n\rRejectRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\r\n\x05token\x18\x02 \x01(\t\"8\n\x0eRejectResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"S\n\x10GetActionRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\";\n\x11GetActionResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"T\n\x11\x43ompensateRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\"t\n\x12\x43ompensateResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\x12\x36\n\x0c\x63onfirmation\x18\x02 \x01(\x0b\x32 .countersign.v1.ConfirmationCard\"S\n\x10ReconcileRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x11\n\taction_id\x18\x02 \x01(\t\";\n\x11ReconcileResponse\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x16.countersign.v1.Action\"\xf1\x01\n\x05Grant\x12\x10\n\x08grant_id\x18\x01 \x01(\t\x12\x15\n\rcapability_id\x18\x02 \x01(\t\x12\x0c\n\x04uses\x18\x03 \x01(\r\x12\x11\n\tuses_left\x18\x04 \x01(\r\x12.\n\nexpires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1d\n\x15pinned_arguments_json\x18\x06 \x01(\t\x12\x0e\n\x06issuer\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07revoked\x18\t \x01(\x08\"T\n\x12\x43reateGrantRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x10\n\x08\x61pproval\x18\x02 \x01(\t\"M\n\x13\x43reateGrantResponse\x12$\n\x05grant\x18\x01 \x01(\x0b\x32\x15.countersign.v1.Grant\x12\x10\n\x08replayed\x18\x02 \x01(\x08\"A\n\x11ListGrantsRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\";\n\x12ListGrantsResponse\x12%\n\x06grants\x18\x01 \x03(\x0b\x32\x15.countersign.v1.Grant\"T\n\x12RevokeGrantRequest\x12,\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1b.countersign.v1.CallContext\x12\x10\n\x08grant_id\x18\x02 \x01(\t\";\n\x13RevokeGrantResponse\x12$\n\x05grant\x18\x01 \x01(\x0b\x32\x15.countersign.v1.Grant2\xf0\x05\n\x12ToolGatewayService\x12G\n\x06Invoke\x12\x1d.countersign.v1.InvokeRequest\x1a\x1e.countersign.v1.InvokeResponse\x12J\n\x07\x43onfirm\x12\x1e.countersign.v1.ConfirmRequest\x1a\x1f.countersign.v1.ConfirmResponse\x12G\n\x06Reject\x12\x1d.countersign.v1.RejectRequest\x1a\x1e.countersign.v1.RejectResponse\x12P\n\tGetAction\x12 .countersign.v1.GetActionRequest\x1a!.countersign.v1.GetActionResponse\x12S\n\nCompensate\x12!.countersign.v1.CompensateRequest\x1a\".countersign.v1.CompensateResponse\x12P\n\tReconcile\x12 .countersign.v1.ReconcileRequest\x1a!.countersign.v1.ReconcileResponse\x12V\n\x0b\x43reateGrant\x12\".countersign.v1.CreateGrantRequest\x1a#.countersign.v1.CreateGrantResponse\x12S\n\nListGrants\x12!.countersign.v1.ListGrantsRequest\x1a\".countersign.v1.ListGrantsResponse\x12V\n\x0bRevokeGrant\x12\".countersign.v1.RevokeGrantRequest\x1a#.countersign.v1.RevokeGrantResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,33 +36,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INVOKEREQUEST']._serialized_start=110
   _globals['_INVOKEREQUEST']._serialized_end=214
   _globals['_INVOKERESPONSE']._serialized_start=217
-  _globals['_INVOKERESPONSE']._serialized_end=434
-  _globals['_TOOLRESULT']._serialized_start=436
-  _globals['_TOOLRESULT']._serialized_end=488
-  _globals['_CONFIRMATIONCARD']._serialized_start=491
-  _globals['_CONFIRMATIONCARD']._serialized_end=749
-  _globals['_REFUSAL']._serialized_start=751
-  _globals['_REFUSAL']._serialized_end=851
-  _globals['_CONFIRMREQUEST']._serialized_start=853
-  _globals['_CONFIRMREQUEST']._serialized_end=947
-  _globals['_CONFIRMRESPONSE']._serialized_start=949
-  _globals['_CONFIRMRESPONSE']._serialized_end=1006
-  _globals['_REJECTREQUEST']._serialized_start=1008
-  _globals['_REJECTREQUEST']._serialized_end=1084
-  _globals['_REJECTRESPONSE']._serialized_start=1086
-  _globals['_REJECTRESPONSE']._serialized_end=1142
-  _globals['_GETACTIONREQUEST']._serialized_start=1144
-  _globals['_GETACTIONREQUEST']._serialized_end=1227
-  _globals['_GETACTIONRESPONSE']._serialized_start=1229
-  _globals['_GETACTIONRESPONSE']._serialized_end=1288
-  _globals['_COMPENSATEREQUEST']._serialized_start=1290
-  _globals['_COMPENSATEREQUEST']._serialized_end=1374
-  _globals['_COMPENSATERESPONSE']._serialized_start=1376
-  _globals['_COMPENSATERESPONSE']._serialized_end=1436
-  _globals['_RECONCILEREQUEST']._serialized_start=1438
-  _globals['_RECONCILEREQUEST']._serialized_end=1521
-  _globals['_RECONCILERESPONSE']._serialized_start=1523
-  _globals['_RECONCILERESPONSE']._serialized_end=1582
-  _globals['_TOOLGATEWAYSERVICE']._serialized_start=1585
-  _globals['_TOOLGATEWAYSERVICE']._serialized_end=2076
+  _globals['_INVOKERESPONSE']._serialized_end=476
+  _globals['_TOOLRESULT']._serialized_start=478
+  _globals['_TOOLRESULT']._serialized_end=530
+  _globals['_CONFIRMATIONCARD']._serialized_start=533
+  _globals['_CONFIRMATIONCARD']._serialized_end=871
+  _globals['_REFUSAL']._serialized_start=873
+  _globals['_REFUSAL']._serialized_end=973
+  _globals['_CONFIRMREQUEST']._serialized_start=975
+  _globals['_CONFIRMREQUEST']._serialized_end=1087
+  _globals['_CONFIRMRESPONSE']._serialized_start=1089
+  _globals['_CONFIRMRESPONSE']._serialized_end=1146
+  _globals['_REJECTREQUEST']._serialized_start=1148
+  _globals['_REJECTREQUEST']._serialized_end=1224
+  _globals['_REJECTRESPONSE']._serialized_start=1226
+  _globals['_REJECTRESPONSE']._serialized_end=1282
+  _globals['_GETACTIONREQUEST']._serialized_start=1284
+  _globals['_GETACTIONREQUEST']._serialized_end=1367
+  _globals['_GETACTIONRESPONSE']._serialized_start=1369
+  _globals['_GETACTIONRESPONSE']._serialized_end=1428
+  _globals['_COMPENSATEREQUEST']._serialized_start=1430
+  _globals['_COMPENSATEREQUEST']._serialized_end=1514
+  _globals['_COMPENSATERESPONSE']._serialized_start=1516
+  _globals['_COMPENSATERESPONSE']._serialized_end=1632
+  _globals['_RECONCILEREQUEST']._serialized_start=1634
+  _globals['_RECONCILEREQUEST']._serialized_end=1717
+  _globals['_RECONCILERESPONSE']._serialized_start=1719
+  _globals['_RECONCILERESPONSE']._serialized_end=1778
+  _globals['_GRANT']._serialized_start=1781
+  _globals['_GRANT']._serialized_end=2022
+  _globals['_CREATEGRANTREQUEST']._serialized_start=2024
+  _globals['_CREATEGRANTREQUEST']._serialized_end=2108
+  _globals['_CREATEGRANTRESPONSE']._serialized_start=2110
+  _globals['_CREATEGRANTRESPONSE']._serialized_end=2187
+  _globals['_LISTGRANTSREQUEST']._serialized_start=2189
+  _globals['_LISTGRANTSREQUEST']._serialized_end=2254
+  _globals['_LISTGRANTSRESPONSE']._serialized_start=2256
+  _globals['_LISTGRANTSRESPONSE']._serialized_end=2315
+  _globals['_REVOKEGRANTREQUEST']._serialized_start=2317
+  _globals['_REVOKEGRANTREQUEST']._serialized_end=2401
+  _globals['_REVOKEGRANTRESPONSE']._serialized_start=2403
+  _globals['_REVOKEGRANTRESPONSE']._serialized_end=2462
+  _globals['_TOOLGATEWAYSERVICE']._serialized_start=2465
+  _globals['_TOOLGATEWAYSERVICE']._serialized_end=3217
 # @@protoc_insertion_point(module_scope)
