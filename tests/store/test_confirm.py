@@ -496,3 +496,25 @@ async def test_the_card_a_caller_gets_names_what_it_would_run_and_its_token_the_
         assert shown.preview.title == "把 t1 标为完成"
     assert again.token == first.token and first.token.startswith("cs1.k1.")
     assert again.action_id == first.action_id
+
+
+async def test_an_admin_reads_an_executed_action_of_its_own_tenant_only_and_only_if_its_record_verifies(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    raw.script = created
+    reader = {**ADMIN, "admin_mode": common_pb2.ADMIN_MODE_READONLY}
+    other_tenant = {**reader, "tenant_id": "t2", "admin_context_id": "t2:ticket-7"}
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        ran, edited = await card(parts, "已运行"), await card(parts, "被改过")
+        for shown in (ran, edited):
+            assert (await parts.pipeline.confirm(ctx(), shown.token, 0)).state == common_pb2.ACTION_STATE_SUCCEEDED
+        assert (
+            await parts.pipeline.get_action(ctx(**reader), ran.action_id)
+        ).state == common_pb2.ACTION_STATE_SUCCEEDED
+        err = await refused(parts.pipeline.get_action(ctx(**other_tenant), ran.action_id))
+        assert (err.code, err.reason) == (grpc.StatusCode.PERMISSION_DENIED, "CONFIRMATION_BINDING_MISMATCH")
+        assert err.message == "the action belongs to another owner or session"
+        await client.hset(run_key(edited.action_id), "tool", b"create_plain")
+        err = await refused(parts.pipeline.get_action(ctx(**reader), edited.action_id))
+        assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
+    assert len(raw.seen) == 2

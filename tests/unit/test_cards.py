@@ -59,3 +59,15 @@ def test_the_callers_binding_for_a_card_sealed_by_a_key_no_longer_listed_is_made
     assert binding_of(keyring, listed, ctx()) == keyring.binding("k1", owner(ctx()))
     assert binding_of(keyring, unlisted, ctx()) == keyring.binding("k2", owner(ctx()))
     assert binding_of(keyring, listed, ctx()) != binding_of(keyring, listed, ctx(actor_id="bob"))
+
+
+@pytest.mark.parametrize(
+    ("why", "reason", "check"),
+    [("approval_required", "APPROVAL_REQUIRED", "missing"), ("approval_invalid", "APPROVAL_INVALID", "malformed")],
+)
+def test_a_claim_refused_for_its_approval_says_so_and_that_the_card_is_still_ready(
+    why: str, reason: str, check: str
+) -> None:
+    err = refusal_error(Refused(why))  # type: ignore[arg-type]
+    assert (err.code, err.reason, err.metadata) == (grpc.StatusCode.PERMISSION_DENIED, reason, {"check": check})
+    assert err.message.endswith("nothing was claimed: the card is still READY")

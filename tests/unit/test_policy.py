@@ -751,3 +751,16 @@ def test_a_read_only_admin_may_not_prepare_a_write_and_is_told_so() -> None:
         context=context,
     )
     assert err.message == "a read-only admin context may not prepare or run a write"
+
+
+def test_an_incomplete_admin_context_is_told_which_rule_it_broke() -> None:
+    err = raises(
+        PermissionDenied,
+        "CONTEXT_MISMATCH",
+        grpc.StatusCode.PERMISSION_DENIED,
+        authorize,
+        "list_todos",
+        "{}",
+        context=ctx(subject_id="u2", admin_mode=common_pb2.ADMIN_MODE_MAINTAIN),
+    )
+    assert err.message.startswith("the context was refused (admin_context): ") and len(err.message) > 42
