@@ -223,3 +223,8 @@ def test_many_violations_are_told_the_first_5_in_the_message_and_20_in_detail() 
     err = refused(json.dumps(extra))
     assert len(err.violations) == 20
     assert err.message.count("additional properties are not allowed") == 5
+
+
+def test_a_lone_surrogate_is_refused_saying_so() -> None:
+    err = refused('{"memo": "\\ud800"}')
+    assert fields(err) == [("arguments_json", "arguments_json holds a lone UTF-16 surrogate")]
