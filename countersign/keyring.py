@@ -133,8 +133,19 @@ class Keyring:
         if len(parts) != 4 or parts[0] != TOKEN_PREFIX:
             raise bad
         _, kid, action_id, mac = parts
-        if kid not in self.keys or not _ACTION_ID.match(action_id):
+        if not _ACTION_ID.match(action_id):
             raise bad
+        if kid not in self.keys:
+            if not _KID.match(kid):
+                raise bad
+            # a key removed while cards it sealed are live (or replicas with different keys files): say which,
+            # so the operator can list it again (docs/runbook.md, "Rotating keys"); a key id is no secret
+            raise InvalidArgument(
+                Reason.CONFIRMATION_TOKEN_INVALID,
+                f"the token names key {kid!r}, which this sidecar's keys file does not list (removed while "
+                "what it sealed is live, or the replicas' keys files differ); nothing was executed",
+                metadata={"kid": kid},
+            )
         expected = _b64(self._hmac(kid, label, action_id.encode()))
         if not hmac.compare_digest(expected.encode(), mac.encode("utf-8", "replace")):
             raise bad

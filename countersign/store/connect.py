@@ -25,6 +25,7 @@ from redis.backoff import NoBackoff
 Mode = Literal["standalone", "sentinel", "cluster"]
 MODES: dict[str, Mode] = {"redis+sentinel": "sentinel", "rediss+sentinel": "sentinel", "redis+cluster": "cluster"}
 MAX_CONNECTIONS = 256
+SENTINEL_PORT = 26379  # a Sentinel node named without a port (6379 is Redis itself: it answers no SENTINEL command)
 # the TLS settings a sentinel URL may carry in its query, as redis-py names them (the same as a rediss:// URL's)
 SSL_OPTIONS = frozenset(
     {"ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname"}
@@ -44,8 +45,9 @@ class SentinelURL:
 
 
 def host_port(node: str, default: int = 6379) -> tuple[str, int]:
-    host, _, port = node.rpartition(":")
-    return (host or node), int(port or default)
+    """``host:port``, or a bare ``host`` on the default port (was: int(host), a ValueError)."""
+    host, colon, port = node.rpartition(":")
+    return (host, int(port or default)) if colon else (node, default)
 
 
 def parse_sentinel(url: str) -> SentinelURL:
@@ -72,7 +74,12 @@ def parse_sentinel(url: str) -> SentinelURL:
     if "ssl_check_hostname" in options:
         ssl["ssl_check_hostname"] = options["ssl_check_hostname"].lower() in ("1", "true", "yes")
     return SentinelURL(
-        [host_port(h) for h in hosts.split(",")], parts[0], int(parts[1]) if len(parts) > 1 else 0, password, tls, ssl
+        [host_port(h, SENTINEL_PORT) for h in hosts.split(",")],
+        parts[0],
+        int(parts[1]) if len(parts) > 1 else 0,
+        password,
+        tls,
+        ssl,
     )
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -116,6 +117,15 @@ def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _accepts(sock: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(sock))
+        except OSError:
+            return False
+    return True
+
+
 def start_redis(work: Path, *, extra: list[str] | None = None) -> Proc:
     """A private redis-server on a unix socket in work/ (no TCP port at all unless extra asks)."""
     require("redis-server", "redis-server")
@@ -141,7 +151,7 @@ def start_redis(work: Path, *, extra: list[str] | None = None) -> Proc:
     proc = Proc(popen, {"url": f"unix://{sock}", "socket": str(sock)}, log_path)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if sock.exists():
+        if sock.exists() and _accepts(sock):  # the file appears at bind(), before listen(): connect to be sure
             return proc
         if popen.poll() is not None:
             raise RuntimeError(f"redis-server exited: {proc.log()}")

@@ -44,6 +44,7 @@ from countersign.store import (
     Resolved,
     RunRecord,
     Won,
+    keys,
     states,
 )
 from countersign.store.redis_store import RedisStore
@@ -456,8 +457,14 @@ async def _(s: RedisStore) -> bool:
 
 @shape("cont_claim", "won")
 async def _(s: RedisStore) -> bool:
-    won = await s.cont_claim(await cont_ready(s), B, LEASE, "g-1")
-    return isinstance(won, ContWon) and won.cont.turn == "turn-1" and won.run.out == b"outcome"
+    action = await cont_ready(s)
+    sealed = (await s.record(action))["card"]
+    won = await s.cont_claim(action, B, LEASE, "g-1")
+    # the continuation as opened, and the action's record as settled (its receipt, checked against its card)
+    return won == ContWon(
+        ContRecord("running", "k1", b'{"question":"q"}', "turn-1", "cmac"),
+        RunRecord("settled", "k1", b"outcome", "omac", "", B, "create_todo", sealed, "card-mac"),
+    )
 
 
 @shape("cont_claim", "settled")
@@ -465,7 +472,7 @@ async def _(s: RedisStore) -> bool:
     action = await cont_running(s)
     await s.cont_settle(action, B, b"reply", "rmac", b"{}", "g-1")
     found = await s.cont_claim(action, B, LEASE, "g-2")
-    return isinstance(found, ContRecord) and (found.state, found.reply) == ("settled", b"reply")
+    return found == ContRecord("settled", "k1", b'{"question":"q"}', "turn-1", "cmac", b"reply", "rmac", b"{}")
 
 
 @shape("cont_claim", "running")
@@ -818,6 +825,78 @@ async def test_many_concurrent_claims_make_one_holder(store: RedisStore) -> None
     results = await asyncio.gather(*(store.claim(action, B, ",", f"c-{i}", LEASE) for i in range(50)))
     assert sum(isinstance(r, Won) for r in results) == 1
     assert all(isinstance(r, (Won, RunRecord)) for r in results)
+
+
+@pytest.mark.parametrize(("receipt", "after"), [("SUCCEEDED", b"ready"), ("FAILED", b"pending")])
+async def test_an_operators_resolve_wakes_the_actions_continuation_only_when_it_succeeded(
+    store: RedisStore, receipt: str, after: bytes
+) -> None:
+    """The continuation waiting on an unresolved action (its own slot's key, KEYS[2]) is ready once an operator
+    settles the action SUCCEEDED, and keeps waiting otherwise; another action's continuation is not touched."""
+    action, other = await issued(store), await issued(store)
+    for a in (action, other):
+        assert isinstance(await cont_opened(store, a), ContRecord)
+    claim = "c-" + os.urandom(4).hex()
+    assert isinstance(await store.claim(action, B, ",", claim, LEASE), Won)
+    assert await store.settle(action, claim, "unknown", b"", "", "DOWNSTREAM_TIMEOUT", "", 60_000) == "ok"
+    assert await store.resolve(action, b"resolved", "omac", "RESOLVED_BY_OPERATOR", receipt, 60_000) == Resolved(True)
+    assert await store.client.hget(keys.cont_key(action), "st") == after
+    assert await store.client.hget(keys.cont_key(other), "st") == b"pending"
+
+
+async def test_a_reconcilers_claim_hands_it_the_card_as_sealed(store: RedisStore) -> None:
+    """What the reconciler verifies (the MAC under the key id) and looks up by (the tool, the body) is the card as
+    issued, whatever edits the run record has since."""
+    sealed = card()
+    action = aid()
+    assert isinstance(await store.issue(action, sealed, 60_000), Issued)
+    assert isinstance(await store.claim(action, B, ",", "c-1", LEASE), Won)
+    assert await store.settle(action, "c-1", "unknown", b"", "", "DOWNSTREAM_TIMEOUT", "", 60_000) == "ok"
+    work = await store.reconcile_claim(action, "r-1", 5_000)
+    assert isinstance(work, ReconcileWork)
+    assert work.card == CardRecord(sealed.kid, sealed.tool, sealed.body, sealed.mac)
+    assert work.attempts == 1 and work.unknown_since_ms <= work.now_ms
+
+
+@pytest.mark.parametrize(("receipt", "state"), [("SUCCEEDED", "ready"), ("FAILED", "pending")])
+async def test_a_continuation_opened_after_its_action_ran_is_ready_only_if_it_succeeded(
+    store: RedisStore, receipt: str, state: str
+) -> None:
+    """The card is gone once claimed: the owner is read from the run record, and so is whether it succeeded."""
+    action, claim = await running(store)
+    assert await store.settle(action, claim, "settled", b"outcome", "omac", "", receipt, 60_000) == "ok"
+    assert await cont_opened(store, action, "someone-else") == Refused("forbidden")
+    assert await cont_opened(store, action) == ContRecord(state, "k1", b'{"question":"q"}', "turn-1", "cmac")  # type: ignore[arg-type]
+
+
+async def test_waiting_for_a_running_action_returns_it_settled_or_as_last_seen(store: RedisStore) -> None:
+    action, claim = await running(store)
+    first = await store.peek(action)
+    assert isinstance(first, RunRecord) and first.state == "running"
+
+    async def settle_soon() -> None:
+        await asyncio.sleep(0.05)
+        await store.settle(action, claim, "settled", b"outcome", "omac", "", "SUCCEEDED", 60_000)
+
+    settling = asyncio.create_task(settle_soon())
+    done = await store.wait_settled(action, first, 10.0)
+    await settling
+    assert (done.state, done.out) == ("settled", b"outcome")
+    # one that stays running: the running record, once the time is up
+    still, _ = await running(store)
+    seen = await store.peek(still)
+    assert isinstance(seen, RunRecord)
+    assert (await store.wait_settled(still, seen, 0.2)).state == "running"
+    # a record that is no longer there: the last one seen
+    gone, _ = await running(store)
+    seen = await store.peek(gone)
+    assert isinstance(seen, RunRecord)
+    await store.client.delete(keys.run_key(gone))
+    assert await store.wait_settled(gone, seen, 10.0) == seen
+    # nothing to wait for
+    settled_record = await store.peek(action)
+    assert isinstance(settled_record, RunRecord)
+    assert await store.wait_settled(action, settled_record, 10.0) == settled_record
 
 
 def test_the_scripts_are_those_the_store_loads() -> None:

@@ -55,3 +55,44 @@ def test_a_sentinel_url_takes_only_tls_options_and_only_with_tls() -> None:
         parse_sentinel("redis+sentinel://s:26379/m?ssl_ca_certs=/ca.pem")
     with pytest.raises(ValueError, match="names the master"):
         parse_sentinel("redis+sentinel://s:26379")
+
+
+def test_a_sentinel_url_names_its_nodes_master_db_and_password() -> None:
+    """A node without a port is a Sentinel's default, 26379 (6379 is Redis itself, which answers no SENTINEL
+    command); the password is what follows the last ':' before the last '@'."""
+    parsed = parse_sentinel("redis+sentinel://:s3cr:et@s1,s2:26380,10.0.0.3:6000/mymaster/3")
+    assert parsed.nodes == [("s1", 26379), ("s2", 26380), ("10.0.0.3", 6000)]
+    assert (parsed.service, parsed.db, parsed.password, parsed.tls) == ("mymaster", 3, "s3cr:et", False)
+    assert parse_sentinel("redis+sentinel://user:pw@s1:26379/m").password == "pw"
+    assert parse_sentinel("redis+sentinel://:@s1:26379/m").password is None
+    assert parse_sentinel("redis+sentinel://s1:26379/m").password is None
+    assert parse_sentinel("redis+sentinel://s1:26379/m").db == 0
+    # "://" again later in the URL (a TLS option's path) does not move where the scheme ends
+    tls = parse_sentinel("rediss+sentinel://s1:26379/m?ssl_ca_certs=file://ca.pem")
+    assert (tls.tls, tls.nodes, tls.ssl) == (True, [("s1", 26379)], {"ssl_ca_certs": "file://ca.pem"})
+
+
+def test_a_cluster_node_without_a_port_is_redis_default() -> None:
+    client = _connect("redis+cluster://n1,n2:7001")
+    nodes = client.startup_nodes  # type: ignore[attr-defined]
+    assert sorted((n.host, n.port) for n in nodes) == [("n1", 6379), ("n2", 7001)]
+
+
+@pytest.mark.parametrize(
+    ("value", "checked"), [("1", True), ("True", True), ("yes", True), ("YES", True), ("0", False), ("no", False)]
+)
+def test_a_sentinel_urls_hostname_check_is_a_boolean(value: str, checked: bool) -> None:
+    parsed = parse_sentinel(f"rediss+sentinel://s1:26379/m?ssl_check_hostname={value}&ssl_ca_path=")
+    assert parsed.ssl == {"ssl_check_hostname": checked, "ssl_ca_path": ""}  # a blank option is kept, as given
+
+
+def test_a_sentinel_url_without_a_master_or_with_other_options_is_told_what_it_takes() -> None:
+    with pytest.raises(ValueError) as info:
+        parse_sentinel("redis+sentinel://s1:26379")
+    assert str(info.value) == "a sentinel URL names the master: redis+sentinel://host:26379/mymaster"
+    with pytest.raises(ValueError) as info:
+        parse_sentinel("redis+sentinel://s1:26379/m?ssl_ca_certs=/ca.pem")
+    assert str(info.value) == (
+        "a sentinel URL takes only TLS options (ssl_ca_certs, ssl_ca_path, ssl_cert_reqs, ssl_certfile, "
+        "ssl_check_hostname, ssl_keyfile), and only with rediss+sentinel://; not ssl_ca_certs"
+    )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import struct
 from collections.abc import Callable
@@ -298,6 +301,20 @@ def test_a_token_of_another_key_is_invalid() -> None:
     assert info.value.reason == "CONFIRMATION_TOKEN_INVALID"
 
 
+def test_a_token_whose_key_was_removed_is_refused_naming_the_key() -> None:
+    """A key removed while a card it sealed is live: the refusal says which key this sidecar no longer lists
+    (what an operator needs, docs/runbook.md "Rotating keys"), not that the token was forged."""
+    sealed_by_k1 = Keyring("k1", {"k1": K1, "k2": K2}).token(A)
+    with pytest.raises(InvalidArgument) as info:
+        Keyring("k2", {"k2": K2}).parse_token(sealed_by_k1)
+    assert (info.value.code, info.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "CONFIRMATION_TOKEN_INVALID")
+    assert info.value.message == (
+        "the token names key 'k1', which this sidecar's keys file does not list (removed while what it sealed is "
+        "live, or the replicas' keys files differ); nothing was executed"
+    )
+    assert info.value.metadata == {"kid": "k1"}
+
+
 # -- the keys file ----------------------------------------------------------------------------
 
 
@@ -400,3 +417,109 @@ def test_record_mac_verifies_and_fails_when_a_byte_changes() -> None:
     assert not r.verify("k1", "action", payload, mac[:-1])
     assert not r.verify("k1", "action", payload, mac[:-1] + "é")
     assert not r.verify("k1", "action", payload, "")
+
+
+# -- today's formats, computed independently: a sidecar must verify what the last release wrote -----------------
+# (tokens in users' hands, bindings and MACs in Redis, the id key's fingerprint pinned in Redis, digests in audit
+# exports; docs/runbook.md "Keyed hashes")
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _hmac(key: bytes, message: bytes) -> bytes:
+    return hmac.new(key, message, hashlib.sha256).digest()
+
+
+IDS = [hashlib.sha256(str(i).encode()).hexdigest()[:32] for i in range(20)]
+
+
+def test_a_token_is_the_documented_hmac_in_unpadded_base64url() -> None:
+    r = ring()
+    tokens = {a: r.token(a) for a in IDS}
+    for a, token in tokens.items():
+        assert token == f"cs1.k1.{a}.{_b64(_hmac(K1, b'confirm:' + a.encode()))}"
+        assert r.parse_token(token) == ("k1", a)
+    assert not any("=" in t for t in tokens.values())
+
+
+def test_a_binding_a_record_mac_and_a_digest_are_the_documented_hmacs() -> None:
+    r = ring()
+    owner = ["t1", "alice", "alice", "s1", ""]
+    assert r.binding("k1", owner) == _hmac(K1, b"bind:" + json.dumps(owner).encode())[:16].hex()
+    assert r.mac("k1", "card", b"{}") == _b64(_hmac(K1, b"record:card:{}"))
+    assert r.digest("args", b'{"title":"x"}') == "k1." + _b64(_hmac(K1, b'digest:args:{"title":"x"}')[:16])
+
+
+def test_a_digest_names_its_key_and_matches_only_its_data_under_that_key() -> None:
+    r = Keyring("k2", {"k1": K1, "k2": K2})
+    old = ring().digest("outcome", b"done")  # made by a sidecar whose active key was k1
+    assert old.startswith("k1.") and r.digest("outcome", b"done").startswith("k2.")
+    assert r.digest("outcome", b"done", kid="k1") == old
+    assert r.digest_matches(old, "outcome", b"done")
+    assert r.digest_matches(r.digest("outcome", b"done"), "outcome", b"done")
+    assert not r.digest_matches(old, "outcome", b"done!")
+    assert not r.digest_matches(old, "reply", b"done")  # another label
+    assert not r.digest_matches("k9." + old.split(".", 1)[1], "outcome", b"done")  # a key not listed
+    assert not r.digest_matches("k2." + old.split(".", 1)[1], "outcome", b"done")  # another listed key
+    assert not r.digest_matches(old[:-1], "outcome", b"done")
+    assert not r.digest_matches(old + "\udc80", "outcome", b"done")
+
+
+def test_ids_and_turn_hashes_are_the_documented_hmacs_under_the_id_key() -> None:
+    r = Keyring("k1", {"k1": K1, "k0": K2})  # the id key: k0's, the smallest key id
+    assert r.derived_id("compensate", A) == _hmac(K2, b"compensate:" + A.encode())[:16].hex()
+    assert r.id_hash("turn", ["t1", "r1"]) == _hmac(K2, b'turn:["t1", "r1"]')[:16].hex()
+    assert r.id_hash("turn", ["t1", "r1"]) == Keyring("k0", {"k0": K2}).id_hash("turn", ["t1", "r1"])
+    assert r.id_hash("turn", ["t1", "r1"]) != r.id_hash("turn", ["t1", "r2"]) != r.id_hash("other", ["t1", "r2"])
+
+
+def test_the_id_key_fingerprint_a_redis_pinned_is_still_recognised() -> None:
+    derived = Keyring("k1", {"k0": K2, "k1": K1})
+    assert derived.id_fingerprint() == "k0:" + _hmac(K2, b"id-key-fingerprint")[:12].hex()
+    pinned = Keyring("k1", {"k1": K1}, id_key=K2)
+    assert pinned.id_fingerprint() == "id_key:" + _hmac(K2, b"id-key-fingerprint")[:12].hex()
+
+
+def test_a_keys_file_without_an_id_key_derives_ids_with_its_smallest_key(tmp_path: Path) -> None:
+    loaded = Keyring.from_file(_keys_file(tmp_path, {"active": "k1", "keys": {"k1": K1.hex(), "k0": K2.hex()}}))
+    assert loaded.id_key == K2 and loaded.id_key_source == "k0"
+    assert loaded.action_id(PARTS) == Keyring("k1", {"k1": K1, "k0": K2}).action_id(PARTS)
+
+
+def test_a_bad_id_key_is_named_with_the_file(tmp_path: Path) -> None:
+    path = _keys_file(tmp_path, {"active": "k1", "id_key": "ab", "keys": {"k1": K1.hex()}})
+    with pytest.raises(SettingsError) as info:
+        Keyring.from_file(path)
+    assert str(info.value) == f"keys file {path}: id_key must be hex of at least {MIN_KEY_BYTES} bytes"
+
+
+def test_a_malformed_token_is_told_so() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        ring().parse_token(_forged_mac(ring().token(A)))
+    assert info.value.message == "the confirmation token is malformed or forged"
+
+
+def test_nothing_of_a_token_longer_than_128_characters_is_read() -> None:
+    """A token is at most 128 characters: a longer one is malformed, whatever key it names; one of exactly 128
+    that names a key this sidecar does not list is told so."""
+    kid = "k" * 32
+    longest = f"cs1.{kid}.{A}." + "A" * (128 - len(f"cs1.{kid}.{A}."))
+    assert len(longest) == 128
+    with pytest.raises(InvalidArgument) as info:
+        ring().parse_token(longest)
+    assert repr(kid) in info.value.message
+    with pytest.raises(InvalidArgument) as info:
+        ring().parse_token(longest + "A")
+    assert info.value.message == "the confirmation token is malformed or forged"
+
+
+@pytest.mark.parametrize("mac", ["\udc80", "é\ud800"])
+def test_a_mac_that_is_not_unicode_text_is_refused_never_raised(mac: str) -> None:
+    r = ring()
+    with pytest.raises(InvalidArgument) as info:
+        r.parse_token(r.token(A).rsplit(".", 1)[0] + "." + mac)
+    assert info.value.reason == "CONFIRMATION_TOKEN_INVALID"
+    assert not r.verify("k1", "card", b"{}", mac)
+    assert not r.digest_matches("k1." + mac, "outcome", b"x")

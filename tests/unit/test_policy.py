@@ -120,6 +120,14 @@ def test_unknown_tool_is_not_found() -> None:
     raises(NotFound, "TOOL_NOT_FOUND", grpc.StatusCode.NOT_FOUND, policy.resolve, REGISTRY, "x" * 500)
 
 
+def test_a_name_the_caller_sent_is_quoted_whole_up_to_64_characters_and_cut_beyond() -> None:
+    """What a model sent comes back in messages and metadata, never more than 64 of its characters."""
+    for name, quoted in (("x" * 64, "x" * 64), ("x" * 65, "x" * 64 + "…"), ("y" * 500, "y" * 64 + "…")):
+        err = raises(NotFound, "TOOL_NOT_FOUND", grpc.StatusCode.NOT_FOUND, policy.resolve, REGISTRY, name)
+        assert err.message == f"no tool named {quoted!r} is registered"
+        assert err.metadata == {"tool": name[:64]}
+
+
 @pytest.mark.parametrize(
     ("name", "cap_id", "status"),
     [
@@ -147,7 +155,7 @@ def test_a_refusal_is_returned_whatever_the_role_or_mode() -> None:
 
 
 def test_actor_for_another_subject_needs_an_admin_context() -> None:
-    raises(
+    err = raises(
         PermissionDenied,
         "SUBJECT_NOT_ALLOWED",
         grpc.StatusCode.PERMISSION_DENIED,
@@ -156,6 +164,7 @@ def test_actor_for_another_subject_needs_an_admin_context() -> None:
         "{}",
         context=ctx(subject_id="u2"),
     )
+    assert err.message == "acting for another subject needs an admin context"
     # an admin context id without an admin mode is not enough: refused as an incomplete admin context (issue 13)
     err = raises(
         PermissionDenied,
@@ -369,6 +378,14 @@ def test_write_without_claim_needs_confirmation(phase: Phase) -> None:
         phase=phase,
     )
     assert allowed("create_todo", '{"title": "x"}', phase=phase, claimed=True).arguments == {"title": "x"}
+
+
+def test_a_write_executed_by_a_caller_that_says_nothing_of_a_claim_needs_confirmation() -> None:
+    """The safe default: a caller that forgets to say whether it holds a claim is one that does not."""
+    with pytest.raises(FailedPrecondition) as info:
+        policy.authorize(REGISTRY, ctx(), "create_todo", '{"title": "x"}', Phase.EXECUTE)
+    assert info.value.reason == "TOOL_CONFIRMATION_REQUIRED"
+    assert isinstance(policy.authorize(REGISTRY, ctx(), "list_todos", "{}", Phase.EXECUTE), Allowed)
 
 
 def test_reads_and_prepares_need_no_claim() -> None:
@@ -671,3 +688,79 @@ def test_arbitrary_json_objects_only_raise_countersign_errors(obj: dict[str, Any
     assert isinstance(out, Allowed)
     assert policy.validate(out.tool, out.arguments) == []
     assert set(out.arguments) <= {"title", "dueAt", "priority"}
+
+
+# -- the context's ids: present, bounded, printable (they travel on to the downstream as headers) ---------------
+
+
+def test_two_aliases_each_given_with_its_target_are_both_named() -> None:
+    err = raises(
+        InvalidArgument,
+        "ARGS_INVALID",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        authorize,
+        "create_todo",
+        '{"taskTitle": "a", "title": "b", "deadline": "x", "dueAt": "y"}',
+    )
+    assert sorted(v.field for v in err.violations) == ["dueAt", "title"]
+    assert err.message.startswith("arguments of 'create_todo' do not match its schema: ")
+    assert "title: given twice (as 'title' and an alias)" in err.message
+
+
+@pytest.mark.parametrize("field", ["tenant_id", "actor_id", "session_id", "request_id", "role", "locale"])
+def test_a_context_id_is_at_most_256_bytes_of_printable_text(field: str) -> None:
+    """At the limit, in characters and in bytes, it passes; one over, or a control character, is refused naming
+    the field (at Invoke and wherever an action is named by id: policy.check_context)."""
+    same = {"actor_id": ("actor_id", "subject_id")}.get(field, (field,))  # acting for oneself
+
+    def with_value(value: str) -> common_pb2.CallContext:
+        return ctx(**dict.fromkeys(same, value))
+
+    for fits in ("x" * 256, "é" * 128, "用户" * 42 + "ab"):
+        policy.check_context(with_value(fits))
+    for value in ("x" * 257, "é" * 129, "a\nb", "tab\there", "\x00"):
+        with pytest.raises(InvalidArgument) as info:
+            policy.check_context(with_value(value))
+        err = info.value
+        assert (err.code, err.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_INVALID")
+        assert err.message == f"context.{same[0]} must be at most 256 bytes of printable text"
+        assert [(v.field, v.description) for v in err.violations] == [
+            (f"context.{f}", "at most 256 bytes, no control characters") for f in same
+        ]
+
+
+def test_a_missing_context_id_is_named_required() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        policy.check_context(ctx(tenant_id="", session_id=""))
+    assert info.value.message == "context is missing tenant_id, session_id"
+    assert [(v.field, v.description) for v in info.value.violations] == [
+        ("context.tenant_id", "required"),
+        ("context.session_id", "required"),
+    ]
+
+
+def test_a_read_only_admin_may_not_prepare_a_write_and_is_told_so() -> None:
+    context = ctx(subject_id="u2", role="admin", admin_context_id="t1:adm1", admin_mode=common_pb2.ADMIN_MODE_READONLY)
+    err = raises(
+        PermissionDenied,
+        "ADMIN_READONLY",
+        grpc.StatusCode.PERMISSION_DENIED,
+        authorize,
+        "create_todo",
+        '{"title": "x"}',
+        context=context,
+    )
+    assert err.message == "a read-only admin context may not prepare or run a write"
+
+
+def test_an_incomplete_admin_context_is_told_which_rule_it_broke() -> None:
+    err = raises(
+        PermissionDenied,
+        "CONTEXT_MISMATCH",
+        grpc.StatusCode.PERMISSION_DENIED,
+        authorize,
+        "list_todos",
+        "{}",
+        context=ctx(subject_id="u2", admin_mode=common_pb2.ADMIN_MODE_MAINTAIN),
+    )
+    assert err.message.startswith("the context was refused (admin_context): ") and len(err.message) > 42
