@@ -170,21 +170,19 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
 
-    if args.command in ("actions", "audit"):
-        try:
+    try:
+        if args.command in ("actions", "audit"):
             return asyncio.run(_operate(args))
-        except BrokenPipeError:  # `countersign actions show A | head`: the reader has what it wanted
-            # Python's own recipe: point stdout at /dev/null so the flush at exit does not fail a second time
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 141  # 128 + SIGPIPE, what a shell tool stopped by a closed pipe reports
+        if args.command == "registry":
+            from countersign.sidecar import registry_check
 
-    if args.command == "registry":
-        from countersign.sidecar import registry_check
-
-        return registry_check.check(args.files, approvals=args.approvals)
-
-    if args.command == "keys":
-        return _keys(args)
+            return registry_check.check(args.files, approvals=args.approvals)
+        if args.command == "keys":
+            return _keys(args)
+    except BrokenPipeError:  # `countersign actions show A | head`, `keys generate | head`: the reader has enough
+        # Python's own recipe: point stdout at /dev/null so the flush at exit does not fail a second time
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell tool stopped by a closed pipe reports
 
     root = Path.cwd()
     if not (root / "examples" / "walkthrough.py").exists():

@@ -192,3 +192,24 @@ def test_records_written_under_a_generated_key_are_named_not_called_edited(stack
     )
     assert resolved.returncode == 1 and "key 'gen' is not in the keys file" in resolved.stderr
     assert "Traceback" not in resolved.stderr
+
+
+def test_a_cli_command_piped_into_a_reader_that_went_away_ends_quietly() -> None:
+    """`countersign keys generate | head -c1` and `countersign registry check F | head -c1`: the reader has gone, so
+    the CLI stops with 141 (128 + SIGPIPE), as a shell tool does, and no BrokenPipeError traceback."""
+    for args in (["keys", "generate"], ["registry", "check", str(ROOT / "examples" / "registry.yaml")]):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before the first byte
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "countersign.sidecar.cli", *args],
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+                timeout=60,
+            )
+        finally:
+            os.close(write)
+        assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+        assert done.returncode == 141, (args, done.returncode, done.stderr)
