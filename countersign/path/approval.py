@@ -73,6 +73,14 @@ class Approvals:
         return Checked(ClaimApproval(evidence.digest, risks, "", signed_tools), evidence)
 
 
+# what an approval fails when it does not fit the card it is presented for (claim.lua compares them; the approval
+# inbox, on arrival)
+CARD_CHECKS = {
+    "digest": "the approval is for other arguments, preview, policy or expiry than this card's",
+    "step_up": "the card's risk needs a stronger authentication (acr, the step_up rules) than the approval carries",
+}
+
+
 def claimed_as_sealed(approval: str, digest: str, risk: str, checked: Checked | None) -> str:
     """Why a won claim disagrees with its MAC'd card ("" when it agrees): the card requires a signed approval
     and none was verified, or the approval's digest or acr is not what the card's digest and risk demand. Only a
@@ -107,12 +115,8 @@ def refusal(found: Refused, checked: Checked) -> CountersignError:
     check = found.check or "malformed"
     if checked.refused is not None and checked.refused.check == check:
         detail = checked.refused.message
-    elif check == "digest":
-        detail = "the approval is for other arguments, preview, policy or expiry than this card's"
-    elif check == "step_up":
-        detail = "the card's risk needs a stronger authentication (acr, the step_up rules) than the approval carries"
     else:
-        detail = "the approval failed this check"
+        detail = CARD_CHECKS.get(check, "the approval failed this check")
     metadata = {"check": check}
     if checked.refused is not None and checked.refused.issuer:
         metadata["issuer"] = checked.refused.issuer

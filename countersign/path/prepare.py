@@ -25,6 +25,7 @@ from countersign.errors import FailedPrecondition, Unavailable
 from countersign.path import policy
 from countersign.reasons import Reason
 from countersign.registry import Tool
+from countersign.registry.model import locale_key
 from countersign.registry.templates import render
 from countersign.v1 import common_pb2
 
@@ -78,14 +79,8 @@ def preview(tool: Tool, prepared: Prepared, action_id: str, locale: str = "") ->
 
 
 def localized(preview: Mapping[str, Any], locale: str) -> Mapping[str, Any]:
-    """The registry preview for a locale: its exact tag under ``locales``, then its language, then another tag of
-    that language, else the preview itself (the registry's default language)."""
+    """The registry preview for a locale: the variant under ``locales`` that fits it (registry.locale_key), else the
+    preview itself (the registry's default language)."""
     locales = preview.get("locales") or {}
-    lang = locale.split("-")[0].lower() if locale else ""
-    for key in (locale, lang):
-        if key and key in locales:
-            return dict(locales[key])
-    for key, variant in locales.items():
-        if lang and key.split("-")[0].lower() == lang:
-            return dict(variant)
-    return preview
+    key = locale_key(locales, locale)
+    return dict(locales[key]) if key is not None else preview

@@ -28,14 +28,21 @@ class Capability:
     def guidance_for(self, locale: str) -> str:
         """Guidance in the caller's locale: exact tag, then its language, then en, then any."""
         g = self.guidance
-        lang = locale.split("-")[0] if locale else ""
-        for key in (locale, lang):
-            if key and key in g:
-                return g[key]
-        for key, text in g.items():
-            if lang and key.split("-")[0] == lang:
-                return text
-        return g.get("en") or next(iter(g.values()), "")
+        key = locale_key(g, locale)
+        return g[key] if key is not None else g.get("en") or next(iter(g.values()), "")
+
+
+def locale_key(options: Mapping[str, Any], locale: str) -> str | None:
+    """The key of ``options`` (locale tag -> text) for the caller's locale: the exact tag, then its language, then
+    another tag of that language; None when none fits (the caller picks its own default)."""
+    lang = locale.split("-")[0].lower() if locale else ""
+    for key in (locale, lang):
+        if key and key in options:
+            return key
+    for key in options:
+        if lang and key.split("-")[0].lower() == lang:  # language subtags are case-insensitive (BCP 47)
+            return key
+    return None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from countersign.errors import CountersignError, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from countersign.path import cards
+from countersign.path.approval import CARD_CHECKS
 from countersign.path.pipeline import Pipeline
 from countersign.reasons import Reason
 from countersign.store import CardRecord, RunRecord
@@ -81,9 +82,9 @@ class ApprovalInbox:
         assert checked.evidence is not None
         card = cards.open_card(self.pipeline.keyring, action_id, found)  # its MAC checked: DATA_LOSS if changed
         if checked.evidence.digest != card.approval_digest:
-            raise _refused("digest", "the approval is for other arguments, preview, policy or expiry than this card's")
+            raise _refused("digest", CARD_CHECKS["digest"])
         if card.risk and f",{card.risk}," not in checked.claim.risks:
-            raise _refused("step_up", "the card's risk needs a stronger authentication (acr) than the approval's")
+            raise _refused("step_up", CARD_CHECKS["step_up"])
         await self.store.inbox_push(action_id, approval, self.ttl_ms)
 
     async def take(self, action_id: str) -> str | None:
