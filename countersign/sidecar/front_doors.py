@@ -7,33 +7,67 @@ the gRPC servicers call, under the same gate; both take the gRPC listener's TLS 
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from countersign.errors import SettingsError
 from countersign.observability.metrics import Metrics
 from countersign.path.pipeline import Pipeline
 from countersign.sidecar.admission import Gate
-from countersign.sidecar.approval_inbox import ApprovalInbox, refusal_body
 from countersign.sidecar.identity import Identity
-from countersign.sidecar.mcp_front import McpFront
-from countersign.sidecar.mcp_http import (
-    AllowedPeers,
-    HttpListener,
-    client_certificate_protocol,
-    jsonrpc_refusal,
-    listen,
-)
 from countersign.sidecar.settings import Settings, loopback
 from countersign.store.protocols import InboxStore
+
+if TYPE_CHECKING:
+    from countersign.sidecar.approval_inbox import ApprovalInbox
+    from countersign.sidecar.mcp_front import McpFront
+    from countersign.sidecar.mcp_http import HttpListener
 
 
 @dataclass
 class FrontDoors:
-    front: McpFront  # also what `countersign mcp-stdio` serves
+    """The doors and what they serve. The MCP SDK (pydantic, starlette, uvicorn, httpx under it) is imported only
+    when a door opens or ``front`` is first asked for (`countersign mcp-stdio`): about 30 MB resident and 0.6 s of
+    start that a sidecar serving only gRPC does not pay (notes/lean-mem.md)."""
+
+    settings: Settings
+    pipeline: Pipeline
+    store: InboxStore
+    metrics: Metrics
+    gate: Gate
+    identity: Identity
     mcp: HttpListener | None = None
     inbox: HttpListener | None = None
     scheme: str = "http"
+    _approvals: ApprovalInbox | None = field(default=None, repr=False)
+    _front: McpFront | None = field(default=None, repr=False)
+
+    def approvals(self) -> ApprovalInbox:
+        """The approval inbox (one, shared by its HTTP door and the MCP front's approval flow)."""
+        if self._approvals is None:
+            from countersign.sidecar.approval_inbox import ApprovalInbox
+
+            self._approvals = ApprovalInbox(self.store, self.pipeline, int(self.settings.confirm_ttl * 1000))
+        return self._approvals
+
+    @property
+    def front(self) -> McpFront:
+        """The MCP front: what --mcp-listen and `countersign mcp-stdio` serve."""
+        if self._front is None:
+            from countersign.sidecar.mcp_front import McpFront
+
+            settings = self.settings
+            self._front = McpFront(
+                self.pipeline,
+                self.metrics,
+                self.gate,
+                confirm_wait_ms=int(settings.max_wait * 1000),
+                verified=self.identity,
+                inbox=self.approvals(),
+                approval_url=settings.approval_url,
+                approval_wait=settings.approval_wait,
+            )
+        return self._front
 
     def addresses(self) -> dict[str, str]:
         return {
@@ -58,6 +92,8 @@ def tls_options(settings: Settings, flag: str, address: str) -> dict[str, Any]:
         return {}
     options: dict[str, Any] = {"ssl_certfile": settings.tls_cert, "ssl_keyfile": settings.tls_key}
     if settings.tls_client_ca:  # the client certificate handed to the app: AllowedPeers reads its SANs
+        from countersign.sidecar.mcp_http import client_certificate_protocol
+
         options.update(
             ssl_ca_certs=settings.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED, http=client_certificate_protocol()
         )
@@ -69,30 +105,26 @@ async def open_front_doors(
 ) -> FrontDoors:
     from countersign.sidecar.app import split_addr  # the wiring root's address parser
 
-    inbox = ApprovalInbox(store, pipeline, int(settings.confirm_ttl * 1000))
-    front = McpFront(
-        pipeline,
-        metrics,
-        gate,
-        confirm_wait_ms=int(settings.max_wait * 1000),
-        verified=identity,
-        inbox=inbox,
-        approval_url=settings.approval_url,
-        approval_wait=settings.approval_wait,
+    doors = FrontDoors(
+        settings, pipeline, store, metrics, gate, identity, scheme="https" if settings.tls_cert else "http"
     )
-    doors = FrontDoors(front, scheme="https" if settings.tls_cert else "http")
+    if not (settings.mcp_listen or settings.approval_inbox_listen):
+        return doors
+    from countersign.sidecar.approval_inbox import refusal_body
+    from countersign.sidecar.mcp_http import AllowedPeers, jsonrpc_refusal, listen
+
     try:
         if settings.mcp_listen:
             host, port = split_addr(settings.mcp_listen)
             tls = tls_options(settings, "mcp-listen", settings.mcp_listen)
-            app = front.asgi_app(host, settings.max_message_bytes)
+            app = doors.front.asgi_app(host, settings.max_message_bytes)
             if identity.allowed_peers:
                 app = AllowedPeers(app, identity, jsonrpc_refusal, "mcp")
             doors.mcp = await listen(app, host, port, ssl=tls)
         if settings.approval_inbox_listen:
             host, port = split_addr(settings.approval_inbox_listen)
             tls = tls_options(settings, "approval-inbox-listen", settings.approval_inbox_listen)
-            app = inbox.app()
+            app = doors.approvals().app()
             if identity.allowed_peers:
                 app = AllowedPeers(app, identity, refusal_body, "approval_inbox")
             doors.inbox = await listen(app, host, port, ssl=tls, flag="approval-inbox-listen")

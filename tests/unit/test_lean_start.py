@@ -1,4 +1,5 @@
-"""What a sidecar loads before it serves (issue 17): the reply guard, the tracing SDK and JOSE only when used."""
+"""What a sidecar loads before it serves (issue 17): the reply guard, the tracing SDK, JOSE, the MCP SDK (and
+pydantic, starlette, uvicorn under it) and cryptography's X.509 only when used."""
 
 from __future__ import annotations
 
@@ -9,7 +10,23 @@ import sys
 from countersign.guard import ReplyGuard
 from countersign.reply.guard_loader import GuardLoader
 
-LAZY = ("countersign.guard.verdict", "countersign.guard.lexicon", "opentelemetry.sdk.trace", "jwt")
+LAZY = (
+    "countersign.guard.verdict",
+    "countersign.guard.lexicon",
+    "opentelemetry.sdk.trace",
+    "jwt",
+    # the MCP front door and the approval inbox (--mcp-listen, --approval-inbox-listen, mcp-stdio): ~30 MB, 0.6 s
+    "mcp",
+    "mcp_types",
+    "pydantic",
+    "starlette",
+    "uvicorn",
+    "countersign.sidecar.mcp_front",
+    "countersign.sidecar.mcp_http",
+    "countersign.sidecar.approval_inbox",
+    # a client certificate's names are read only when --tls-allowed-peers is given
+    "cryptography.x509",
+)
 PROBE = f"import sys, countersign.sidecar.app; print(sorted(m for m in {LAZY!r} if m in sys.modules))"
 
 
