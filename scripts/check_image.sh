@@ -3,7 +3,8 @@
 #   0. hadolint the Dockerfile (its .hadolint.yaml requires the OCI labels and allows no others);
 #   1. the build backend from requirements-build.lock (hashes checked), then the project's wheel (no deps);
 #   2. a CLEAN venv made without pip: requirements.lock installed with --require-hashes --no-deps
-#      --only-binary=:all: (every file checked against the lock, no compiler), then the wheel, then `pip check`;
+#      --only-binary=:all: (every file checked against the lock, no compiler), then the wheel, then `pip check`,
+#      then its bytecode (hash-checked, as the builder stage compiles it);
 #   3. the SBOM of that venv (CycloneDX JSON, cyclonedx-py) checked to list grpcio, redis and countersign at the
 #      locked versions; copied to $SBOM_OUT when set;
 #   4. from another cwd: the installed `countersign --help` and `countersign serve --help`;
@@ -63,6 +64,8 @@ vpy="$work/venv/bin/python"
   || die "requirements.lock does not install with --require-hashes (run 'make lock' after changing pyproject.toml)"
 "$py" -m pip --python "$vpy" install -q --no-deps --no-index "$wheel"
 "$py" -m pip --python "$vpy" check || die "the locked dependencies do not satisfy the wheel's requirements"
+"$vpy" -m compileall -q -f -j 0 --invalidation-mode checked-hash "$work/venv/lib" \
+  || die "the venv does not compile to bytecode (the Dockerfile's builder does this)"
 cs="$work/venv/bin/countersign"
 cp "$here/deploy/docker/healthcheck.py" "$work/countersign-healthcheck"
 

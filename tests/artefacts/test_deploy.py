@@ -144,6 +144,14 @@ def test_dockerfile_shape() -> None:
         "no build tools and no resolution in the runtime stage"
     )
     assert "COUNTERSIGN_LISTEN=unix:/run/countersign/countersign.sock" in runtime
+    # Bytecode (issue 17, exec -> listening): the base image ships its standard library without .pyc and the
+    # runtime user can write none, so without this every start compiles asyncio, email, json, ssl... again
+    # (~0.7 s on 2 cores, notes/lean-mem.md). Hash-checked, so a rewritten file time never makes them stale.
+    stdlib = next(line for line in runtime.split("RUN ")[1:] if "compileall" in line and "stdlib" in line)
+    assert "--invalidation-mode checked-hash" in stdlib
+    builder = text.split("FROM ${PYTHON_IMAGE}\n", 1)[0]
+    venv = next(line for line in builder.split("RUN ")[1:] if "compileall" in line)
+    assert "--invalidation-mode checked-hash" in venv and "/opt/venv" in venv
     # The build context is an allow-list: everything COPY'd must be let in by .dockerignore.
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
     assert "*" in ignore
