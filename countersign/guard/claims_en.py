@@ -161,16 +161,28 @@ class EnglishGrammar(Placement):
                 if cand.subject and cand.rule in ("past", "perfect", "passive") and not subject_agent:
                     # "The invoice was issued ... and paid a week later": the next part's verb is passive too
                     subject_agent = NOBODY if cand.rule == "passive" else cand.agent
-        if not subject_agent and self._noun_acts(tokens, first):
-            subject_agent = OTHER  # "The courier called and then left a note": the next part's verb is the courier's
+        if not subject_agent:
+            acts = self._noun_acts(tokens, first)
+            if acts == "active":
+                subject_agent = OTHER  # "The courier called and then left a note": the next part's verb is his
+            elif acts == "passive":
+                subject_agent = NOBODY  # "The plan was started in 2021 and renewed twice": the plan, not me
         return out, subject_agent
 
     @staticmethod
-    def _noun_acts(tokens: list[Token], first: int) -> bool:
+    def _noun_acts(tokens: list[Token], first: int) -> str:
         """Whether the part opens with a noun subject and its past verb ("The courier called", "Your neighbour
-        came by"), which a following part without a subject of its own shares."""
+        came by": "active") or a passive of any verb ("The plan was started": "passive"), which a following part
+        without a subject of its own shares; "" if neither."""
         i = first + (first < len(tokens) and tokens[first][3] == "D")
         j = i
         while j < len(tokens) and j - i < 3 and tokens[j][3] == "O":
             j += 1
-        return i < j < len(tokens) and tokens[j][3] in "VR"
+        if not i < j < len(tokens):
+            return ""
+        if tokens[j][3] in "VR":
+            return "active"
+        k = j
+        while k < len(tokens) and tokens[k][3] in "BA":
+            k += 1
+        return "passive" if k > j and tokens[j][3] == "B" and k < len(tokens) and tokens[k][3] in "VR" else ""

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from countersign.guard.claims import ASSISTANT, OTHER, Candidate
+from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue
 from countersign.guard.schema import GATED_RULES
 
@@ -67,11 +67,13 @@ def exclude(
     text = memo.get(sid)
     if text is None:
         text = memo[sid] = c.lexicon.fold(c.sentence.text)
-    for rule in GATED_RULES if c.agent != ASSISTANT else ():
+    for rule in GATED_RULES if c.agent != ASSISTANT and not _on_request(c, text) else ():
         if rule == "state" and "now" in c.flags:
             continue
         if rule == "time_anchor" and "fact" in c.flags:
             return Exclusion(rule, "a past event of the user's")
+        if rule == "time_anchor" and (anchor := _continued_anchor(c, text)):
+            return Exclusion(rule, anchor)
         for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
             if scope == "after" or (rule == "time_anchor" and "present" in c.flags):
                 m = _gated(rule, scope, rx, c, text)
@@ -175,7 +177,29 @@ def _consequence(c: Candidate) -> bool:
 
 
 _NOUN_FLAGS = frozenset({"attributive", "label"})
-_STATE_FLAGS = {"state": "a passive that names a property", "event": "a thing's own change (no one acted)"}
+_STATE_FLAGS = {
+    "state": "a passive that names a property",
+    "event": "a thing's own change (no one acted)",
+    "relation": "a standing relation read from data (is connected to, is stored in)",
+}
+
+
+def _on_request(c: Candidate, text: str) -> bool:
+    """The sentence says the act was the user's request ("as you asked", "按你的要求"; ``words.request_marks``):
+    the assistant did it, so no gated rule (a date, a state, a habit) sets it aside."""
+    return any(mark in text for mark in c.lexicon.word("request_marks"))
+
+
+def _continued_anchor(c: Candidate, text: str) -> str:
+    """A time anchor of the part a subjectless verb goes on from: "The account was created in 2019 and verified
+    the same week" (a bare verb whose agent is nobody shares an earlier part's passive subject, and its date)."""
+    if c.rule != "bare_head" or c.agent != NOBODY or c.part.start == 0:
+        return ""
+    earlier = text[: c.part.start]
+    for scope, rx in c.lexicon.exclusions.get("time_anchor", {}).items():
+        if scope != "sentence" and (m := rx.search(earlier)) is not None:
+            return f"{m.group(0)} (of the part it goes on from)"
+    return ""
 
 
 def _gated(rule: str, scope: str, rx: re.Pattern[str], c: Candidate, text: str) -> re.Match[str] | None:
@@ -271,10 +295,12 @@ def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
         if rule in disabled:
             continue
         if rule in GATED_RULES:
-            if c.agent == ASSISTANT or (rule == "state" and "now" in c.flags):
+            if c.agent == ASSISTANT or _on_request(c, text) or (rule == "state" and "now" in c.flags):
                 continue
             if rule == "time_anchor" and "fact" in c.flags:
                 return Exclusion(rule, "a past event of the user's")
+            if rule == "time_anchor" and (anchor := _continued_anchor(c, text)):
+                return Exclusion(rule, anchor)
             for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
                 m = _gated(rule, scope, rx, c, text)
                 if m is not None:
