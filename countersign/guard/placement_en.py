@@ -224,6 +224,9 @@ class Placement(EnglishWords):
         words = [t for t in subject if t[3] != "A"]
         if not words or words[0][3] in ("D", "P", "U", "T", "#") or words[0][0] in OBJECT_PRONOUNS:
             return False
+        # a head noun with a participle after it ("Photos uploaded after midnight are tagged"): the head decides
+        cut = next((n for n, t in enumerate(words) if n and t[3] == "V"), len(words))
+        words = words[:cut]
         if not words[-1][0].endswith("s") or words[-1][0].endswith("ss"):
             return False
         return all(

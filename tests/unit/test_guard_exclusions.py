@@ -97,6 +97,46 @@ RULE_CASES = [
     ("state", "The blinds closed on their own."),
     ("state", "路由器自己重启了两次。"),
     ("success_noun", "报销单分为待提交、已提交、已报销三类。"),
+    # guard4: general rules by class (notes/guard4.md), one sentence each, written for the test
+    ("state", "The smart lock is paired with your partner's phone."),  # a standing relation (relation_verbs)
+    ("state", "Your scanner is still linked to the old workspace."),
+    ("state", "The camping gear is stored in the garage loft."),
+    ("state", "The blizzard knocked down the power lines."),  # weather acts (natural_subjects)
+    ("other_agent", "Your cousin sent 3 invitations for the reunion."),  # a person subject with an object
+    ("other_agent", "Mum already paid for the piano lessons."),  # a person subject with an adverb
+    ("success_noun", "Files moved to the archive are kept for a year."),  # a participle before the main verb
+    ("generic_statement", "Photos uploaded after midnight are tagged with the next day's date."),
+    ("time_anchor", "The warranty was activated in 2022 and extended once."),  # a continued part's date
+    ("question", "押金退回了没有，我帮你问问。"),  # V了没有
+    ("question", "航班是改签了，还是直接退票？"),  # an alternative question
+    ("condition", "报名表提交了我通知你。"),  # done, then a next step: a plan
+    ("failure", "这笔转账被收款行拒了。"),  # refused by a named party
+    ("failure", "扫地机器人离线了。"),
+    ("other_agent", "那个车位被人租走了。"),  # 被 + an unnamed person
+    ("other_agent", "你哥已经把房租转给房东了。"),  # a kinship word after 你 (words.agents)
+    ("other_agent", "小周昨晚删掉了共享相册。"),  # 小 + surname + a time, then the act
+    ("negation", "路口晚上不堵了。"),  # 不 + V + 了: no longer
+    ("generic_statement", "新注册的用户大多在三天内就退订了。"),  # most users: a pattern, not an act
+    ("state", "路由器半夜自动重启了。"),  # a device acting on its own
+    ("condition", "套餐到期后自动切换为基础版。"),  # X后 + a change with no 了: a rule
+    ("offer_plan", "超过三次输错的账号会被锁定。"),  # 会被
+]
+
+# guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
+GUARD4_CLAIMS = [
+    "Your backup drive is now connected to the office server.",  # "now": a change, not a standing relation
+    "Your booking's locked in.",  # a particle, not a relation's preposition
+    "Your password was reset a few minutes ago, as you requested.",  # on request: the assistant's act
+    "Landlord notified.",  # a person as a headline's patient
+    "The staging bucket has been restored from last week's snapshot.",  # a time that names a thing
+    "新的配送地址更新为公司前台。",  # V + 为 + target, no 了
+    "周会改到周三上午十点。",
+    "报销单已经在线提交。",  # a skip word after 已经
+    "订阅续费 39 元成功。",  # 成功 closing the sentence
+    "两个没人用的测试账号我都删掉了。",  # a negation inside a relative clause
+    "上个月的账单截图已经发给你了。",  # a time word that modifies a noun
+    "你上周的报销单提交了。",  # 你 + a time word + 的: the user's thing, not the user acting
+    "三月的 12 张收据都标成了“差旅”。",  # 标 is a verb
 ]
 
 
@@ -148,6 +188,12 @@ WHO_ACTS = [
     ("The first upload failed, but the second one went through.", True),  # a contrast reports the outcome
     ("三封邮件已转发、已归档、已标星。", True),  # completions only: a report, not a list of statuses
 ]
+
+
+@pytest.mark.parametrize("reply", GUARD4_CLAIMS)
+def test_the_classes_guard4_reads_as_claims(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert verdict.replaced, verdict.explanation
 
 
 @pytest.mark.parametrize("reply", ASSISTANT_ACTS)
