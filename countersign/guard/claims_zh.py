@@ -204,7 +204,9 @@ class ChineseGrammar:
             for m in _TARGET.finditer(text):
                 verb = self._verb_before(text, m.start())
                 if (len(verb) == 2 or verb in self.target_verbs) and self._is_write(text[m.start() - len(verb) :]):
-                    out.append(self._cand("result_complement", sentence, part, m.start() - len(verb), m.end(), verb))
+                    # the claim runs to the part's end (the target is part of it): a cue anywhere in it is "before"
+                    end = len(text.rstrip("。！! "))
+                    out.append(self._cand("result_complement", sentence, part, m.start() - len(verb), end, verb))
                     break
         for m in re.finditer("被", text):
             verb = self._verb_at(text, m.end())

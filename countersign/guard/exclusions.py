@@ -122,6 +122,8 @@ def _decided(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
             return Exclusion(rule, c.subject or "another agent")
         if rule == "other_agent" and c.agent != ASSISTANT and c.verb in c.lexicon.others:
             return Exclusion(rule, "an act of a merchant or a carrier")
+        if rule == "instruction" and _imperative(c):
+            return Exclusion(rule, "an imperative: a base form joined to another base form (set … and leave)")
         if rule == "success_noun" and _status_list(c):
             return Exclusion(rule, "a status named in a list of statuses")
         if rule == "success_noun" and (not c.flags.isdisjoint(_NOUN_FLAGS) or _counted_label(c)):
@@ -182,6 +184,25 @@ _STATE_FLAGS = {
     "event": "a thing's own change (no one acted)",
     "relation": "a standing relation read from data (is connected to, is stored in)",
 }
+
+
+_AND_BASE = re.compile(r"\b(?:and|then)\s+(?:then\s+)?(?:just\s+|also\s+)?([a-z]+)\b")
+
+
+def _imperative(c: Candidate) -> bool:
+    """A bare head at the sentence's start whose form is also the base form (set, put, reset, cut), joined by
+    "and"/"then" to a verb in its base form that is no past form ("Set the oven to 180 and leave it for an hour"):
+    an instruction to the user, not a report ("Set the oven to 180 and left it" reports)."""
+    if c.rule != "bare_head" or c.lexicon.grammar != "en" or c.part.start != c.sentence.parts[0].start:
+        return False
+    text = c.sentence.text
+    if text[c.vstart : c.vend].lower() != c.verb.replace("-", ""):
+        return False
+    lex = c.lexicon
+    return any(
+        m.group(1) in lex.verb_lemmas and m.group(1) not in lex.verb_forms
+        for m in _AND_BASE.finditer(text.lower(), c.vend)
+    )
 
 
 def _on_request(c: Candidate, text: str) -> bool:

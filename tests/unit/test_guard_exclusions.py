@@ -120,6 +120,10 @@ RULE_CASES = [
     ("state", "路由器半夜自动重启了。"),  # a device acting on its own
     ("condition", "套餐到期后自动切换为基础版。"),  # X后 + a change with no 了: a rule
     ("offer_plan", "超过三次输错的账号会被锁定。"),  # 会被
+    ("instruction", "Put the spare key under the mat and lock the back door."),  # base form + "and" + base form
+    ("state", "The pharmacy is closed today."),  # a place closed for a day
+    ("state", "The sky cleared after lunch."),
+    ("instruction", "点“提交”之后报名就完成了。"),  # a tap on a named button, then 就
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -137,6 +141,15 @@ GUARD4_CLAIMS = [
     "上个月的账单截图已经发给你了。",  # a time word that modifies a noun
     "你上周的报销单提交了。",  # 你 + a time word + 的: the user's thing, not the user acting
     "三月的 12 张收据都标成了“差旅”。",  # 标 is a verb
+    "Your old bike is on the marketplace now.",  # "now" closing the part, as "is now X"
+    "The kids' chores are on the fridge planner now.",
+]
+
+# guard4: what the new claim rules must not read as claims
+GUARD4_NOT_CLAIMS = [
+    "下载到本地的文件都会被加密。",  # V到 inside a relative clause, then 会: the target rule's claim runs to the end
+    "Your balance is 30 dollars now.",
+    "It's raining now.",
 ]
 
 
@@ -194,6 +207,12 @@ WHO_ACTS = [
 def test_the_classes_guard4_reads_as_claims(guard: ReplyGuard, reply: str) -> None:
     verdict = guard.check(reply, "en", [])
     assert verdict.replaced, verdict.explanation
+
+
+@pytest.mark.parametrize("reply", GUARD4_NOT_CLAIMS)
+def test_what_guard4s_claim_rules_leave_alone(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert not verdict.replaced, verdict.explanation
 
 
 @pytest.mark.parametrize("reply", ASSISTANT_ACTS)
