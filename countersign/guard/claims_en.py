@@ -120,7 +120,9 @@ class EnglishGrammar(Placement):
                     )
                 continue
             if word == "now" and i + 1 < len(tokens) and first < i:
-                lemma_now = self._present(tokens[i + 1][0])
+                # (a bare plural subject states a rule: "Prices now include tax" is read only for write verbs)
+                determined = tokens[first][3] in "DUPT"
+                lemma_now = self._now_verb(tokens[i + 1][0], tokens[i - 1][0] if determined else "")
                 if lemma_now:
                     out.append(
                         Candidate(
@@ -168,6 +170,22 @@ class EnglishGrammar(Placement):
             elif acts == "passive":
                 subject_agent = NOBODY  # "The plan was started in 2021 and renewed twice": the plan, not me
         return out, subject_agent
+
+    def _now_verb(self, word: str, before: str) -> str:
+        """The lemma of a present verb after "now" that reports a change: a write verb ("now points to"), its
+        plural form after a plural subject ("your controls now block apps"), or one of ``words.now_verbs``
+        ("the sheet now includes last night's dinner": what a thing holds changed)."""
+        lemma = self._present(word)
+        if lemma:
+            return lemma
+        now_verbs = self.lex.word("now_verbs")
+        if not before:
+            return ""
+        if word in now_verbs or (word.endswith("s") and word[:-1] in now_verbs):
+            return word.removesuffix("s") if word not in now_verbs else word
+        if before.endswith("s") and word in self.lex.verb_lemmas and word not in self.lex.not_writes:
+            return word
+        return ""
 
     @staticmethod
     def _noun_acts(tokens: list[Token], first: int) -> str:

@@ -143,6 +143,8 @@ GUARD4_CLAIMS = [
     "三月的 12 张收据都标成了“差旅”。",  # 标 is a verb
     "Your old bike is on the marketplace now.",  # "now" closing the part, as "is now X"
     "The kids' chores are on the fridge planner now.",
+    "Your grocery list now includes oat milk.",  # now + words.now_verbs: what a thing holds changed
+    "Your content filters now block gambling sites.",  # now + a plural present after a plural subject
 ]
 
 # guard4: what the new claim rules must not read as claims
@@ -150,6 +152,7 @@ GUARD4_NOT_CLAIMS = [
     "下载到本地的文件都会被加密。",  # V到 inside a relative clause, then 会: the target rule's claim runs to the end
     "Your balance is 30 dollars now.",
     "It's raining now.",
+    "Prices now include tax.",  # a bare plural subject: a rule, read only for write verbs
 ]
 
 
