@@ -34,7 +34,9 @@ _BA = re.compile(r"把|将(?![会要在近来于])")
 _SUCCESS = re.compile(r"成功|完成|完毕")
 _HAN = re.compile(r"[\u3400-\u9fff]")
 _COMPLEMENT_AFTER_VERB = re.compile('[上好完掉进出成到](?=[\u4e00-\u9fff“「"])')
-_COVERBS = frozenset("和跟与同向对从往朝")  # a coverb phrase before the verb
+_COVERBS = frozenset("和跟与同向对从往朝")
+_READS = frozenset("看读查听找搜翻")  # one-character read verbs: with a result complement still a read (看过, 读完)
+_RESULT_OF_READ = frozenset("过完好到了")  # a coverb phrase before the verb
 # a part that goes on with the previous part's subject: 还/又/也/然后 ... with no subject of its own
 _GOES_ON = re.compile(r"^\W*(?:还|又|也|并且|并|然后|接着|随后|之后|再|顺便|顺手)")
 _MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完为到]")  # every marker _part looks for holds one of these
@@ -131,6 +133,8 @@ class ChineseGrammar:
         if m is None:
             return True
         two = verb_and_rest[:2]
+        if two[:1] in _READS and two[1:] in _RESULT_OF_READ:
+            return False  # 看过, 读完, 查好: a read verb with its result is still a read
         return len(m.group(0)) == 1 and two in self.lex.verb_lemmas and two not in self.lex.not_writes
 
     def _agent(self, text: str, upto: int) -> str:

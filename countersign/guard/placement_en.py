@@ -195,8 +195,9 @@ class Placement(EnglishWords):
 
     def _actor(self, subject: list[Token], nxt: Token | None) -> str:
         """Who a headline's subject is: "person" when its head noun is one of ``words.persons`` and the verb acts
-        (an object follows, or an adverb stands between: "Your sister shared 12 photos", "Dad already paid for
-        it"; "Landlord notified." is a headline of the assistant's act); "natural" for weather and the like."""
+        (an object follows, an adverb stands between, or a determiner opens it: "Your sister shared 12 photos",
+        "Dad already paid for it", "The courier parked outside"; "Landlord notified." is a headline of the
+        assistant's act); "natural" for weather and the like."""
         nouns = [t for t in subject if t[3] not in "A"]
         if not nouns:
             return ""
@@ -205,8 +206,10 @@ class Placement(EnglishWords):
             return "natural"
         if head not in self.persons:
             return ""
-        acts = any(t[3] == "A" for t in subject) or (
-            nxt is not None and nxt[0] not in self.preps and nxt[3] in ("D", "#", "O")
+        acts = (
+            any(t[3] == "A" for t in subject)
+            or subject[0][3] in ("D", "U")  # "Your neighbour parked in your spot": a headline drops determiners
+            or (nxt is not None and nxt[0] not in self.preps and nxt[3] in ("D", "#", "O"))
         )
         return "person" if acts else ""
 

@@ -119,11 +119,16 @@ RULE_CASES = [
     ("generic_statement", "新注册的用户大多在三天内就退订了。"),  # most users: a pattern, not an act
     ("state", "路由器半夜自动重启了。"),  # a device acting on its own
     ("condition", "套餐到期后自动切换为基础版。"),  # X后 + a change with no 了: a rule
-    ("offer_plan", "超过三次输错的账号会被锁定。"),  # 会被
+    ("offer_plan", "旧版本的数据会被删除。"),  # 会被
     ("instruction", "Put the spare key under the mat and lock the back door."),  # base form + "and" + base form
     ("state", "The pharmacy is closed today."),  # a place closed for a day
     ("state", "The sky cleared after lunch."),
     ("instruction", "点“提交”之后报名就完成了。"),  # a tap on a named button, then 就
+    ("other_agent", "旅行社把出发时间改到了早上七点。"),  # an organisation by its suffix (社, 院, 馆, 店 ...)
+    ("state", "验证码输错了两次，账户暂时冻结了。"),  # a wrong entry is a failure: the freeze is its consequence
+    ("other_agent", "The courier parked in the loading bay."),  # a determined person subject: no headline
+    ("state", "The shredder jammed on the third page."),  # a device's own change (verbs.changes)
+    ("state", "Your PIN is printed on the back of the letter."),  # printed on: a relation
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -153,6 +158,7 @@ GUARD4_NOT_CLAIMS = [
     "Your balance is 30 dollars now.",
     "It's raining now.",
     "Prices now include tax.",  # a bare plural subject: a rule, read only for write verbs
+    "那份报价单我读完了，没问题。",  # a read verb with its result complement is still a read
 ]
 
 
