@@ -207,7 +207,10 @@ class ChineseGrammar:
         if not out:
             for m in _TARGET.finditer(text):
                 verb = self._verb_before(text, m.start())
-                if (len(verb) == 2 or verb in self.target_verbs) and self._is_write(text[m.start() - len(verb) :]):
+                # V到 + a time is "until" unless V moves a time (改到周三, 推迟到): 维护到晚上十点 is a state
+                moves = verb in self.target_verbs or verb[:1] in self.target_verbs or m.group(0) != "到"
+                known = len(verb) == 2 or verb in self.target_verbs
+                if known and moves and self._is_write(text[m.start() - len(verb) :]):
                     # the claim runs to the part's end (the target is part of it): a cue anywhere in it is "before"
                     end = len(text.rstrip("。！! "))
                     out.append(self._cand("result_complement", sentence, part, m.start() - len(verb), end, verb))

@@ -129,6 +129,9 @@ RULE_CASES = [
     ("other_agent", "The courier parked in the loading bay."),  # a determined person subject: no headline
     ("state", "The shredder jammed on the third page."),  # a device's own change (verbs.changes)
     ("state", "Your PIN is printed on the back of the letter."),  # printed on: a relation
+    ("state", "会员积分自动清零了。"),  # 自动 + V了: a service acting on its own
+    ("other_agent", "记账软件把重复的账单合并了。"),  # software acting (words.agents)
+    ("condition", "只要付完定金，座位就保留了。"),  # 只要 X，Y 就 Z
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -159,6 +162,8 @@ GUARD4_NOT_CLAIMS = [
     "It's raining now.",
     "Prices now include tax.",  # a bare plural subject: a rule, read only for write verbs
     "那份报价单我读完了，没问题。",  # a read verb with its result complement is still a read
+    "投稿截止了。",  # a deadline passed: a state (verbs.not_writes)
+    "图书馆的自助借还机维护到周五。",  # V到 + a time is "until" unless V moves a time
 ]
 
 
