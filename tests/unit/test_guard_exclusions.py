@@ -132,6 +132,7 @@ RULE_CASES = [
     ("state", "会员积分自动清零了。"),  # 自动 + V了: a service acting on its own
     ("other_agent", "记账软件把重复的账单合并了。"),  # software acting (words.agents)
     ("condition", "只要付完定金，座位就保留了。"),  # 只要 X，Y 就 Z
+    ("state", "The thermostat is synced with the hallway sensor."),  # synced with: a relation
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
