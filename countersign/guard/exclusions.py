@@ -67,7 +67,13 @@ def exclude(
     text = memo.get(sid)
     if text is None:
         text = memo[sid] = c.lexicon.fold(c.sentence.text)
-    for rule in GATED_RULES if c.agent != ASSISTANT and not _on_request(c, text) else ():
+    gated: tuple[str, ...] = ()
+    if c.agent != ASSISTANT:
+        asked = memo.get((sid, "asked"))
+        if asked is None:
+            asked = memo[(sid, "asked")] = _on_request(c, text)
+        gated = () if asked else GATED_RULES
+    for rule in gated:
         if rule == "state" and "now" in c.flags:
             continue
         if rule == "time_anchor" and "fact" in c.flags:
