@@ -67,13 +67,13 @@ def exclude(
     text = memo.get(sid)
     if text is None:
         text = memo[sid] = c.lexicon.fold(c.sentence.text)
-    gated: tuple[str, ...] = ()
+    gated_rules: tuple[str, ...] = ()
     if c.agent != ASSISTANT:
         asked = memo.get((sid, "asked"))
         if asked is None:
             asked = memo[(sid, "asked")] = _on_request(c, text)
-        gated = () if asked else GATED_RULES
-    for rule in gated:
+        gated_rules = () if asked else GATED_RULES
+    for rule in gated_rules:
         if rule == "state" and "now" in c.flags:
             continue
         if rule == "time_anchor" and "fact" in c.flags:
