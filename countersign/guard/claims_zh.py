@@ -40,7 +40,7 @@ _RESULT_OF_READ = frozenset("过完好到了")  # a coverb phrase before the ver
 # a part that goes on with the previous part's subject: 还/又/也/然后 ... with no subject of its own
 _GOES_ON = re.compile(r"^\W*(?:还|又|也|并且|并|然后|接着|随后|之后|再|顺便|顺手)")
 _MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完为到]")  # every marker _part looks for holds one of these
-_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕|(?<=[\u4e00-\u9fff])[为成到]")
+_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将为成到]|完毕")  # 为成到: V + 为/成/到 + target (_TARGET); one class
 # a change and its target closing the part, no 了: "地址更新为榆树街 22 号", "例会改到周四下午" (the verb before it
 # must be a two-character write verb of the table or one of ``words.target_verbs``: 改, 设, 调 ...)
 _TARGET = re.compile(r"(?<=[\u4e00-\u9fff])[为成到](?!已)(?=[^，,。！!？?；;了过吗呢]{1,24}[。！!]?\s*$)")
