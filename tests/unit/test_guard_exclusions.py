@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from countersign.guard import ReplyGuard, segment
+from countersign.guard.claims_zh import _MARKERS
 from countersign.guard.lexicon import EXCLUSION_RULES
 
 
@@ -480,3 +481,14 @@ def test_a_phrase_rule_that_matches_a_part_is_never_left_out(guard: ReplyGuard, 
         for _rule, rx, _need in phrases.runnable(text):
             if any(m.end() > m.start() for p in sentence.parts for m in rx.finditer(lex.fold(p.text))):
                 assert rx in live, (rx.pattern, text)
+
+
+# guard4: the Chinese may-claim markers became one character class; every text round 3's markers found, they find
+_ROUND3_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕")
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet="已刚了啦咯喽嘞啰被把将成功完毕为到的我你订好取消。，a ", max_size=12))
+def test_the_chinese_markers_find_whatever_round_3s_found(text: str) -> None:
+    if _ROUND3_MARKERS.search(text):
+        assert _MARKERS.search(text)
