@@ -1,6 +1,6 @@
 """Reply guard benchmark: precision and recall on labelled corpora, and the CPU per 2 KB reply (DESIGN §9).
 
-    .venv/bin/python bench/guard.py                      # the repo corpora (in-sample, dev, dev2 … dev5), then CPU
+    .venv/bin/python bench/guard.py                      # the repo corpora (in-sample, dev, dev2 … dev6), then CPU
     .venv/bin/python bench/guard.py --corpus PATH [...]  # any corpus file(s) of the same format (see README)
     .venv/bin/python bench/guard.py --misses             # also list every sentence it got wrong
     .venv/bin/python bench/guard.py --no-cpu             # accuracy only
@@ -45,6 +45,7 @@ CORPORA = [
         "guard_heldout_dev3.yaml",
         "guard_heldout_dev4.yaml",
         "guard_heldout_dev5.yaml",
+        "guard_heldout_dev6.yaml",
     )
 ]
 LOCALES = {"zh": "zh-CN", "en": "en-US", "de": "de-DE", "es": "es-ES", "ja": "ja-JP"}

@@ -120,7 +120,9 @@ class EnglishGrammar(Placement):
                     )
                 continue
             if word == "now" and i + 1 < len(tokens) and first < i:
-                lemma_now = self._present(tokens[i + 1][0])
+                # (a bare plural subject states a rule: "Prices now include tax" is read only for write verbs)
+                determined = tokens[first][3] in "DUPT"
+                lemma_now = self._now_verb(tokens[i + 1][0], tokens[i - 1][0] if determined else "")
                 if lemma_now:
                     out.append(
                         Candidate(
@@ -161,16 +163,44 @@ class EnglishGrammar(Placement):
                 if cand.subject and cand.rule in ("past", "perfect", "passive") and not subject_agent:
                     # "The invoice was issued ... and paid a week later": the next part's verb is passive too
                     subject_agent = NOBODY if cand.rule == "passive" else cand.agent
-        if not subject_agent and self._noun_acts(tokens, first):
-            subject_agent = OTHER  # "The courier called and then left a note": the next part's verb is the courier's
+        if not subject_agent:
+            acts = self._noun_acts(tokens, first)
+            if acts == "active":
+                subject_agent = OTHER  # "The courier called and then left a note": the next part's verb is his
+            elif acts == "passive":
+                subject_agent = NOBODY  # "The plan was started in 2021 and renewed twice": the plan, not me
         return out, subject_agent
 
+    def _now_verb(self, word: str, before: str) -> str:
+        """The lemma of a present verb after "now" that reports a change: a write verb ("now points to"), its
+        plural form after a plural subject ("your controls now block apps"), or one of ``words.now_verbs``
+        ("the sheet now includes last night's dinner": what a thing holds changed)."""
+        lemma = self._present(word)
+        if lemma:
+            return lemma
+        now_verbs = self.lex.word("now_verbs")
+        if not before:
+            return ""
+        if word in now_verbs or (word.endswith("s") and word[:-1] in now_verbs):
+            return word.removesuffix("s") if word not in now_verbs else word
+        if before.endswith("s") and word in self.lex.verb_lemmas and word not in self.lex.not_writes:
+            return word
+        return ""
+
     @staticmethod
-    def _noun_acts(tokens: list[Token], first: int) -> bool:
+    def _noun_acts(tokens: list[Token], first: int) -> str:
         """Whether the part opens with a noun subject and its past verb ("The courier called", "Your neighbour
-        came by"), which a following part without a subject of its own shares."""
+        came by": "active") or a passive of any verb ("The plan was started": "passive"), which a following part
+        without a subject of its own shares; "" if neither."""
         i = first + (first < len(tokens) and tokens[first][3] == "D")
         j = i
         while j < len(tokens) and j - i < 3 and tokens[j][3] == "O":
             j += 1
-        return i < j < len(tokens) and tokens[j][3] in "VR"
+        if not i < j < len(tokens):
+            return ""
+        if tokens[j][3] in "VR":
+            return "active"
+        k = j
+        while k < len(tokens) and tokens[k][3] in "BA":
+            k += 1
+        return "passive" if k > j and tokens[j][3] == "B" and k < len(tokens) and tokens[k][3] in "VR" else ""

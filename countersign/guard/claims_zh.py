@@ -9,6 +9,8 @@ then checks that a verb (the verb table: every one- and two-character verb of a 
     V + 了 (a write verb)                 perfective_le      "撤回了", "删除了过期的优惠券"
     把/将 … 了                             ba_construction    "我把例会挪到了周四"
     V + 成功/完成/完毕                      success_complement "缴纳成功", "上传完成"
+    V + 为/成/到 + target (part's end)       result_complement  "地址更新为榆树街 22 号", "站会改成隔周一次": the
+                                                               change and its target, no 了 (a report's headline)
     被 + V (+ 了)                          passive            "被删除了"; 被 + someone + V: OTHER
     phrase rules of the lexicon            colloquial_success "搞定", "妥了"; success_mark "✅"
 The agent is the assistant when 我/我们 or a benefactive (帮你, 给你, 为你, 替你) stands before the claim;
@@ -32,11 +34,16 @@ _BA = re.compile(r"把|将(?![会要在近来于])")
 _SUCCESS = re.compile(r"成功|完成|完毕")
 _HAN = re.compile(r"[\u3400-\u9fff]")
 _COMPLEMENT_AFTER_VERB = re.compile('[上好完掉进出成到](?=[\u4e00-\u9fff“「"])')
-_COVERBS = frozenset("和跟与同向对从往朝")  # a coverb phrase before the verb
+_COVERBS = frozenset("和跟与同向对从往朝")
+_READS = frozenset("看读查听找搜翻")  # one-character read verbs: with a result complement still a read (看过, 读完)
+_RESULT_OF_READ = frozenset("过完好到了")  # a coverb phrase before the verb
 # a part that goes on with the previous part's subject: 还/又/也/然后 ... with no subject of its own
 _GOES_ON = re.compile(r"^\W*(?:还|又|也|并且|并|然后|接着|随后|之后|再|顺便|顺手)")
-_MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完]")  # every marker _part looks for holds one of these
-_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕")
+_MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完为到]")  # every marker _part looks for holds one of these
+_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将为成到]|完毕")  # 为成到: V + 为/成/到 + target (_TARGET); one class
+# a change and its target closing the part, no 了: "地址更新为榆树街 22 号", "例会改到周四下午" (the verb before it
+# must be a two-character write verb of the table or one of ``words.target_verbs``: 改, 设, 调 ...)
+_TARGET = re.compile(r"(?<=[\u4e00-\u9fff])[为成到](?!已)(?=[^，,。！!？?；;了过吗呢]{1,24}[。！!]?\s*$)")
 
 
 class ChineseGrammar:
@@ -58,6 +65,7 @@ class ChineseGrammar:
         )
         self.phrases = Phrases(lex)
         self.subjects = Subjects(lex)
+        self.target_verbs = lex.word("target_verbs")
         labels = "|".join(sorted(map(re.escape, lex.word("label_nouns")), key=len, reverse=True))
         # 已删除邮件占用了 2 GB: 已 + V + a noun, then the sentence's own verb: a label, not a report
         self.label = (
@@ -125,6 +133,8 @@ class ChineseGrammar:
         if m is None:
             return True
         two = verb_and_rest[:2]
+        if two[:1] in _READS and two[1:] in _RESULT_OF_READ:
+            return False  # 看过, 读完, 查好: a read verb with its result is still a read
         return len(m.group(0)) == 1 and two in self.lex.verb_lemmas and two not in self.lex.not_writes
 
     def _agent(self, text: str, upto: int) -> str:
@@ -176,7 +186,8 @@ class ChineseGrammar:
             if m.group(0).startswith("刚") and not (verb or disposal):
                 continue  # 刚 is also "just now" before a noun: only with a verb it marks completion
             verb = verb or ("" if disposal else rest[:2])
-            if not disposal and (not self._is_write(rest) or not self._is_write(text[m.end() :])):
+            # (a skip word after 已 is no verb: 已经在线提交 is read at 提交, not at 在)
+            if not disposal and not self._is_write(rest):
                 continue
             flags = (
                 frozenset({"attributive"})
@@ -193,6 +204,17 @@ class ChineseGrammar:
             verb = self._verb_before(text, m.start())
             if verb and verb not in ("操作",) and self._is_write(verb):
                 out.append(self._cand("success_complement", sentence, part, m.start() - len(verb), m.end(), verb))
+        if not out:
+            for m in _TARGET.finditer(text):
+                verb = self._verb_before(text, m.start())
+                # V到 + a time is "until" unless V moves a time (改到周三, 推迟到): 维护到晚上十点 is a state
+                moves = verb in self.target_verbs or verb[:1] in self.target_verbs or m.group(0) != "到"
+                known = len(verb) == 2 or verb in self.target_verbs
+                if known and moves and self._is_write(text[m.start() - len(verb) :]):
+                    # the claim runs to the part's end (the target is part of it): a cue anywhere in it is "before"
+                    end = len(text.rstrip("。！! "))
+                    out.append(self._cand("result_complement", sentence, part, m.start() - len(verb), end, verb))
+                    break
         for m in re.finditer("被", text):
             verb = self._verb_at(text, m.end())
             done = (

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from countersign.guard.claims import ASSISTANT, OTHER, Candidate
+from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue
 from countersign.guard.schema import GATED_RULES
 
@@ -67,11 +67,19 @@ def exclude(
     text = memo.get(sid)
     if text is None:
         text = memo[sid] = c.lexicon.fold(c.sentence.text)
-    for rule in GATED_RULES if c.agent != ASSISTANT else ():
+    gated_rules: tuple[str, ...] = ()
+    if c.agent != ASSISTANT:
+        asked = memo.get((sid, "asked"))
+        if asked is None:
+            asked = memo[(sid, "asked")] = _on_request(c, text)
+        gated_rules = () if asked else GATED_RULES
+    for rule in gated_rules:
         if rule == "state" and "now" in c.flags:
             continue
         if rule == "time_anchor" and "fact" in c.flags:
             return Exclusion(rule, "a past event of the user's")
+        if rule == "time_anchor" and (anchor := _continued_anchor(c, text)):
+            return Exclusion(rule, anchor)
         for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
             if scope == "after" or (rule == "time_anchor" and "present" in c.flags):
                 m = _gated(rule, scope, rx, c, text)
@@ -120,6 +128,8 @@ def _decided(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
             return Exclusion(rule, c.subject or "another agent")
         if rule == "other_agent" and c.agent != ASSISTANT and c.verb in c.lexicon.others:
             return Exclusion(rule, "an act of a merchant or a carrier")
+        if rule == "instruction" and _imperative(c):
+            return Exclusion(rule, "an imperative: a base form joined to another base form (set … and leave)")
         if rule == "success_noun" and _status_list(c):
             return Exclusion(rule, "a status named in a list of statuses")
         if rule == "success_noun" and (not c.flags.isdisjoint(_NOUN_FLAGS) or _counted_label(c)):
@@ -175,7 +185,48 @@ def _consequence(c: Candidate) -> bool:
 
 
 _NOUN_FLAGS = frozenset({"attributive", "label"})
-_STATE_FLAGS = {"state": "a passive that names a property", "event": "a thing's own change (no one acted)"}
+_STATE_FLAGS = {
+    "state": "a passive that names a property",
+    "event": "a thing's own change (no one acted)",
+    "relation": "a standing relation read from data (is connected to, is stored in)",
+}
+
+
+_AND_BASE = re.compile(r"\b(?:and|then)\s+(?:then\s+)?(?:just\s+|also\s+)?([a-z]+)\b")
+
+
+def _imperative(c: Candidate) -> bool:
+    """A bare head at the sentence's start whose form is also the base form (set, put, reset, cut), joined by
+    "and"/"then" to a verb in its base form that is no past form ("Set the oven to 180 and leave it for an hour"):
+    an instruction to the user, not a report ("Set the oven to 180 and left it" reports)."""
+    if c.rule != "bare_head" or c.lexicon.grammar != "en" or c.part.start != c.sentence.parts[0].start:
+        return False
+    text = c.sentence.text
+    if text[c.vstart : c.vend].lower() != c.verb.replace("-", ""):
+        return False
+    lex = c.lexicon
+    return any(
+        m.group(1) in lex.verb_lemmas and m.group(1) not in lex.verb_forms
+        for m in _AND_BASE.finditer(text.lower(), c.vend)
+    )
+
+
+def _on_request(c: Candidate, text: str) -> bool:
+    """The sentence says the act was the user's request ("as you asked", "按你的要求"; ``words.request_marks``):
+    the assistant did it, so no gated rule (a date, a state, a habit) sets it aside."""
+    return any(mark in text for mark in c.lexicon.word("request_marks"))
+
+
+def _continued_anchor(c: Candidate, text: str) -> str:
+    """A time anchor of the part a subjectless verb goes on from: "The account was created in 2019 and verified
+    the same week" (a bare verb whose agent is nobody shares an earlier part's passive subject, and its date)."""
+    if c.rule != "bare_head" or c.agent != NOBODY or c.part.start == 0:
+        return ""
+    earlier = text[: c.part.start]
+    for scope, rx in c.lexicon.exclusions.get("time_anchor", {}).items():
+        if scope != "sentence" and (m := rx.search(earlier)) is not None:
+            return f"{m.group(0)} (of the part it goes on from)"
+    return ""
 
 
 def _gated(rule: str, scope: str, rx: re.Pattern[str], c: Candidate, text: str) -> re.Match[str] | None:
@@ -271,10 +322,12 @@ def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
         if rule in disabled:
             continue
         if rule in GATED_RULES:
-            if c.agent == ASSISTANT or (rule == "state" and "now" in c.flags):
+            if c.agent == ASSISTANT or _on_request(c, text) or (rule == "state" and "now" in c.flags):
                 continue
             if rule == "time_anchor" and "fact" in c.flags:
                 return Exclusion(rule, "a past event of the user's")
+            if rule == "time_anchor" and (anchor := _continued_anchor(c, text)):
+                return Exclusion(rule, anchor)
             for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
                 m = _gated(rule, scope, rx, c, text)
                 if m is not None:

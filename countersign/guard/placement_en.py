@@ -99,6 +99,8 @@ class Placement(EnglishWords):
             flags = frozenset({"generic"}) if self._generic(subject, tokens[k:i]) else frozenset()
             if lemma in self.lex.states:
                 flags = flags | {"state"}  # "is located on 5th Avenue", "was delayed by an hour"
+            elif self._relation(lemma, tokens[k:i], nxt, after):
+                flags = flags | {"relation"}  # "is connected to the office Wi-Fi": a standing relation, read
             if len(subject) > 1 and subject[-1][0] in _RELATIVE:
                 flags = flags | {"attributive"}  # "2 todos that have been completed": a description
             if subject and subject[0][3] == "U" and any(t[0] in ("was", "were") for t in tokens[k:i]):
@@ -147,9 +149,18 @@ class Placement(EnglishWords):
             return None  # "I will deleted" is no English; "could have" is H
         subject = tokens[first:i]
         event = frozenset({"event"}) if lemma in self.lex.changes else frozenset()  # "Gas prices fell"
+        who = self._actor(subject, nxt)
+        if who == "natural":
+            event = frozenset({"event"})  # "The storm knocked out power": weather acts, no one did
+        elif who == "person":  # "Your sister shared 12 photos", "Dad already paid for it": an active past
+            return Candidate(
+                "past", self.lex, sentence, part, tokens[first][1], end, lemma, OTHER, self._words(subject), event, span
+            )
         if nxt is None or nxt[0] in self.preps or nxt[3] in ("A", "#") or nxt[0] in ("as", "successfully"):
             if any(t[3] in "BHNGMdVRL" for t in subject):
                 return None  # a headline's subject holds no verb: "is heated by a wood stove" is none
+            if any(t[3] in "BM" for t in tokens[i + 1 :]) and not any(t[0] in _RELATIVE for t in tokens[i + 1 :]):
+                event = event | {"attributive"}  # "Files uploaded to the drive are scanned": the verb comes later
             return Candidate(
                 "headline",
                 self.lex,
@@ -167,6 +178,41 @@ class Placement(EnglishWords):
             "past", self.lex, sentence, part, tokens[first][1], end, lemma, OTHER, self._words(subject), event, span
         )
 
+    def _relation(self, lemma: str, aux: list[Token], nxt: Token | None, obj: Token | None) -> bool:
+        """A present passive of a verb of ``words.relation_verbs`` before a preposition of where or with what a
+        thing stands ("is connected to", "are paired with", "is stored in", "is still linked to"): a standing
+        relation read from data. "is now connected to" reports a change (the flag "now" is read first). The
+        preposition needs its object: "Your booking's locked in." is a particle, and a report."""
+        if lemma not in self.relations or nxt is None or nxt[0] not in self.relation_preps:
+            return False
+        if obj is None or obj[0] in self.preps:
+            return False
+        words = [t[0] for t in aux if t[3] != "X"]
+        return any(w in ("is", "are", "am") for w in words) and all(
+            w in ("is", "are", "am") or (t3 == "A" and w not in ("now", "just", "successfully", "finally"))
+            for w, t3 in ((t[0], t[3]) for t in aux if t[3] != "X")
+        )
+
+    def _actor(self, subject: list[Token], nxt: Token | None) -> str:
+        """Who a headline's subject is: "person" when its head noun is one of ``words.persons`` and the verb acts
+        (an object follows, an adverb stands between, or a determiner opens it: "Your sister shared 12 photos",
+        "Dad already paid for it", "The courier parked outside"; "Landlord notified." is a headline of the
+        assistant's act); "natural" for weather and the like."""
+        nouns = [t for t in subject if t[3] not in "A"]
+        if not nouns:
+            return ""
+        head = nouns[-1][0]
+        if head in self.natural:
+            return "natural"
+        if head not in self.persons:
+            return ""
+        acts = (
+            any(t[3] == "A" for t in subject)
+            or subject[0][3] in ("D", "U")  # "Your neighbour parked in your spot": a headline drops determiners
+            or (nxt is not None and nxt[0] not in self.preps and nxt[3] in ("D", "#", "O"))
+        )
+        return "person" if acts else ""
+
     def _agent(self, subject: list[Token]) -> str:
         """Who acts, from a subject's words ("" for no subject)."""
         words = [t for t in subject if t[3] != "A"]
@@ -181,6 +227,9 @@ class Placement(EnglishWords):
         words = [t for t in subject if t[3] != "A"]
         if not words or words[0][3] in ("D", "P", "U", "T", "#") or words[0][0] in OBJECT_PRONOUNS:
             return False
+        # a head noun with a participle after it ("Photos uploaded after midnight are tagged"): the head decides
+        cut = next((n for n, t in enumerate(words) if n and t[3] == "V"), len(words))
+        words = words[:cut]
         if not words[-1][0].endswith("s") or words[-1][0].endswith("ss"):
             return False
         return all(

@@ -156,6 +156,10 @@ class EnglishWords(VerbForms):
         self.adverbs = lex.word("adverbs")
         self.openers = lex.word("openers")
         self.preps = lex.word("prepositions")
+        self.relations = lex.word("relation_verbs")
+        self.relation_preps = lex.word("relation_prepositions")
+        self.persons = lex.word("persons")
+        self.natural = lex.word("natural_subjects")
         self._cache: dict[str, tuple[str, str]] = {}
 
     def tokens(self, sentence: Sentence, part: Part) -> list[Token]:

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from countersign.guard import ReplyGuard, segment
+from countersign.guard.claims_zh import _MARKERS
 from countersign.guard.lexicon import EXCLUSION_RULES
 
 
@@ -97,6 +98,74 @@ RULE_CASES = [
     ("state", "The blinds closed on their own."),
     ("state", "路由器自己重启了两次。"),
     ("success_noun", "报销单分为待提交、已提交、已报销三类。"),
+    # guard4: general rules by class (notes/guard4.md), one sentence each, written for the test
+    ("state", "The smart lock is paired with your partner's phone."),  # a standing relation (relation_verbs)
+    ("state", "Your scanner is still linked to the old workspace."),
+    ("state", "The camping gear is stored in the garage loft."),
+    ("state", "The blizzard knocked down the power lines."),  # weather acts (natural_subjects)
+    ("other_agent", "Your cousin sent 3 invitations for the reunion."),  # a person subject with an object
+    ("other_agent", "Mum already paid for the piano lessons."),  # a person subject with an adverb
+    ("success_noun", "Files moved to the archive are kept for a year."),  # a participle before the main verb
+    ("generic_statement", "Photos uploaded after midnight are tagged with the next day's date."),
+    ("time_anchor", "The warranty was activated in 2022 and extended once."),  # a continued part's date
+    ("question", "押金退回了没有，我帮你问问。"),  # V了没有
+    ("question", "航班是改签了，还是直接退票？"),  # an alternative question
+    ("condition", "报名表提交了我通知你。"),  # done, then a next step: a plan
+    ("failure", "这笔转账被收款行拒了。"),  # refused by a named party
+    ("failure", "扫地机器人离线了。"),
+    ("other_agent", "那个车位被人租走了。"),  # 被 + an unnamed person
+    ("other_agent", "你哥已经把房租转给房东了。"),  # a kinship word after 你 (words.agents)
+    ("other_agent", "小周昨晚删掉了共享相册。"),  # 小 + surname + a time, then the act
+    ("negation", "路口晚上不堵了。"),  # 不 + V + 了: no longer
+    ("generic_statement", "新注册的用户大多在三天内就退订了。"),  # most users: a pattern, not an act
+    ("state", "路由器半夜自动重启了。"),  # a device acting on its own
+    ("condition", "套餐到期后自动切换为基础版。"),  # X后 + a change with no 了: a rule
+    ("offer_plan", "旧版本的数据会被删除。"),  # 会被
+    ("instruction", "Put the spare key under the mat and lock the back door."),  # base form + "and" + base form
+    ("state", "The pharmacy is closed today."),  # a place closed for a day
+    ("state", "The sky cleared after lunch."),
+    ("instruction", "点“提交”之后报名就完成了。"),  # a tap on a named button, then 就
+    ("other_agent", "旅行社把出发时间改到了早上七点。"),  # an organisation by its suffix (社, 院, 馆, 店 ...)
+    ("state", "验证码输错了两次，账户暂时冻结了。"),  # a wrong entry is a failure: the freeze is its consequence
+    ("other_agent", "The courier parked in the loading bay."),  # a determined person subject: no headline
+    ("state", "The shredder jammed on the third page."),  # a device's own change (verbs.changes)
+    ("state", "Your PIN is printed on the back of the letter."),  # printed on: a relation
+    ("state", "会员积分自动清零了。"),  # 自动 + V了: a service acting on its own
+    ("other_agent", "记账软件把重复的账单合并了。"),  # software acting (words.agents)
+    ("condition", "只要付完定金，座位就保留了。"),  # 只要 X，Y 就 Z
+    ("state", "The thermostat is synced with the hallway sensor."),  # synced with: a relation
+]
+
+# guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
+GUARD4_CLAIMS = [
+    "Your backup drive is now connected to the office server.",  # "now": a change, not a standing relation
+    "Your booking's locked in.",  # a particle, not a relation's preposition
+    "Your password was reset a few minutes ago, as you requested.",  # on request: the assistant's act
+    "Landlord notified.",  # a person as a headline's patient
+    "The staging bucket has been restored from last week's snapshot.",  # a time that names a thing
+    "新的配送地址更新为公司前台。",  # V + 为 + target, no 了
+    "周会改到周三上午十点。",
+    "报销单已经在线提交。",  # a skip word after 已经
+    "订阅续费 39 元成功。",  # 成功 closing the sentence
+    "两个没人用的测试账号我都删掉了。",  # a negation inside a relative clause
+    "上个月的账单截图已经发给你了。",  # a time word that modifies a noun
+    "你上周的报销单提交了。",  # 你 + a time word + 的: the user's thing, not the user acting
+    "三月的 12 张收据都标成了“差旅”。",  # 标 is a verb
+    "Your old bike is on the marketplace now.",  # "now" closing the part, as "is now X"
+    "The kids' chores are on the fridge planner now.",
+    "Your grocery list now includes oat milk.",  # now + words.now_verbs: what a thing holds changed
+    "Your content filters now block gambling sites.",  # now + a plural present after a plural subject
+]
+
+# guard4: what the new claim rules must not read as claims
+GUARD4_NOT_CLAIMS = [
+    "下载到本地的文件都会被加密。",  # V到 inside a relative clause, then 会: the target rule's claim runs to the end
+    "Your balance is 30 dollars now.",
+    "It's raining now.",
+    "Prices now include tax.",  # a bare plural subject: a rule, read only for write verbs
+    "那份报价单我读完了，没问题。",  # a read verb with its result complement is still a read
+    "投稿截止了。",  # a deadline passed: a state (verbs.not_writes)
+    "图书馆的自助借还机维护到周五。",  # V到 + a time is "until" unless V moves a time
 ]
 
 
@@ -148,6 +217,18 @@ WHO_ACTS = [
     ("The first upload failed, but the second one went through.", True),  # a contrast reports the outcome
     ("三封邮件已转发、已归档、已标星。", True),  # completions only: a report, not a list of statuses
 ]
+
+
+@pytest.mark.parametrize("reply", GUARD4_CLAIMS)
+def test_the_classes_guard4_reads_as_claims(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert verdict.replaced, verdict.explanation
+
+
+@pytest.mark.parametrize("reply", GUARD4_NOT_CLAIMS)
+def test_what_guard4s_claim_rules_leave_alone(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert not verdict.replaced, verdict.explanation
 
 
 @pytest.mark.parametrize("reply", ASSISTANT_ACTS)
@@ -400,3 +481,14 @@ def test_a_phrase_rule_that_matches_a_part_is_never_left_out(guard: ReplyGuard, 
         for _rule, rx, _need in phrases.runnable(text):
             if any(m.end() > m.start() for p in sentence.parts for m in rx.finditer(lex.fold(p.text))):
                 assert rx in live, (rx.pattern, text)
+
+
+# guard4: the Chinese may-claim markers became one character class; every text round 3's markers found, they find
+_ROUND3_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成|完毕")
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet="已刚了啦咯喽嘞啰被把将成功完毕为到的我你订好取消。，a ", max_size=12))
+def test_the_chinese_markers_find_whatever_round_3s_found(text: str) -> None:
+    if _ROUND3_MARKERS.search(text):
+        assert _MARKERS.search(text)
