@@ -1,9 +1,10 @@
 """A/B of the write path: the sidecar of this tree against the sidecar of another tree (e.g. main), side by side.
 
-    .venv/bin/python bench/invoke_ab.py --base /tmp/base [--rounds 6] [--seconds 3] [--rpc invoke|pair|replay]
+    .venv/bin/python bench/invoke_ab.py --base /tmp/base [--rounds 6] [--seconds 3] [--rpc invoke|pair|replay|read]
 
 --rpc invoke (default): Invoke(create_todo); pair: Invoke, then Confirm of its card (claim, the downstream call,
-settle); replay: Confirm of a card that settled already (the duplicate's path).
+settle), the pair timed; confirm: the same, only the Confirm timed; replay: Confirm of a card that settled already
+(the duplicate's path); read: Invoke(list_todos) as a subject that owns no todos (write_path.py's read series).
 
 Get the other tree without touching any checkout: `mkdir /tmp/base && git archive main | tar -x -C /tmp/base`.
 One redis-server and one example todo service serve both sidecars (each started from its own tree, stopped by PID);
@@ -90,6 +91,12 @@ async def _invoke(stub: gateway_pb2_grpc.ToolGatewayServiceStub) -> gateway_pb2.
     )
 
 
+def _read() -> gateway_pb2.InvokeRequest:
+    context = _context()
+    context.actor_id = context.subject_id = "bench-reader"  # owns no todos: every answer is the same small one
+    return gateway_pb2.InvokeRequest(context=context, tool_name="list_todos", arguments_json='{"status": "done"}')
+
+
 async def load(address: str, concurrency: int, seconds: float, rpc: str = "invoke") -> list[int]:
     latencies: list[int] = []
     async with grpc.aio.insecure_channel(address) as channel:
@@ -105,6 +112,12 @@ async def load(address: str, concurrency: int, seconds: float, rpc: str = "invok
                 start_ns = time.perf_counter_ns()
                 if rpc == "replay":
                     await stub.Confirm(gateway_pb2.ConfirmRequest(context=_context(), token=settled))
+                elif rpc == "read":
+                    await stub.Invoke(_read())
+                elif rpc == "confirm":  # the card made untimed, the Confirm timed
+                    card = (await _invoke(stub)).confirmation
+                    start_ns = time.perf_counter_ns()
+                    await stub.Confirm(gateway_pb2.ConfirmRequest(context=_context(), token=card.token))
                 else:
                     card = (await _invoke(stub)).confirmation
                     if rpc == "pair":
@@ -125,7 +138,7 @@ def main() -> int:
     parser.add_argument("--base", required=True, type=Path, help="the other source tree")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per cell and round")
-    parser.add_argument("--rpc", choices=("invoke", "pair", "replay"), default="invoke")
+    parser.add_argument("--rpc", choices=("invoke", "pair", "confirm", "replay", "read"), default="invoke")
     args = parser.parse_args()
     work = processes.workdir("countersign-ab-")
     redis, todo, registry, keys = processes.start_backends(work)
@@ -145,9 +158,7 @@ def main() -> int:
                     latencies = asyncio.run(load(address, c, args.seconds, args.rpc))
                     cells[(name, c)][0].extend(latencies)
                     cells[(name, c)][1].append(cpu_s(proc.pid) - before)
-        print(
-            f"{args.rpc} (create_todo), {args.rounds} rounds x {args.seconds:g} s per cell; loadavg {os.getloadavg()}"
-        )
+        print(f"{args.rpc}, {args.rounds} rounds x {args.seconds:g} s per cell; loadavg {os.getloadavg()}")
         for c in (1, 16):
             for name in ("base", "this"):
                 latencies, cpu = cells[(name, c)]

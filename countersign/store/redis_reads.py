@@ -23,15 +23,13 @@ class RedisReads:
     async def _call(self, awaitable: Awaitable[T]) -> T:
         raise NotImplementedError  # RedisStore's: the timeout, and Redis failures as StoreUnavailable
 
+    async def _script(self, name: str, keys_: list[str], args: list[Any]) -> tuple[str, dict[str, Any]]:
+        raise NotImplementedError  # RedisStore's: one script of store/lua, its reply by name
+
     # -- what one user turn did: read facts and proposed actions -------------------------------
 
     async def remember(self, turn: str, entry: bytes, ttl_ms: int, keep: int = 64) -> None:
-        key = keys.turn_list_key(turn)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(key, entry)
-        pipe.ltrim(key, -keep, -1)
-        pipe.pexpire(key, ttl_ms)
-        await self._call(pipe.execute())
+        await self._script("turn_remember", [keys.turn_list_key(turn)], [entry, keep, ttl_ms])
 
     async def recall(self, turn: str) -> list[bytes]:
         entries: list[bytes] = await self._call(self.client.lrange(keys.turn_list_key(turn), 0, -1))

@@ -70,6 +70,7 @@ REPLIES: dict[str, dict[str, tuple[str, ...]]] = {
     "audit": {"ok": ("seq",), "conflict": ("seq", "head")},
     "resolve": {"ok": (), "state": ("state",)},
     "quota": {"ok": ("count",), "full": ("count", "first_gone")},
+    "turn_remember": {"ok": ()},
     "grant_create": {"created": (), "exists": ("sealed", "taken", "st"), "full": ("live",)},
     "grant_use": {
         "took": ("left",),

@@ -628,6 +628,13 @@ async def _(s: RedisStore) -> bool:
     return await s.quota(aid(), [], ["a:1", "r:1"], 2, 60_000) == QuotaCount(True, 2)
 
 
+@shape("turn_remember", "ok")
+async def _(s: RedisStore) -> bool:
+    turn = aid()
+    await s.remember(turn, b"e1", 60_000)
+    return await s.recall(turn) == [b"e1"]
+
+
 @shape("quota", "full")
 async def _(s: RedisStore) -> bool:
     tenant = aid()
