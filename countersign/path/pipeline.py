@@ -183,20 +183,25 @@ class Pipeline:
         if grant is not None:
             record = seal(grant.grant_id)
             return await self._under_grant(context, tool, action_id, record, grant, allowed.canonical_args, turn)
-        with self.metrics.timed("issue"):
-            found = await self.store.issue(action_id, record, self.confirm_ttl_ms)
-        if not isinstance(found, Issued):
-            return self._existing(action_id, found, label)
-        # the event before any other await: a card whose Invoke fails or is cancelled now still has it
+        # the issued event travels with the card (issue.lua appends it in the same step when the chain ends where
+        # this process last saw it: for a new action, nowhere); else the writer appends it, before any other await
         args_hmac = self.keyring.digest("args", allowed.canonical_args)
-        self.audit.event(
-            action_id,
+        issued = self.audit.entry(
             "issued",
             tool=tool.name,
             capability=tool.capability,
             policy_version=registry.policy_version,
             args_hmac=args_hmac,
         )
+        chain = self.audit.chained(action_id, self.audit.head(action_id), [issued])
+        with self.metrics.timed("issue"):
+            found = await self.store.issue(action_id, record, self.confirm_ttl_ms, chain)
+        if not isinstance(found, Issued):
+            return self._existing(action_id, found, label)
+        if found.chained:
+            self.audit.remember(action_id, chain.head)
+        else:
+            self.audit.later(action_id, issued)
         self.metrics.invocations.labels(label, "write", "card").inc()
         decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_hmac=args_hmac)
         await self.store.remember(turn, action_entry(action_id), self.timing.replay_ttl_ms)
@@ -267,7 +272,7 @@ class Pipeline:
         if isinstance(claimed, common_pb2.Action):
             return claimed
         return await self.executor.run(
-            registry, context, claimed.action_id, claimed.claim_id, claimed.card, claimed.approval
+            registry, context, claimed.action_id, claimed.claim_id, claimed.card, claimed.approval, claimed.chain_at
         )
 
     # -- Reject / GetAction --------------------------------------------------------------------

@@ -9,6 +9,7 @@ sent. Two sets of parts over one Redis are two sidecars (a rotation, a rolling r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import json
@@ -21,12 +22,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from countersign import registry as registry_mod
+from countersign.audit import verify
 from countersign.errors import CountersignError
 from countersign.guard import ReplyGuard
 from countersign.keyring import Keyring
 from countersign.sidecar import app
 from countersign.sidecar.settings import Settings
-from countersign.store.keys import card_key, run_key
+from countersign.store.keys import card_key, events_key, run_key
 from countersign.store.redis_store import RedisStore
 from countersign.testing import processes
 from countersign.testing.calls import ctx
@@ -518,3 +520,54 @@ async def test_an_admin_reads_an_executed_action_of_its_own_tenant_only_and_only
         err = await refused(parts.pipeline.get_action(ctx(**reader), edited.action_id))
         assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
     assert len(raw.seen) == 2
+
+
+# -- the audit events of a Confirm travel in its own scripts (issue 17) -------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def commands_sent(client: aioredis.Redis) -> AsyncIterator[list[str]]:
+    """The commands clients send to Redis while the block runs, as MONITOR sees them (the commands a script runs
+    inside Redis left out: they are no round trip)."""
+    seen: list[str] = []
+    end = f"end-{time.monotonic_ns()}"
+    async with client.monitor() as monitor:
+
+        async def listen() -> None:
+            async for command in monitor.listen():
+                if end in command["command"]:
+                    return
+                name = command["command"].split(" ")[0].strip('"').upper()
+                if command["client_type"] != "lua" and name not in ("HELLO", "CLIENT"):  # a connection's set-up
+                    seen.append(name if name != "EVALSHA" else command["command"].split(" ")[1].strip('"'))
+
+        listening = asyncio.ensure_future(listen())
+        await asyncio.sleep(0.05)
+        yield seen
+        await client.echo(end)
+        await asyncio.wait_for(listening, 10)
+
+
+async def test_a_confirm_is_two_scripts_and_its_claimed_and_settled_events_are_chained_when_it_returns(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    """claim.lua and settle.lua, nothing else (the events travel in settle.lua, not in a third script a moment
+    later), and the chain holds issued, claimed, settled and verifies as soon as Confirm returns."""
+    raw.script = created
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        warm = await card(parts, "预热")  # every script loaded once (a first EVALSHA answers NOSCRIPT)
+        await parts.pipeline.confirm(ctx(), warm.token, 0)
+        shown = await card(parts, "两趟")
+        await parts.audit.drain(2)
+        await parts.quota.drain(2)  # the Invoke's quota count, written in the background
+        script = {found.sha: name for name, found in parts.store._scripts.items()}
+        async with commands_sent(client) as sent_:
+            done = await parts.pipeline.confirm(ctx(), shown.token, 0)
+            assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
+            rows = await client.xrange(events_key(shown.action_id))
+            await asyncio.sleep(0.1)  # whatever the sidecar still writes in the background, it has sent by now
+            await parts.audit.drain(2)
+        assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "claimed", "settled"]
+        evidence = (await parts.store.audit_evidence([shown.action_id]))[0]
+        assert verify.check(BOTH, evidence) is None
+        assert [script.get(c, c) for c in sent_] == ["claim", "settle", "XRANGE"]  # the XRANGE: this test's

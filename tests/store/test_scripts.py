@@ -22,6 +22,7 @@ from countersign.store import (
     Appended,
     Busy,
     CardRecord,
+    Chained,
     ClaimApproval,
     ContBusy,
     ContRecord,
@@ -399,6 +400,67 @@ async def _(s: RedisStore) -> bool:
 @shape("settle", "gone")
 async def _(s: RedisStore) -> bool:
     return await s.settle(aid(), "c", "settled", b"o", "m", "", "", 60_000) == "gone"
+
+
+def chained(after: tuple[int, str], *macs: str, expiry: str = "expire") -> Chained:
+    """Events (their bodies stand in: the store does not read them) chained to ``after``."""
+    return Chained(
+        after, [(f'{{"m":"{m}"}}'.encode(), m) for m in macs], Anchor("k1", "am-" + macs[-1]), expiry, 60_000
+    )
+
+
+async def chain_of(s: RedisStore, action: str) -> tuple[list[str], dict[bytes, bytes]]:
+    """The MACs of an action's events in order, and its anchor."""
+    rows = await s.client.xrange(keys.events_key(action))
+    return [json.loads(f[b"e"])["m"] for _, f in rows], await s.client.hgetall(keys.audit_key(action))
+
+
+@shape("settle", "conflict")
+async def _(s: RedisStore) -> bool:
+    action, claim = await running(s)
+    await s.audit_append(action, (0, ""), [(b'{"m":"i"}', "i")], Anchor("k1", "am-i"), "expire", 60_000)
+    moved = await s.settle(action, claim, "settled", b"o", "m", "", "", 60_000, chained((0, ""), "c", "s"))
+    return (
+        moved == Appended(False, 1, "i")
+        and await state_of(s, action) == "running"  # nothing changed: chain again and settle again
+        and (await chain_of(s, action))[0] == ["i"]
+    )
+
+
+async def test_a_settle_appends_its_events_and_advances_the_anchor_in_its_own_step(store: RedisStore) -> None:
+    action, claim = await running(store)
+    assert (
+        await store.settle(
+            action, claim, "unknown", b"o", "m", "X", "", 60_000, chained((0, ""), "c", "s", expiry="keep")
+        )
+        == "ok"
+    )
+    macs, anchor = await chain_of(store, action)
+    assert macs == ["c", "s"] and (anchor[b"seq"], anchor[b"head"], anchor[b"mac"]) == (b"2", b"s", b"am-s")
+    assert await store.client.pttl(keys.events_key(action)) == -1, "an unresolved action's chain never expires"
+    # a retry of the same settle (its first answer lost) records nothing twice, whatever chain it carries
+    again = chained((2, "s"), "c2", "s2")
+    assert await store.settle(action, claim, "settled", b"o2", "m", "", "", 60_000, again) == "ok"
+    assert await store.settle(action, claim, "settled", b"o2", "m", "", "", 60_000, again) == "ok"
+    assert (await chain_of(store, action))[0] == ["c", "s", "c2", "s2"]
+    assert await store.client.pttl(keys.events_key(action)) > 0, "a settled action's chain expires"
+    # a settle that does not hold the claim appends nothing
+    assert await store.settle(action, "other", "settled", b"o3", "m", "", "", 60_000, chained((4, "s2"), "x")) == "lost"
+    assert (await chain_of(store, action))[0] == ["c", "s", "c2", "s2"]
+
+
+async def test_an_issue_appends_its_event_when_the_chain_is_where_it_was_chained_to_and_issues_all_the_same_if_not(
+    store: RedisStore,
+) -> None:
+    action = aid()
+    assert await store.issue(action, card(), 60_000, chained((0, ""), "i")) == Issued(chained=True)
+    assert await chain_of(store, action) == (["i"], {b"seq": b"1", b"head": b"i", b"kid": b"k1", b"mac": b"am-i"})
+    won = await store.claim(action, B, ",", "c", LEASE)
+    assert isinstance(won, Won) and won.chain_at == (1, "i"), "claim.lua says where the chain ends"
+    other = aid()
+    await store.audit_append(other, (0, ""), [(b'{"m":"r"}', "r")], Anchor("k1", "am-r"), "expire", 60_000)
+    assert await store.issue(other, card(), 60_000, chained((0, ""), "i")) == Issued(chained=False)
+    assert isinstance(await store.peek(other), CardRecord) and (await chain_of(store, other))[0] == ["r"]
 
 
 @shape("reject", "rejected")

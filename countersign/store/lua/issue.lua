@@ -1,6 +1,8 @@
 -- issue: create the confirmation card of an action unless the action already exists.
 -- KEYS[1]  cs:{A}:card
 -- KEYS[2]  cs:{A}:run
+-- KEYS[3]  cs:{A}:audit    the action's audit anchor (lib/chain.lua)
+-- KEYS[4]  cs:{A}:events   the action's audit events
 -- ARGV[1]  binding (keyed hash of tenant, actor, subject, session, admin context)
 -- ARGV[2]  tool name
 -- ARGV[3]  card body (canonical JSON)
@@ -10,7 +12,11 @@
 -- ARGV[7]  approval: none | signed (copied from the sealed body: claim.lua compares it)
 -- ARGV[8]  the approval digest an approval's dig must equal
 -- ARGV[9]  the card's risk (an approval's acr must satisfy its step-up rule)
--- returns  {"issued"}                              the card was created (replacing one past its sealed expiry)
+-- ARGV[10..]  optional: the chain's arguments (lib/chain.lua, from index 10) with the ``issued`` event, appended
+--          with the card when the chain still ends where the event was chained to (else the card is issued all
+--          the same and the event is left to the caller: chained 0)
+-- returns  {"issued", chained}                     the card was created (replacing one past its sealed expiry);
+--                                                  chained: 1 when its event was appended in this step
 --          {"card", kid, body, mac}                a card was already ready: the same card
 --          {"run", state, kid, out, omac, reason, binding, tool, card, cmac}
 --                                                  the action was claimed already: its record
@@ -28,7 +34,13 @@ if card[2] then
                and tonumber(sealed['expires_at_ms']) <= now
   if not dead then return {'card', card[1] or '', card[2], card[3] or ''} end
 end
+local chained = 0
+local conflict = #ARGV > 9 and chain_check(KEYS[3], ARGV, 10)
 redis.call('HSET', KEYS[1], 'b', ARGV[1], 'tool', ARGV[2], 'body', ARGV[3], 'mac', ARGV[4], 'kid', ARGV[5],
            'appr', ARGV[7], 'dig', ARGV[8], 'risk', ARGV[9])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
-return {'issued'}
+if #ARGV > 9 and not conflict then
+  chain_append(KEYS[3], KEYS[4], ARGV, 10)
+  chained = 1
+end
+return {'issued', chained}
