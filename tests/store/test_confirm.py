@@ -26,6 +26,7 @@ from countersign.audit import verify
 from countersign.errors import CountersignError
 from countersign.guard import ReplyGuard
 from countersign.keyring import Keyring
+from countersign.path.settle import CLAIMED_ALONE_AFTER
 from countersign.sidecar import app
 from countersign.sidecar.settings import Settings
 from countersign.store.keys import card_key, events_key, run_key
@@ -571,3 +572,23 @@ async def test_a_confirm_is_two_scripts_and_its_claimed_and_settled_events_are_c
         evidence = (await parts.store.audit_evidence([shown.action_id]))[0]
         assert verify.check(BOTH, evidence) is None
         assert [script.get(c, c) for c in sent_] == ["claim", "settle", "XRANGE"]  # the XRANGE: this test's
+
+
+async def test_a_slow_downstreams_claim_is_in_the_chain_while_it_runs_and_its_outcome_follows(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    """A settle slower than CLAIMED_ALONE_AFTER finds the claimed event written alone (so the chain shows the
+    running action's claim, and a sidecar killed meanwhile leaves it there); settled follows, in order."""
+    raw.script = lambda seen: [CLAIMED_ALONE_AFTER + 0.5, *created(seen)]
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        shown = await card(parts, "慢")
+        confirming = asyncio.ensure_future(parts.pipeline.confirm(ctx(), shown.token, 0))
+        await asyncio.sleep(CLAIMED_ALONE_AFTER + 0.25)
+        assert not confirming.done()
+        rows = await client.xrange(events_key(shown.action_id))
+        assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "claimed"]
+        assert (await confirming).state == common_pb2.ACTION_STATE_SUCCEEDED
+        await parts.audit.drain(2)
+        rows = await client.xrange(events_key(shown.action_id))
+        assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "claimed", "settled"]
+        assert verify.check(BOTH, (await parts.store.audit_evidence([shown.action_id]))[0]) is None
