@@ -1,9 +1,11 @@
 """A/B of the write path: the sidecar of this tree against the sidecar of another tree (e.g. main), side by side.
 
-    .venv/bin/python bench/invoke_ab.py --base /tmp/base [--rounds 6] [--seconds 3] [--rpc invoke|pair|replay]
+    .venv/bin/python bench/invoke_ab.py --base /tmp/base [--rounds 6] [--seconds 3] [--rpc invoke|pair|replay|confirm]
 
 --rpc invoke (default): Invoke(create_todo); pair: Invoke, then Confirm of its card (claim, the downstream call,
-settle); replay: Confirm of a card that settled already (the duplicate's path).
+settle); replay: Confirm of a card that settled already (the duplicate's path); confirm: Confirm alone, of cards
+issued before the timed window (untimed, their background writes given time to land), so the CPU figure is the
+Confirm's own (its audit events included, whenever and however they are written).
 
 Get the other tree without touching any checkout: `mkdir /tmp/base && git archive main | tar -x -C /tmp/base`.
 One redis-server and one example todo service serve both sidecars (each started from its own tree, stopped by PID);
@@ -30,6 +32,7 @@ from countersign.testing import processes
 from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
+CARDS_PER_SECOND = 700  # --rpc confirm: cards issued before each timed window, per second of it
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -55,6 +58,8 @@ def start(root: Path, work: Path, registry: Path, redis_url: str, keys: Path) ->
             str(keys),
             "--log-level",
             "warning",
+            "--tenant-quota",
+            "10000000",  # --rpc confirm issues thousands of cards per cell for one tenant
         ],
         cwd=root,
         env=env,
@@ -90,7 +95,24 @@ async def _invoke(stub: gateway_pb2_grpc.ToolGatewayServiceStub) -> gateway_pb2.
     )
 
 
-async def load(address: str, concurrency: int, seconds: float, rpc: str = "invoke") -> list[int]:
+async def cards(address: str, count: int) -> list[str]:
+    """``count`` fresh cards' tokens (16 Invokes at a time), then a pause for what the sidecar writes after them."""
+    tokens: list[str] = []
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+
+        async def worker(n: int) -> None:
+            for _ in range(n):
+                tokens.append((await _invoke(stub)).confirmation.token)
+
+        await asyncio.gather(*(worker(count // 16 + 1) for _ in range(16)))
+    await asyncio.sleep(0.5)
+    return tokens
+
+
+async def load(
+    address: str, concurrency: int, seconds: float, rpc: str = "invoke", tokens: list[str] | None = None
+) -> list[int]:
     latencies: list[int] = []
     async with grpc.aio.insecure_channel(address) as channel:
         stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
@@ -103,7 +125,11 @@ async def load(address: str, concurrency: int, seconds: float, rpc: str = "invok
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 start_ns = time.perf_counter_ns()
-                if rpc == "replay":
+                if rpc == "confirm":
+                    if not tokens:
+                        raise SystemExit("ran out of prepared cards: raise CARDS_PER_SECOND")
+                    await stub.Confirm(gateway_pb2.ConfirmRequest(context=_context(), token=tokens.pop()))
+                elif rpc == "replay":
                     await stub.Confirm(gateway_pb2.ConfirmRequest(context=_context(), token=settled))
                 else:
                     card = (await _invoke(stub)).confirmation
@@ -125,7 +151,7 @@ def main() -> int:
     parser.add_argument("--base", required=True, type=Path, help="the other source tree")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per cell and round")
-    parser.add_argument("--rpc", choices=("invoke", "pair", "replay"), default="invoke")
+    parser.add_argument("--rpc", choices=("invoke", "pair", "replay", "confirm"), default="invoke")
     args = parser.parse_args()
     work = processes.workdir("countersign-ab-")
     redis, todo, registry, keys = processes.start_backends(work)
@@ -140,9 +166,15 @@ def main() -> int:
             for c in (1, 16):
                 for name in ("base", "this") if n % 2 == 0 else ("this", "base"):
                     proc, address = sidecars[name]
-                    asyncio.run(load(address, c, 0.3, args.rpc))  # warm-up
+                    confirm = args.rpc == "confirm"
+                    tokens = (
+                        asyncio.run(cards(address, int(CARDS_PER_SECOND * (args.seconds + 0.3)))) if confirm else None
+                    )
+                    asyncio.run(load(address, c, 0.3, args.rpc, tokens))  # warm-up
                     before = cpu_s(proc.pid)
-                    latencies = asyncio.run(load(address, c, args.seconds, args.rpc))
+                    latencies = asyncio.run(load(address, c, args.seconds, args.rpc, tokens))
+                    if confirm:
+                        time.sleep(0.1)  # a write the sidecar makes after its last Confirm returned is its CPU too
                     cells[(name, c)][0].extend(latencies)
                     cells[(name, c)][1].append(cpu_s(proc.pid) - before)
         print(

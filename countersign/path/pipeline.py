@@ -37,7 +37,7 @@ from countersign.path.settle import Timing
 from countersign.path.turn import action_entry, fact_entry, read_summary, turn_key
 from countersign.reasons import Reason
 from countersign.registry import Capability, Registry, Tool
-from countersign.store import CardRecord, Issued, Refused, Rejected, RunRecord, Won
+from countersign.store import Appended, CardRecord, Issued, Refused, Rejected, RunRecord, Won
 from countersign.store.protocols import CardStore, GrantRunStore, RejectStore, TurnStore
 from countersign.v1 import common_pb2, gateway_pb2
 
@@ -286,10 +286,25 @@ class Pipeline:
         action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_REJECTED, tool_name=tool)
         action.error.reason, action.error.message = Reason.REJECTED, "the user declined the confirmation"
         out, omac = seal_action(self.keyring, kid, action)
-        result = await self.store.reject(action_id, binding, out, omac, self.timing.replay_ttl_ms)
+        # the rejected event travels in reject.lua, chained to where this process last saw the chain end (the card
+        # it issued), or where reject.lua says it ends
+        rejected = [self.audit.entry("rejected", tool=tool, outcome_hmac=self.keyring.digest("outcome", out))]
+        at = self.audit.head(action_id)
+        for _ in range(8):
+            chain = self.audit.chained(action_id, at, rejected)
+            result = await self.store.reject(action_id, binding, out, omac, self.timing.replay_ttl_ms, chain)
+            if not isinstance(result, Appended):
+                break
+            at = (result.seq, result.head)
+        else:  # the chain kept moving: reject without the event, and let the writer append it
+            result = await self.store.reject(action_id, binding, out, omac, self.timing.replay_ttl_ms)
+            if isinstance(result, Rejected):
+                self.audit.later(action_id, rejected[0])
+                return action
         if isinstance(result, Rejected):
-            self.audit.event(action_id, "rejected", tool=tool, outcome_hmac=self.keyring.digest("outcome", out))
+            self.audit.remember(action_id, chain.head)
             return action
+        assert not isinstance(result, Appended)  # sent without an event: reject.lua has no chain to find moved
         if isinstance(result, Refused):
             raise cards.refusal_error(result)
         return open_action(self.keyring, action_id, result, replayed=True)

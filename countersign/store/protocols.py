@@ -149,9 +149,11 @@ class SettleStore(Protocol):
 
 class RejectStore(Peek, Protocol):
     async def reject(
-        self, action_id: str, binding: str, out: bytes, omac: str, replay_ttl_ms: int
-    ) -> Rejected | RunRecord | Refused:
-        """ready -> rejected; the record when claimed or settled before; Refused (expired, forbidden)."""
+        self, action_id: str, binding: str, out: bytes, omac: str, replay_ttl_ms: int, chain: Chained | None = None
+    ) -> Rejected | RunRecord | Refused | Appended:
+        """ready -> rejected (with ``chain``'s event appended in the same step); the record when claimed or settled
+        before; Refused (expired, forbidden); Appended(False, seq, head), changing nothing, when the chain ended
+        elsewhere than ``chain`` was chained to."""
 
 
 class InboxStore(Peek, Protocol):

@@ -247,14 +247,19 @@ class RedisStore(RedisGrants, RedisReads):
         return kind  # type: ignore[return-value]
 
     async def reject(
-        self, action_id: str, binding: str, out: bytes, omac: str, replay_ttl_ms: int
-    ) -> Rejected | RunRecord | Refused:
-        """ready -> rejected."""
+        self, action_id: str, binding: str, out: bytes, omac: str, replay_ttl_ms: int, chain: Chained | None = None
+    ) -> Rejected | RunRecord | Refused | Appended:
+        """ready -> rejected; ``chain``: its rejected event, appended in the same step, or Appended(False, seq,
+        head) changing nothing when the chain ends elsewhere (chain it there and reject again)."""
         kind, f = await self._script(
-            "reject", [card_key(action_id), run_key(action_id)], [binding, out, omac, replay_ttl_ms]
+            "reject",
+            [card_key(action_id), run_key(action_id), audit_key(action_id), events_key(action_id)],
+            [binding, out, omac, replay_ttl_ms, *(chain.args() if chain else ())],
         )
         if kind == "rejected":
             return Rejected()
+        if kind == "conflict":
+            return Appended(False, int(f["seq"]), text(f["head"]))
         if kind == "run":
             return run_record(f)
         return Refused(kind)  # type: ignore[arg-type]   # expired | forbidden

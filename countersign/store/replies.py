@@ -28,7 +28,7 @@ REPLIES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "release": {"ready": (), "expired": (), "lost": ("state",)},
     "settle": {"ok": (), "lost": ("state",), "gone": (), "conflict": ("seq", "head")},
-    "reject": {"rejected": (), "run": RUN, "expired": (), "forbidden": ()},
+    "reject": {"rejected": (), "run": RUN, "expired": (), "forbidden": (), "conflict": ("seq", "head")},
     "peek": {"run": RUN, "card": ("kid", "body", "mac", "binding", "tool"), "none": ()},
     "cont_open": {"cont": ("state", "kid", "snapshot", "turn", "mac"), "none": (), "forbidden": ()},
     "cont_claim": {

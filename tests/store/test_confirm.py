@@ -592,3 +592,26 @@ async def test_a_slow_downstreams_claim_is_in_the_chain_while_it_runs_and_its_ou
         rows = await client.xrange(events_key(shown.action_id))
         assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "claimed", "settled"]
         assert verify.check(BOTH, (await parts.store.audit_evidence([shown.action_id]))[0]) is None
+
+
+async def test_a_reject_is_its_peek_and_its_script_and_its_event_is_chained_when_it_returns(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        shown = await card(parts, "拒绝")
+        await parts.audit.drain(2)
+        await parts.quota.drain(2)
+        await parts.pipeline.reject(ctx(), shown.token)  # every script loaded once
+        shown = await card(parts, "再拒绝")
+        await parts.audit.drain(2)
+        await parts.quota.drain(2)
+        script = {found.sha: name for name, found in parts.store._scripts.items()}
+        async with commands_sent(client) as sent_:
+            done = await parts.pipeline.reject(ctx(), shown.token)
+            assert done.state == common_pb2.ACTION_STATE_REJECTED
+            rows = await client.xrange(events_key(shown.action_id))
+            await asyncio.sleep(0.1)
+            await parts.audit.drain(2)
+        assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "rejected"]
+        assert verify.check(BOTH, (await parts.store.audit_evidence([shown.action_id]))[0]) is None
+        assert [script.get(c, c) for c in sent_] == ["peek", "reject", "XRANGE"]  # the XRANGE: this test's

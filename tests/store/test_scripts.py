@@ -484,6 +484,20 @@ async def _(s: RedisStore) -> bool:
     return await s.reject(await issued(s), "someone-else", b"r", "m", 60_000) == Refused("forbidden")
 
 
+@shape("reject", "conflict")
+async def _(s: RedisStore) -> bool:
+    action = aid()
+    await s.issue(action, card(), 60_000, chained((0, ""), "i"))
+    moved = await s.reject(action, B, b"r", "m", 60_000, chained((0, ""), "r"))
+    return (
+        moved == Appended(False, 1, "i")
+        and isinstance(await s.peek(action), CardRecord)  # nothing changed: chain it again and reject again
+        and (await chain_of(s, action))[0] == ["i"]
+        and isinstance(await s.reject(action, B, b"r", "m", 60_000, chained((1, "i"), "r")), Rejected)
+        and (await chain_of(s, action))[0] == ["i", "r"]
+    )
+
+
 @shape("peek", "run")
 async def _(s: RedisStore) -> bool:
     action, _ = await settled(s)
