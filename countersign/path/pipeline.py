@@ -21,6 +21,7 @@ from typing import Protocol
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, address
 from countersign.audit import Audit
+from countersign.audit.writer import Entry
 from countersign.errors import CountersignError, FailedPrecondition, ResourceExhausted, Unavailable
 from countersign.keyring import Keyring
 from countersign.observability import tracing
@@ -183,8 +184,8 @@ class Pipeline:
         if grant is not None:
             record = seal(grant.grant_id)
             return await self._under_grant(context, tool, action_id, record, grant, allowed.canonical_args, turn)
-        # the issued event travels with the card (issue.lua appends it in the same step when the chain ends where
-        # this process last saw it: for a new action, nowhere); else the writer appends it, before any other await
+        # the issued event travels with the card (issue.lua), chained to where this process last saw the chain end
+        # (for a new action, nowhere) or where issue.lua says it ends
         args_hmac = self.keyring.digest("args", allowed.canonical_args)
         issued = self.audit.entry(
             "issued",
@@ -193,21 +194,34 @@ class Pipeline:
             policy_version=registry.policy_version,
             args_hmac=args_hmac,
         )
-        chain = self.audit.chained(action_id, self.audit.head(action_id), [issued])
         with self.metrics.timed("issue"):
-            found = await self.store.issue(action_id, record, self.confirm_ttl_ms, chain)
+            found = await self._issue(action_id, record, issued)
         if not isinstance(found, Issued):
             return self._existing(action_id, found, label)
-        if found.chained:
-            self.audit.remember(action_id, chain.head)
-        else:
-            self.audit.later(action_id, issued)
         self.metrics.invocations.labels(label, "write", "card").inc()
         decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_hmac=args_hmac)
         await self.store.remember(turn, action_entry(action_id), self.timing.replay_ttl_ms)
         return gateway_pb2.InvokeResponse(
             confirmation=cards.to_proto(self.keyring, cards.open_card(self.keyring, action_id, record))
         )
+
+    async def _issue(self, action_id: str, record: CardRecord, issued: Entry) -> Issued | CardRecord | RunRecord:
+        """issue.lua with the issued event, chained again as long as the chain moves (8 times; then the card is
+        issued without it and the writer appends it)."""
+        at = self.audit.head(action_id)
+        for _ in range(8):
+            chain = self.audit.chained(action_id, at, [issued])
+            found = await self.store.issue(action_id, record, self.confirm_ttl_ms, chain)
+            if not isinstance(found, Appended):
+                if isinstance(found, Issued):
+                    self.audit.remember(action_id, chain.head)
+                return found
+            at = (found.seq, found.head)
+        found = await self.store.issue(action_id, record, self.confirm_ttl_ms)
+        assert not isinstance(found, Appended)  # sent without an event: issue.lua has no chain to find moved
+        if isinstance(found, Issued):
+            self.audit.later(action_id, issued)
+        return found
 
     async def _under_grant(
         self,

@@ -61,9 +61,10 @@ class CardStore(Peek, Protocol):
 
     async def issue(
         self, action_id: str, card: CardRecord, ttl_ms: int, chain: Chained | None = None
-    ) -> Issued | CardRecord | RunRecord:
-        """Create the card unless the action exists: Issued (with its issued event appended in the same step when
-        ``chain`` still fits the action's chain), else the same card or the action's record."""
+    ) -> Issued | CardRecord | RunRecord | Appended:
+        """Create the card unless the action exists: Issued (with ``chain``'s event appended in the same step), else
+        the same card or the action's record; Appended(False, seq, head), changing nothing, when the chain ended
+        elsewhere than ``chain`` was chained to."""
 
 
 class ClaimStore(Peek, Protocol):

@@ -164,9 +164,10 @@ class RedisStore(RedisGrants, RedisReads):
 
     async def issue(
         self, action_id: str, card: CardRecord, ttl_ms: int, chain: Chained | None = None
-    ) -> Issued | CardRecord | RunRecord:
+    ) -> Issued | CardRecord | RunRecord | Appended:
         """Create the card: Issued, or the card or record that exists already. ``chain``: the issued event, appended
-        in the same step if the action's chain still ends where it was chained to (``Issued.chained``)."""
+        in the same step; Appended(False, seq, head), changing nothing, when the chain ends elsewhere (chain it there
+        and issue again)."""
         kind, f = await self._script(
             "issue",
             [card_key(action_id), run_key(action_id), audit_key(action_id), events_key(action_id)],
@@ -184,7 +185,9 @@ class RedisStore(RedisGrants, RedisReads):
             ],
         )
         if kind == "issued":
-            return Issued(int(f["chained"]) == 1)
+            return Issued()
+        if kind == "conflict":
+            return Appended(False, int(f["seq"]), text(f["head"]))
         if kind == "card":
             return card_record(f, tool=card.tool, binding=card.binding)
         return run_record(f)

@@ -16,7 +16,7 @@ from countersign.store.records import CardRecord, RunRecord, run_state
 RUN = ("state", "kid", "out", "omac", "reason", "binding", "tool", "card", "cmac")
 
 REPLIES: dict[str, dict[str, tuple[str, ...]]] = {
-    "issue": {"issued": ("chained",), "card": ("kid", "body", "mac"), "run": RUN},
+    "issue": {"issued": (), "conflict": ("seq", "head"), "card": ("kid", "body", "mac"), "run": RUN},
     "claim": {
         "won": ("kid", "tool", "body", "mac", "seq", "head"),
         "run": RUN,

@@ -29,9 +29,7 @@ class Refused:
 
 @dataclass(frozen=True)
 class Issued:
-    """issue: the card was created now; ``chained``: its issued event was appended in the same step."""
-
-    chained: bool = False
+    """issue: the card was created now (and its issued event appended, when one was sent)."""
 
 
 @dataclass(frozen=True)

@@ -615,3 +615,26 @@ async def test_a_reject_is_its_peek_and_its_script_and_its_event_is_chained_when
         assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "rejected"]
         assert verify.check(BOTH, (await parts.store.audit_evidence([shown.action_id]))[0]) is None
         assert [script.get(c, c) for c in sent_] == ["peek", "reject", "XRANGE"]  # the XRANGE: this test's
+
+
+async def test_an_action_issued_again_by_another_sidecar_chains_its_issued_event_after_the_chain_it_finds(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    """The second sidecar knows nothing of the chain: issue.lua answers where it ends, changing nothing, and the
+    card is issued again with its event chained there."""
+    raw.script = created
+    context = ctx(request_id=f"r-again-{time.monotonic_ns()}")
+    args = json.dumps({"title": "又一次", "amount": 2})
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        first = (await parts.pipeline.invoke(context, "create_thing", args)).confirmation
+    await client.delete(card_key(first.action_id))  # as its TTL would; the chain stays
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        again = (await parts.pipeline.invoke(context, "create_thing", args)).confirmation
+        assert again.action_id == first.action_id
+        rows = await client.xrange(events_key(again.action_id))
+        assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "issued"]
+        done = await parts.pipeline.confirm(context, again.token, 0)
+        assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
+        rows = await client.xrange(events_key(again.action_id))
+        assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "issued", "claimed", "settled"]
+        assert verify.check(BOTH, (await parts.store.audit_evidence([again.action_id]))[0]) is None

@@ -449,18 +449,14 @@ async def test_a_settle_appends_its_events_and_advances_the_anchor_in_its_own_st
     assert (await chain_of(store, action))[0] == ["c", "s", "c2", "s2"]
 
 
-async def test_an_issue_appends_its_event_when_the_chain_is_where_it_was_chained_to_and_issues_all_the_same_if_not(
+async def test_an_issue_appends_its_event_in_its_step_and_changes_nothing_when_the_chain_moved(
     store: RedisStore,
 ) -> None:
     action = aid()
-    assert await store.issue(action, card(), 60_000, chained((0, ""), "i")) == Issued(chained=True)
+    assert await store.issue(action, card(), 60_000, chained((0, ""), "i")) == Issued()
     assert await chain_of(store, action) == (["i"], {b"seq": b"1", b"head": b"i", b"kid": b"k1", b"mac": b"am-i"})
     won = await store.claim(action, B, ",", "c", LEASE)
     assert isinstance(won, Won) and won.chain_at == (1, "i"), "claim.lua says where the chain ends"
-    other = aid()
-    await store.audit_append(other, (0, ""), [(b'{"m":"r"}', "r")], Anchor("k1", "am-r"), "expire", 60_000)
-    assert await store.issue(other, card(), 60_000, chained((0, ""), "i")) == Issued(chained=False)
-    assert isinstance(await store.peek(other), CardRecord) and (await chain_of(store, other))[0] == ["r"]
 
 
 @shape("reject", "rejected")
@@ -482,6 +478,19 @@ async def _(s: RedisStore) -> bool:
 @shape("reject", "forbidden")
 async def _(s: RedisStore) -> bool:
     return await s.reject(await issued(s), "someone-else", b"r", "m", 60_000) == Refused("forbidden")
+
+
+@shape("issue", "conflict")
+async def _(s: RedisStore) -> bool:
+    action = aid()
+    await s.audit_append(action, (0, ""), [(b'{"m":"r"}', "r")], Anchor("k1", "am-r"), "expire", 60_000)
+    moved = await s.issue(action, card(), 60_000, chained((0, ""), "i"))
+    return (
+        moved == Appended(False, 1, "r")
+        and await s.peek(action) is None  # nothing changed: chain it again and issue again
+        and await s.issue(action, card(), 60_000, chained((1, "r"), "i")) == Issued()
+        and (await chain_of(s, action))[0] == ["r", "i"]
+    )
 
 
 @shape("reject", "conflict")

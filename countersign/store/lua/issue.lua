@@ -13,10 +13,11 @@
 -- ARGV[8]  the approval digest an approval's dig must equal
 -- ARGV[9]  the card's risk (an approval's acr must satisfy its step-up rule)
 -- ARGV[10..]  optional: the chain's arguments (lib/chain.lua, from index 10) with the ``issued`` event, appended
---          with the card when the chain still ends where the event was chained to (else the card is issued all
---          the same and the event is left to the caller: chained 0)
--- returns  {"issued", chained}                     the card was created (replacing one past its sealed expiry);
---                                                  chained: 1 when its event was appended in this step
+--          with the card in this step
+-- returns  {"issued"}                              the card was created (replacing one past its sealed expiry),
+--                                                  and its event appended
+--          {"conflict", seq, head}                 the chain no longer ends where the event was chained to:
+--                                                  nothing changed; chain it to (seq, head) and issue again
 --          {"card", kid, body, mac}                a card was already ready: the same card
 --          {"run", state, kid, out, omac, reason, binding, tool, card, cmac}
 --                                                  the action was claimed already: its record
@@ -34,13 +35,12 @@ if card[2] then
                and tonumber(sealed['expires_at_ms']) <= now
   if not dead then return {'card', card[1] or '', card[2], card[3] or ''} end
 end
-local chained = 0
-local conflict = #ARGV > 9 and chain_check(KEYS[3], ARGV, 10)
+if #ARGV > 9 then
+  local conflict = chain_check(KEYS[3], ARGV, 10)
+  if conflict then return conflict end
+end
 redis.call('HSET', KEYS[1], 'b', ARGV[1], 'tool', ARGV[2], 'body', ARGV[3], 'mac', ARGV[4], 'kid', ARGV[5],
            'appr', ARGV[7], 'dig', ARGV[8], 'risk', ARGV[9])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
-if #ARGV > 9 and not conflict then
-  chain_append(KEYS[3], KEYS[4], ARGV, 10)
-  chained = 1
-end
-return {'issued', chained}
+if #ARGV > 9 then chain_append(KEYS[3], KEYS[4], ARGV, 10) end
+return {'issued'}
