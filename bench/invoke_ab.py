@@ -1,10 +1,12 @@
 """A/B of the write path: the sidecar of this tree against the sidecar of another tree (e.g. main), side by side.
 
-    .venv/bin/python bench/invoke_ab.py --base /tmp/base [--rounds 6] [--seconds 3] [--rpc invoke|pair|replay|read]
+    .venv/bin/python bench/invoke_ab.py --base /tmp/base [--rounds 6] [--seconds 3] [--rpc invoke|pair|replay|confirm|read]
 
 --rpc invoke (default): Invoke(create_todo); pair: Invoke, then Confirm of its card (claim, the downstream call,
-settle), the pair timed; confirm: the same, only the Confirm timed; replay: Confirm of a card that settled already
-(the duplicate's path); read: Invoke(list_todos) as a subject that owns no todos (write_path.py's read series).
+settle); replay: Confirm of a card that settled already (the duplicate's path); confirm: Confirm alone, of cards
+issued before the timed window (untimed, their background writes given time to land), so the CPU figure is the
+Confirm's own (its audit events included, whenever and however they are written); read: Invoke(list_todos) as a
+subject that owns no todos (write_path.py's read series).
 
 Get the other tree without touching any checkout: `mkdir /tmp/base && git archive main | tar -x -C /tmp/base`.
 One redis-server and one example todo service serve both sidecars (each started from its own tree, stopped by PID);
@@ -31,6 +33,7 @@ from countersign.testing import processes
 from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
+CARDS_PER_SECOND = 1000  # --rpc confirm: cards issued before each timed window, per second of it
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -56,6 +59,8 @@ def start(root: Path, work: Path, registry: Path, redis_url: str, keys: Path) ->
             str(keys),
             "--log-level",
             "warning",
+            "--tenant-quota",
+            "10000000",  # --rpc confirm issues thousands of cards per cell for one tenant
         ],
         cwd=root,
         env=env,
@@ -97,7 +102,24 @@ def _read() -> gateway_pb2.InvokeRequest:
     return gateway_pb2.InvokeRequest(context=context, tool_name="list_todos", arguments_json='{"status": "done"}')
 
 
-async def load(address: str, concurrency: int, seconds: float, rpc: str = "invoke") -> list[int]:
+async def cards(address: str, count: int) -> list[str]:
+    """``count`` fresh cards' tokens (16 Invokes at a time), then a pause for what the sidecar writes after them."""
+    tokens: list[str] = []
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+
+        async def worker(n: int) -> None:
+            for _ in range(n):
+                tokens.append((await _invoke(stub)).confirmation.token)
+
+        await asyncio.gather(*(worker(count // 16 + 1) for _ in range(16)))
+    await asyncio.sleep(0.5)
+    return tokens
+
+
+async def load(
+    address: str, concurrency: int, seconds: float, rpc: str = "invoke", tokens: list[str] | None = None
+) -> list[int]:
     latencies: list[int] = []
     async with grpc.aio.insecure_channel(address) as channel:
         stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
@@ -110,14 +132,14 @@ async def load(address: str, concurrency: int, seconds: float, rpc: str = "invok
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 start_ns = time.perf_counter_ns()
-                if rpc == "replay":
+                if rpc == "confirm":
+                    if not tokens:  # out of prepared cards: the cell ends early (its throughput counts its own time)
+                        return
+                    await stub.Confirm(gateway_pb2.ConfirmRequest(context=_context(), token=tokens.pop()))
+                elif rpc == "replay":
                     await stub.Confirm(gateway_pb2.ConfirmRequest(context=_context(), token=settled))
                 elif rpc == "read":
                     await stub.Invoke(_read())
-                elif rpc == "confirm":  # the card made untimed, the Confirm timed
-                    card = (await _invoke(stub)).confirmation
-                    start_ns = time.perf_counter_ns()
-                    await stub.Confirm(gateway_pb2.ConfirmRequest(context=_context(), token=card.token))
                 else:
                     card = (await _invoke(stub)).confirmation
                     if rpc == "pair":
@@ -149,13 +171,21 @@ def main() -> int:
         cells: dict[tuple[str, int], tuple[list[int], list[float]]] = {
             (name, c): ([], []) for name in sidecars for c in (1, 16)
         }
+        walls = dict.fromkeys(cells, 0.0)
         for n in range(args.rounds):
             for c in (1, 16):
                 for name in ("base", "this") if n % 2 == 0 else ("this", "base"):
                     proc, address = sidecars[name]
-                    asyncio.run(load(address, c, 0.3, args.rpc))  # warm-up
-                    before = cpu_s(proc.pid)
-                    latencies = asyncio.run(load(address, c, args.seconds, args.rpc))
+                    confirm = args.rpc == "confirm"
+                    tokens = (
+                        asyncio.run(cards(address, int(CARDS_PER_SECOND * (args.seconds + 0.3)))) if confirm else None
+                    )
+                    asyncio.run(load(address, c, 0.3, args.rpc, tokens))  # warm-up
+                    before, started = cpu_s(proc.pid), time.monotonic()
+                    latencies = asyncio.run(load(address, c, args.seconds, args.rpc, tokens))
+                    walls[(name, c)] += time.monotonic() - started
+                    if confirm:
+                        time.sleep(0.1)  # a write the sidecar makes after its last Confirm returned is its CPU too
                     cells[(name, c)][0].extend(latencies)
                     cells[(name, c)][1].append(cpu_s(proc.pid) - before)
         print(f"{args.rpc}, {args.rounds} rounds x {args.seconds:g} s per cell; loadavg {os.getloadavg()}")
@@ -163,7 +193,7 @@ def main() -> int:
             for name in ("base", "this"):
                 latencies, cpu = cells[(name, c)]
                 print(
-                    f"  {name:<5} c={c:<3} {len(latencies) / (args.rounds * args.seconds):7.1f}/s  "
+                    f"  {name:<5} c={c:<3} {len(latencies) / walls[(name, c)]:7.1f}/s  "
                     f"p50 {pct(latencies, 0.5):6.2f} ms  p99 {pct(latencies, 0.99):7.2f} ms  "
                     f"sidecar CPU {1000 * sum(cpu) / len(latencies):.3f} ms/call"
                 )

@@ -4,8 +4,9 @@ Tamper-evident audit: every transition of an action is an event in the action's 
 
 One chain per action (many sidecars write at once, so a single global chain would serialise them
 all): each event carries its sequence number, the MAC of the event before it, and its own MAC under
-the server key; ``store/lua/audit.lua`` appends it and advances the action's anchor (seq, head, MAC'd
-under a key id, so keys rotate) in one atomic step. An edited event fails its MAC, a deleted one
+the server key; the script of the transition it records (issue.lua, settle.lua) or ``audit.lua``
+appends it and advances the action's anchor (seq, head, MAC'd under a key id, so keys rotate) in one
+atomic step (``store/lua/lib/chain.lua``). An edited event fails its MAC, a deleted one
 leaves a gap, a reordered one breaks the prev links, a truncated tail disagrees with the anchor, and
 an anchor rewritten to fit a shorter chain fails its own MAC.
 
@@ -24,9 +25,10 @@ the audit trail"):
 A transition that gives a claim back (the card READY again) must write a ``released`` event, or
 a chain that ends in ``claimed`` with no record left would be reported.
 
-Writing never blocks or fails the request path: events are written in the background, retried on a
-chain conflict, and a failure is counted (countersign_audit_write_failures_total) and logged. So a
-record may exist a moment before its event: verify looks again, once, after a grace period at every
+Writing never fails the request path: a card's issued event and a Confirm's claimed and settled events
+travel with the card and the outcome; the rest are written in the background, retried on a chain
+conflict, and a failure is counted (countersign_audit_write_failures_total) and logged. So a record
+may exist a moment before its event: verify looks again, once, after a grace period at every
 action it found wrong, and reports only what is still wrong then. An unresolved action's chain never
 expires (like its record); a settled one's expires with the audit TTL.
 Events hold keyed hashes (``Keyring.digest``), never raw arguments.

@@ -39,6 +39,7 @@ class Claimed:
     claim_id: str
     card: CardRecord
     approval: Checked | None = None  # the approval it was claimed with (verified; its digest and acr compared)
+    chain_at: tuple[int, str] = (0, "")  # where the action's audit chain ended at the claim (claim.lua)
 
 
 class Claims:
@@ -82,7 +83,7 @@ class Claims:
             return await self._replay(action_id, found, wait_ms)
         assert isinstance(found, Won)
         self.metrics.claims.labels(self.metrics.tool(found.card.tool), "won").inc()
-        return Claimed(action_id, claim_id, found.card, checked)
+        return Claimed(action_id, claim_id, found.card, checked, found.chain_at)
 
     async def settled(self, action_id: str, found: RunRecord, wait_ms: int) -> RunRecord:
         """The record once it settles, or as it stands after wait_ms (bounded by --max-wait)."""

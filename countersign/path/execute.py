@@ -28,7 +28,7 @@ from countersign.path.approval import Checked, claimed_as_sealed, evidence_event
 from countersign.path.cards import Card, open_card
 from countersign.path.inverse import record_settled
 from countersign.path.receipts import open_action, refused_action, to_action, with_approval
-from countersign.path.settle import Settler, Timing, spawn
+from countersign.path.settle import ClaimedEvent, Settler, Timing, spawn
 from countersign.reasons import Reason
 from countersign.registry import Capability, Registry, Tool
 from countersign.store import CardRecord, RunRecord
@@ -67,12 +67,15 @@ class Executor:
         claim_id: str,
         record: CardRecord,
         approval: Checked | None = None,
+        chain_at: tuple[int, str] | None = None,
         **claimed: str,
     ) -> common_pb2.Action:
         """Shielded from the caller: the work of a won claim always ends in a settle attempt. ``approval``: the
-        user's approval the claim was won with (kept in the receipt and the audit events); ``claimed``: more
-        fields of the claimed event (the grant it runs under)."""
-        work = self._run(registry, context, action_id, claim_id, record, approval, claimed)
+        user's approval the claim was won with (kept in the receipt and the audit events); ``chain_at``: where
+        claim.lua saw the action's audit chain end (the claimed event then travels with the settle; None: it is
+        written by the audit writer now); ``claimed``: more fields of the claimed event (the grant it runs
+        under)."""
+        work = self._run(registry, context, action_id, claim_id, record, approval, chain_at, claimed)
         return await asyncio.shield(spawn(self.background, work))
 
     async def _run(
@@ -83,11 +86,31 @@ class Executor:
         claim_id: str,
         record: CardRecord,
         approval: Checked | None,
+        chain_at: tuple[int, str] | None,
         claimed: dict[str, str],
     ) -> common_pb2.Action:
         evidence = evidence_proto(approval.evidence) if approval is not None and approval.evidence else None
         fields: dict[str, object] = {**claimed, **({"approval": evidence_event(evidence)} if evidence else {})}
-        self.audit.event(action_id, "claimed", tool=record.tool, **fields)
+        held = None if chain_at is None else self.settler.claimed(action_id, chain_at, tool=record.tool, **fields)
+        if held is None:
+            self.audit.event(action_id, "claimed", tool=record.tool, **fields)
+        try:
+            return await self._execute(registry, context, action_id, claim_id, record, approval, evidence, held)
+        finally:
+            if held is not None:
+                held.alone()  # not taken by a settle (given back, or an error): written now, before what follows
+
+    async def _execute(
+        self,
+        registry: Registry,
+        context: common_pb2.CallContext,
+        action_id: str,
+        claim_id: str,
+        record: CardRecord,
+        approval: Checked | None,
+        evidence: common_pb2.ApprovalEvidence | None,
+        held: ClaimedEvent | None,
+    ) -> common_pb2.Action:
         try:
             card = open_card(self.keyring, action_id, record)
             # a write run under a standing grant was approved by the grant (signed by an issuer, verified at
@@ -99,7 +122,7 @@ class Executor:
         except DataLoss as exc:
             self.metrics.claims.labels(self.metrics.tool(record.tool), "tampered").inc()
             refused = refused_action(action_id, record.tool, exc.reason, exc.message, self._now_ms())
-            await self.settler.settle(action_id, record.kid, claim_id, with_approval(refused, evidence))
+            await self.settler.settle(action_id, record.kid, claim_id, with_approval(refused, evidence), claimed=held)
             raise
         tracing.annotate(action_id=action_id, tool=card.tool, capability=card.capability, risk=card.risk)
         with self.metrics.timed("policy"):
@@ -107,7 +130,7 @@ class Executor:
         if isinstance(tool, FailedPrecondition):
             refused = refused_action(action_id, card.tool, tool.reason, tool.message, self._now_ms())
             refused.receipt.grant_id = card.grant
-            await self.settler.settle(action_id, card.kid, claim_id, with_approval(refused, evidence))
+            await self.settler.settle(action_id, card.kid, claim_id, with_approval(refused, evidence), claimed=held)
             record_settled(self.audit, self.metrics, card, refused)
             raise tool
         # the prepared version travels as If-Match: a resource changed since the card was shown is not written
@@ -145,9 +168,11 @@ class Executor:
         self.metrics.executions.labels(label, "not_sent" if not_sent else outcome.kind.value).inc()
         tracing.annotate(outcome=outcome.kind.value, replayed=False)
         if not_sent:
+            if held is not None:
+                held.alone()  # claimed, then released: in that order
             return await self._give_back(action_id, claim_id, tool, outcome)
         action = with_approval(to_action(action_id, tool, card, outcome, self._now_ms()), evidence)
-        await self.settler.settle(action_id, card.kid, claim_id, action)
+        await self.settler.settle(action_id, card.kid, claim_id, action, claimed=held)
         record_settled(self.audit, self.metrics, card, action)
         decision(
             action_id, tool.name, "executed", outcome.reason or outcome.kind.value.upper(), outcome=outcome.kind.value

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from countersign.adapters.base import Adapter, CallMeta, Kind, address
 from countersign.audit import Audit
+from countersign.audit.writer import Entry
 from countersign.errors import CountersignError, FailedPrecondition, ResourceExhausted, Unavailable
 from countersign.keyring import Keyring
 from countersign.observability import tracing
@@ -37,7 +38,7 @@ from countersign.path.settle import Timing
 from countersign.path.turn import action_entry, fact_entry, read_summary, turn_key
 from countersign.reasons import Reason
 from countersign.registry import Capability, Registry, Tool
-from countersign.store import CardRecord, Issued, Refused, Rejected, RunRecord, Won
+from countersign.store import Appended, CardRecord, Issued, Refused, Rejected, RunRecord, Won
 from countersign.store.protocols import CardStore, GrantRunStore, RejectStore, TurnStore
 from countersign.v1 import common_pb2, gateway_pb2
 
@@ -183,26 +184,44 @@ class Pipeline:
         if grant is not None:
             record = seal(grant.grant_id)
             return await self._under_grant(context, tool, action_id, record, grant, allowed.canonical_args, turn)
-        with self.metrics.timed("issue"):
-            found = await self.store.issue(action_id, record, self.confirm_ttl_ms)
-        if not isinstance(found, Issued):
-            return self._existing(action_id, found, label)
-        # the event before any other await: a card whose Invoke fails or is cancelled now still has it
+        # the issued event travels with the card (issue.lua), chained to where this process last saw the chain end
+        # (for a new action, nowhere) or where issue.lua says it ends
         args_hmac = self.keyring.digest("args", allowed.canonical_args)
-        self.audit.event(
-            action_id,
+        issued = self.audit.entry(
             "issued",
             tool=tool.name,
             capability=tool.capability,
             policy_version=registry.policy_version,
             args_hmac=args_hmac,
         )
+        with self.metrics.timed("issue"):
+            found = await self._issue(action_id, record, issued)
+        if not isinstance(found, Issued):
+            return self._existing(action_id, found, label)
         self.metrics.invocations.labels(label, "write", "card").inc()
         decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_hmac=args_hmac)
         await self.store.remember(turn, action_entry(action_id), self.timing.replay_ttl_ms)
         return gateway_pb2.InvokeResponse(
             confirmation=cards.to_proto(self.keyring, cards.open_card(self.keyring, action_id, record))
         )
+
+    async def _issue(self, action_id: str, record: CardRecord, issued: Entry) -> Issued | CardRecord | RunRecord:
+        """issue.lua with the issued event, chained again as long as the chain moves (8 times; then the card is
+        issued without it and the writer appends it)."""
+        at = self.audit.head(action_id)
+        for _ in range(8):
+            chain = self.audit.chained(action_id, at, [issued])
+            found = await self.store.issue(action_id, record, self.confirm_ttl_ms, chain)
+            if not isinstance(found, Appended):
+                if isinstance(found, Issued):
+                    self.audit.remember(action_id, chain.head)
+                return found
+            at = (found.seq, found.head)
+        found = await self.store.issue(action_id, record, self.confirm_ttl_ms)
+        assert not isinstance(found, Appended)  # sent without an event: issue.lua has no chain to find moved
+        if isinstance(found, Issued):
+            self.audit.later(action_id, issued)
+        return found
 
     async def _under_grant(
         self,
@@ -267,7 +286,7 @@ class Pipeline:
         if isinstance(claimed, common_pb2.Action):
             return claimed
         return await self.executor.run(
-            registry, context, claimed.action_id, claimed.claim_id, claimed.card, claimed.approval
+            registry, context, claimed.action_id, claimed.claim_id, claimed.card, claimed.approval, claimed.chain_at
         )
 
     # -- Reject / GetAction --------------------------------------------------------------------
@@ -281,10 +300,25 @@ class Pipeline:
         action = common_pb2.Action(action_id=action_id, state=common_pb2.ACTION_STATE_REJECTED, tool_name=tool)
         action.error.reason, action.error.message = Reason.REJECTED, "the user declined the confirmation"
         out, omac = seal_action(self.keyring, kid, action)
-        result = await self.store.reject(action_id, binding, out, omac, self.timing.replay_ttl_ms)
+        # the rejected event travels in reject.lua, chained to where this process last saw the chain end (the card
+        # it issued), or where reject.lua says it ends
+        rejected = [self.audit.entry("rejected", tool=tool, outcome_hmac=self.keyring.digest("outcome", out))]
+        at = self.audit.head(action_id)
+        for _ in range(8):
+            chain = self.audit.chained(action_id, at, rejected)
+            result = await self.store.reject(action_id, binding, out, omac, self.timing.replay_ttl_ms, chain)
+            if not isinstance(result, Appended):
+                break
+            at = (result.seq, result.head)
+        else:  # the chain kept moving: reject without the event, and let the writer append it
+            result = await self.store.reject(action_id, binding, out, omac, self.timing.replay_ttl_ms)
+            if isinstance(result, Rejected):
+                self.audit.later(action_id, rejected[0])
+                return action
         if isinstance(result, Rejected):
-            self.audit.event(action_id, "rejected", tool=tool, outcome_hmac=self.keyring.digest("outcome", out))
+            self.audit.remember(action_id, chain.head)
             return action
+        assert not isinstance(result, Appended)  # sent without an event: reject.lua has no chain to find moved
         if isinstance(result, Refused):
             raise cards.refusal_error(result)
         return open_action(self.keyring, action_id, result, replayed=True)

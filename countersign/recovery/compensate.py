@@ -30,7 +30,7 @@ from countersign.path.receipts import open_action
 from countersign.reasons import Reason
 from countersign.registry import Capability, Registry, Tool
 from countersign.registry.templates import PLACEHOLDER, render
-from countersign.store import CardRecord, Issued, RunRecord, states
+from countersign.store import Appended, CardRecord, Issued, RunRecord, states
 from countersign.store.protocols import CardStore
 from countersign.v1 import common_pb2, gateway_pb2
 
@@ -98,7 +98,8 @@ class Compensator:
     ) -> gateway_pb2.CompensateResponse:
         """Issue the inverse's card (or answer the one another call issued meanwhile)."""
         record = self._card(context, comp_id, allowed.tool, allowed.arguments, original)
-        issued = await self.store.issue(comp_id, record, self.confirm_ttl_ms)
+        issued = await self.store.issue(comp_id, record, self.confirm_ttl_ms)  # its events: the writer's
+        assert not isinstance(issued, Appended)  # sent without an event: issue.lua has no chain to find moved
         if not isinstance(issued, Issued):
             return self._answer(original, comp_id, issued, replayed=True)
         # the inverse is an action like any other: its chain starts with its card (audit.verify expects it)

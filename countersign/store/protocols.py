@@ -15,6 +15,7 @@ from countersign.store.records import (
     Anchor,
     AuditEvidence,
     CardRecord,
+    Chained,
     ClaimApproval,
     ContRecord,
     GrantRecord,
@@ -58,8 +59,12 @@ class Peek(Protocol):
 class CardStore(Peek, Protocol):
     """Invoke: a write's card."""
 
-    async def issue(self, action_id: str, card: CardRecord, ttl_ms: int) -> Issued | CardRecord | RunRecord:
-        """Create the card unless the action exists: Issued, else the same card or the action's record."""
+    async def issue(
+        self, action_id: str, card: CardRecord, ttl_ms: int, chain: Chained | None = None
+    ) -> Issued | CardRecord | RunRecord | Appended:
+        """Create the card unless the action exists: Issued (with ``chain``'s event appended in the same step), else
+        the same card or the action's record; Appended(False, seq, head), changing nothing, when the chain ended
+        elsewhere than ``chain`` was chained to."""
 
 
 class ClaimStore(Peek, Protocol):
@@ -131,9 +136,11 @@ class SettleStore(Protocol):
         reason: str,
         receipt_status: str,
         replay_ttl_ms: int,
-    ) -> Settle:
-        """running|unknown -> settled|unknown|review: ok, lost (another holds the claim) or gone.
-        REPLICAS_NOT_ACKNOWLEDGED under --redis-wait-replicas."""
+        chain: Chained | None = None,
+    ) -> Settle | Appended:
+        """running|unknown -> settled|unknown|review: ok, lost (another holds the claim) or gone; with ``chain``,
+        its events appended in the same step, or Appended(False, seq, head) changing nothing when the chain ends
+        elsewhere. REPLICAS_NOT_ACKNOWLEDGED under --redis-wait-replicas."""
 
     async def open_add(self, action_id: str, due_ms: int) -> None:
         """Index an action that may need reconciling, by when to look at it."""
@@ -143,9 +150,11 @@ class SettleStore(Protocol):
 
 class RejectStore(Peek, Protocol):
     async def reject(
-        self, action_id: str, binding: str, out: bytes, omac: str, replay_ttl_ms: int
-    ) -> Rejected | RunRecord | Refused:
-        """ready -> rejected; the record when claimed or settled before; Refused (expired, forbidden)."""
+        self, action_id: str, binding: str, out: bytes, omac: str, replay_ttl_ms: int, chain: Chained | None = None
+    ) -> Rejected | RunRecord | Refused | Appended:
+        """ready -> rejected (with ``chain``'s event appended in the same step); the record when claimed or settled
+        before; Refused (expired, forbidden); Appended(False, seq, head), changing nothing, when the chain ended
+        elsewhere than ``chain`` was chained to."""
 
 
 class InboxStore(Peek, Protocol):

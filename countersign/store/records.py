@@ -102,6 +102,31 @@ class Anchor:
 
 
 @dataclass(frozen=True)
+class Chained:
+    """Events for a transition's own script to append to the action's chain in its step (lua/lib/chain.lua):
+    chained to ``after`` (seq, head), each (canonical JSON, its MAC), the anchor after them, and the chain's
+    expiry (keep | expire | same) and TTL."""
+
+    after: tuple[int, str]
+    events: list[tuple[bytes, str]]
+    anchor: Anchor
+    expiry: str
+    ttl_ms: int
+
+    def args(self) -> list[object]:
+        """The chain's arguments, in the order lib/chain.lua reads them."""
+        out: list[object] = [self.after[0], self.after[1], self.anchor.kid, self.anchor.mac, self.expiry, self.ttl_ms]
+        for event, mac in self.events:
+            out += [event, mac]
+        return out
+
+    @property
+    def head(self) -> tuple[int, str]:
+        """Where the chain ends once these events are appended."""
+        return self.after[0] + len(self.events), self.events[-1][1]
+
+
+@dataclass(frozen=True)
 class AuditEvidence:
     """Everything Redis holds about one action that the audit cross-check reads (raw fields)."""
 

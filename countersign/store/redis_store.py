@@ -22,8 +22,17 @@ from countersign.errors import StoreUnavailable, Unavailable
 from countersign.reasons import Reason
 from countersign.store import keys
 from countersign.store.connect import connect
-from countersign.store.keys import card_key, cont_key, run_key
-from countersign.store.records import NO_APPROVAL, Anchor, CardRecord, ClaimApproval, ContRecord, RunRecord, cont_state
+from countersign.store.keys import audit_key, card_key, cont_key, events_key, run_key
+from countersign.store.records import (
+    NO_APPROVAL,
+    Anchor,
+    CardRecord,
+    Chained,
+    ClaimApproval,
+    ContRecord,
+    RunRecord,
+    cont_state,
+)
 from countersign.store.redis_grants import RedisGrants
 from countersign.store.redis_reads import RedisReads
 from countersign.store.replies import SCRIPTS, card_record, decode, raw, run_record, text
@@ -66,9 +75,12 @@ class RedisStore(RedisGrants, RedisReads):
         self.client = client
         self.op_timeout = op_timeout
         lua = resources.files("countersign.store").joinpath("lua")
-        self._scripts = {
-            name: client.register_script(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")) for name in SCRIPTS
-        }
+        chain = lua.joinpath("lib", "chain.lua").read_text(encoding="utf-8")
+        self._scripts = {}
+        for name in SCRIPTS:
+            source = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+            # one copy of the chain's append (lib/chain.lua) for every script that appends audit events
+            self._scripts[name] = client.register_script(chain + source if "chain_append(" in source else source)
         # one Redis server behind one client: scripts called together share a pipeline (_eval); a cluster client
         # splits a pipeline by slot, and keeps one call per script
         self._batching = isinstance(client, aioredis.Redis)
@@ -217,15 +229,32 @@ class RedisStore(RedisGrants, RedisReads):
 
     # -- the action: issue, claim, release, settle, reject, peek ------------------------------------
 
-    async def issue(self, action_id: str, card: CardRecord, ttl_ms: int) -> Issued | CardRecord | RunRecord:
-        """Create the card: Issued, or the card or record that exists already."""
+    async def issue(
+        self, action_id: str, card: CardRecord, ttl_ms: int, chain: Chained | None = None
+    ) -> Issued | CardRecord | RunRecord | Appended:
+        """Create the card: Issued, or the card or record that exists already. ``chain``: the issued event, appended
+        in the same step; Appended(False, seq, head), changing nothing, when the chain ends elsewhere (chain it there
+        and issue again)."""
         kind, f = await self._script(
             "issue",
-            [card_key(action_id), run_key(action_id)],
-            [card.binding, card.tool, card.body, card.mac, card.kid, ttl_ms, card.approval, card.digest, card.risk],
+            [card_key(action_id), run_key(action_id), audit_key(action_id), events_key(action_id)],
+            [
+                card.binding,
+                card.tool,
+                card.body,
+                card.mac,
+                card.kid,
+                ttl_ms,
+                card.approval,
+                card.digest,
+                card.risk,
+                *(chain.args() if chain else ()),
+            ],
         )
         if kind == "issued":
             return Issued()
+        if kind == "conflict":
+            return Appended(False, int(f["seq"]), text(f["head"]))
         if kind == "card":
             return card_record(f, tool=card.tool, binding=card.binding)
         return run_record(f)
@@ -245,14 +274,14 @@ class RedisStore(RedisGrants, RedisReads):
         With --redis-wait-replicas, a won claim too few replicas acknowledged is put back (release.lua; the
         request was never sent) and the caller gets UNAVAILABLE REPLICAS_NOT_ACKNOWLEDGED: a failover must not
         lose the claim and let a second caller execute the same action."""
-        keys_ = [card_key(action_id), run_key(action_id)]
+        keys_ = [card_key(action_id), run_key(action_id), audit_key(action_id)]
         args = [binding, denied, claim_id, lease_ms, approval.digest, approval.risks, approval.failed]
         kind, f, acked = await self._acknowledged("claim", keys_, [*args, approval.signed_tools])
         if acked < self.wait_replicas and kind == "won":
-            await self._script("release", keys_, [claim_id])
+            await self._script("release", keys_[:2], [claim_id])
             raise self._not_acknowledged("claim", acked)
         if kind == "won":
-            return Won(card_record(f, binding=binding))
+            return Won(card_record(f, binding=binding), (int(f["seq"]), text(f["head"])))
         if kind == "run":
             return run_record(f)
         check = text(f.get("why", f.get("check", "")))  # approval_required | approval_invalid
@@ -273,24 +302,34 @@ class RedisStore(RedisGrants, RedisReads):
         reason: str,
         receipt_status: str,
         replay_ttl_ms: int,
-    ) -> Settle:
-        """running|unknown -> settled|unknown|review by the claim holder: ok, lost or gone."""
-        kind, _ = await self._durable_script(
+        chain: Chained | None = None,
+    ) -> Settle | Appended:
+        """running|unknown -> settled|unknown|review by the claim holder: ok, lost or gone. ``chain``: the events
+        of this step, appended with it; Appended(False, seq, head) when the chain ended elsewhere (nothing
+        changed: chain them there and settle again)."""
+        kind, f = await self._durable_script(
             "settle",
-            [run_key(action_id), cont_key(action_id)],
-            [claim_id, state, out, omac, reason, receipt_status, replay_ttl_ms],
+            [run_key(action_id), cont_key(action_id), audit_key(action_id), events_key(action_id)],
+            [claim_id, state, out, omac, reason, receipt_status, replay_ttl_ms, *(chain.args() if chain else ())],
         )
+        if kind == "conflict":
+            return Appended(False, int(f["seq"]), text(f["head"]))
         return kind  # type: ignore[return-value]
 
     async def reject(
-        self, action_id: str, binding: str, out: bytes, omac: str, replay_ttl_ms: int
-    ) -> Rejected | RunRecord | Refused:
-        """ready -> rejected."""
+        self, action_id: str, binding: str, out: bytes, omac: str, replay_ttl_ms: int, chain: Chained | None = None
+    ) -> Rejected | RunRecord | Refused | Appended:
+        """ready -> rejected; ``chain``: its rejected event, appended in the same step, or Appended(False, seq,
+        head) changing nothing when the chain ends elsewhere (chain it there and reject again)."""
         kind, f = await self._script(
-            "reject", [card_key(action_id), run_key(action_id)], [binding, out, omac, replay_ttl_ms]
+            "reject",
+            [card_key(action_id), run_key(action_id), audit_key(action_id), events_key(action_id)],
+            [binding, out, omac, replay_ttl_ms, *(chain.args() if chain else ())],
         )
         if kind == "rejected":
             return Rejected()
+        if kind == "conflict":
+            return Appended(False, int(f["seq"]), text(f["head"]))
         if kind == "run":
             return run_record(f)
         return Refused(kind)  # type: ignore[arg-type]   # expired | forbidden
@@ -448,10 +487,8 @@ class RedisStore(RedisGrants, RedisReads):
     ) -> Appended:
         """Append chained events if the action's chain still ends at ``after`` (seq, head), and set the anchor
         (MAC'd by the caller) in the same step. expiry: keep | expire | same (lua/audit.lua)."""
-        args: list[Any] = [after[0], after[1], anchor.kid, anchor.mac, expiry, ttl_ms]
-        for event, mac in events:
-            args += [event, mac]
-        kind, f = await self._script("audit", [keys.audit_key(action_id), keys.events_key(action_id)], args)
+        args = Chained(after, events, anchor, expiry, ttl_ms).args()
+        kind, f = await self._script("audit", [audit_key(action_id), events_key(action_id)], args)
         if kind == "ok":
             return Appended(True, int(f["seq"]), events[-1][1])
         return Appended(False, int(f["seq"]), text(f["head"]))

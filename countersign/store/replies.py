@@ -16,9 +16,9 @@ from countersign.store.records import CardRecord, RunRecord, run_state
 RUN = ("state", "kid", "out", "omac", "reason", "binding", "tool", "card", "cmac")
 
 REPLIES: dict[str, dict[str, tuple[str, ...]]] = {
-    "issue": {"issued": (), "card": ("kid", "body", "mac"), "run": RUN},
+    "issue": {"issued": (), "conflict": ("seq", "head"), "card": ("kid", "body", "mac"), "run": RUN},
     "claim": {
-        "won": ("kid", "tool", "body", "mac"),
+        "won": ("kid", "tool", "body", "mac", "seq", "head"),
         "run": RUN,
         "expired": (),
         "forbidden": (),
@@ -27,8 +27,8 @@ REPLIES: dict[str, dict[str, tuple[str, ...]]] = {
         "approval_invalid": ("check",),
     },
     "release": {"ready": (), "expired": (), "lost": ("state",)},
-    "settle": {"ok": (), "lost": ("state",), "gone": ()},
-    "reject": {"rejected": (), "run": RUN, "expired": (), "forbidden": ()},
+    "settle": {"ok": (), "lost": ("state",), "gone": (), "conflict": ("seq", "head")},
+    "reject": {"rejected": (), "run": RUN, "expired": (), "forbidden": (), "conflict": ("seq", "head")},
     "peek": {"run": RUN, "card": ("kid", "body", "mac", "binding", "tool"), "none": ()},
     "cont_open": {"cont": ("state", "kid", "snapshot", "turn", "mac"), "none": (), "forbidden": ()},
     "cont_claim": {

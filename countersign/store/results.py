@@ -29,7 +29,7 @@ class Refused:
 
 @dataclass(frozen=True)
 class Issued:
-    """issue: the card was created now."""
+    """issue: the card was created now (and its issued event appended, when one was sent)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class Won:
     """claim: ready -> running for this caller, who now holds the claim and must settle it (or release it)."""
 
     card: CardRecord
+    chain_at: tuple[int, str] = (0, "")  # claim.lua: where the action's audit chain ended at the claim (seq, head)
 
 
 @dataclass(frozen=True)

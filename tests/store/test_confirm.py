@@ -9,6 +9,7 @@ sent. Two sets of parts over one Redis are two sidecars (a rotation, a rolling r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import json
@@ -21,12 +22,14 @@ import pytest
 import redis.asyncio as aioredis
 
 from countersign import registry as registry_mod
+from countersign.audit import verify
 from countersign.errors import CountersignError
 from countersign.guard import ReplyGuard
 from countersign.keyring import Keyring
+from countersign.path.settle import CLAIMED_ALONE_AFTER
 from countersign.sidecar import app
 from countersign.sidecar.settings import Settings
-from countersign.store.keys import card_key, run_key
+from countersign.store.keys import card_key, events_key, run_key
 from countersign.store.redis_store import RedisStore
 from countersign.testing import processes
 from countersign.testing.calls import ctx
@@ -518,3 +521,120 @@ async def test_an_admin_reads_an_executed_action_of_its_own_tenant_only_and_only
         err = await refused(parts.pipeline.get_action(ctx(**reader), edited.action_id))
         assert (err.code, err.reason) == (grpc.StatusCode.DATA_LOSS, "RECORD_TAMPERED")
     assert len(raw.seen) == 2
+
+
+# -- the audit events of a Confirm travel in its own scripts (issue 17) -------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def commands_sent(client: aioredis.Redis) -> AsyncIterator[list[str]]:
+    """The commands clients send to Redis while the block runs, as MONITOR sees them (the commands a script runs
+    inside Redis left out: they are no round trip)."""
+    seen: list[str] = []
+    end = f"end-{time.monotonic_ns()}"
+    async with client.monitor() as monitor:
+
+        async def listen() -> None:
+            async for command in monitor.listen():
+                if end in command["command"]:
+                    return
+                name = command["command"].split(" ")[0].strip('"').upper()
+                if command["client_type"] != "lua" and name not in ("HELLO", "CLIENT"):  # a connection's set-up
+                    seen.append(name if name != "EVALSHA" else command["command"].split(" ")[1].strip('"'))
+
+        listening = asyncio.ensure_future(listen())
+        await asyncio.sleep(0.05)
+        yield seen
+        await client.echo(end)
+        await asyncio.wait_for(listening, 10)
+
+
+async def test_a_confirm_is_two_scripts_and_its_claimed_and_settled_events_are_chained_when_it_returns(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    """claim.lua and settle.lua, nothing else (the events travel in settle.lua, not in a third script a moment
+    later), and the chain holds issued, claimed, settled and verifies as soon as Confirm returns."""
+    raw.script = created
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        warm = await card(parts, "预热")  # every script loaded once (a first EVALSHA answers NOSCRIPT)
+        await parts.pipeline.confirm(ctx(), warm.token, 0)
+        shown = await card(parts, "两趟")
+        await parts.audit.drain(2)
+        await parts.quota.drain(2)  # the Invoke's quota count, written in the background
+        script = {found.sha: name for name, found in parts.store._scripts.items()}
+        async with commands_sent(client) as sent_:
+            done = await parts.pipeline.confirm(ctx(), shown.token, 0)
+            assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
+            rows = await client.xrange(events_key(shown.action_id))
+            await asyncio.sleep(0.1)  # whatever the sidecar still writes in the background, it has sent by now
+            await parts.audit.drain(2)
+        assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "claimed", "settled"]
+        evidence = (await parts.store.audit_evidence([shown.action_id]))[0]
+        assert verify.check(BOTH, evidence) is None
+        assert [script.get(c, c) for c in sent_] == ["claim", "settle", "XRANGE"]  # the XRANGE: this test's
+
+
+async def test_a_slow_downstreams_claim_is_in_the_chain_while_it_runs_and_its_outcome_follows(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    """A settle slower than CLAIMED_ALONE_AFTER finds the claimed event written alone (so the chain shows the
+    running action's claim, and a sidecar killed meanwhile leaves it there); settled follows, in order."""
+    raw.script = lambda seen: [CLAIMED_ALONE_AFTER + 0.5, *created(seen)]
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        shown = await card(parts, "慢")
+        confirming = asyncio.ensure_future(parts.pipeline.confirm(ctx(), shown.token, 0))
+        await asyncio.sleep(CLAIMED_ALONE_AFTER + 0.25)
+        assert not confirming.done()
+        rows = await client.xrange(events_key(shown.action_id))
+        assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "claimed"]
+        assert (await confirming).state == common_pb2.ACTION_STATE_SUCCEEDED
+        await parts.audit.drain(2)
+        rows = await client.xrange(events_key(shown.action_id))
+        assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "claimed", "settled"]
+        assert verify.check(BOTH, (await parts.store.audit_evidence([shown.action_id]))[0]) is None
+
+
+async def test_a_reject_is_its_peek_and_its_script_and_its_event_is_chained_when_it_returns(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        shown = await card(parts, "拒绝")
+        await parts.audit.drain(2)
+        await parts.quota.drain(2)
+        await parts.pipeline.reject(ctx(), shown.token)  # every script loaded once
+        shown = await card(parts, "再拒绝")
+        await parts.audit.drain(2)
+        await parts.quota.drain(2)
+        script = {found.sha: name for name, found in parts.store._scripts.items()}
+        async with commands_sent(client) as sent_:
+            done = await parts.pipeline.reject(ctx(), shown.token)
+            assert done.state == common_pb2.ACTION_STATE_REJECTED
+            rows = await client.xrange(events_key(shown.action_id))
+            await asyncio.sleep(0.1)
+            await parts.audit.drain(2)
+        assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "rejected"]
+        assert verify.check(BOTH, (await parts.store.audit_evidence([shown.action_id]))[0]) is None
+        assert [script.get(c, c) for c in sent_] == ["peek", "reject", "XRANGE"]  # the XRANGE: this test's
+
+
+async def test_an_action_issued_again_by_another_sidecar_chains_its_issued_event_after_the_chain_it_finds(
+    redis_url: str, raw: Raw, client: aioredis.Redis
+) -> None:
+    """The second sidecar knows nothing of the chain: issue.lua answers where it ends, changing nothing, and the
+    card is issued again with its event chained there."""
+    raw.script = created
+    context = ctx(request_id=f"r-again-{time.monotonic_ns()}")
+    args = json.dumps({"title": "又一次", "amount": 2})
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        first = (await parts.pipeline.invoke(context, "create_thing", args)).confirmation
+    await client.delete(card_key(first.action_id))  # as its TTL would; the chain stays
+    async with sidecar(redis_url, things(raw), BOTH) as parts:
+        again = (await parts.pipeline.invoke(context, "create_thing", args)).confirmation
+        assert again.action_id == first.action_id
+        rows = await client.xrange(events_key(again.action_id))
+        assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "issued"]
+        done = await parts.pipeline.confirm(context, again.token, 0)
+        assert done.state == common_pb2.ACTION_STATE_SUCCEEDED
+        rows = await client.xrange(events_key(again.action_id))
+        assert [json.loads(f[b"e"])["t"] for _, f in rows] == ["issued", "issued", "claimed", "settled"]
+        assert verify.check(BOTH, (await parts.store.audit_evidence([again.action_id]))[0]) is None

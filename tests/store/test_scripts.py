@@ -22,6 +22,7 @@ from countersign.store import (
     Appended,
     Busy,
     CardRecord,
+    Chained,
     ClaimApproval,
     ContBusy,
     ContRecord,
@@ -401,6 +402,63 @@ async def _(s: RedisStore) -> bool:
     return await s.settle(aid(), "c", "settled", b"o", "m", "", "", 60_000) == "gone"
 
 
+def chained(after: tuple[int, str], *macs: str, expiry: str = "expire") -> Chained:
+    """Events (their bodies stand in: the store does not read them) chained to ``after``."""
+    return Chained(
+        after, [(f'{{"m":"{m}"}}'.encode(), m) for m in macs], Anchor("k1", "am-" + macs[-1]), expiry, 60_000
+    )
+
+
+async def chain_of(s: RedisStore, action: str) -> tuple[list[str], dict[bytes, bytes]]:
+    """The MACs of an action's events in order, and its anchor."""
+    rows = await s.client.xrange(keys.events_key(action))
+    return [json.loads(f[b"e"])["m"] for _, f in rows], await s.client.hgetall(keys.audit_key(action))
+
+
+@shape("settle", "conflict")
+async def _(s: RedisStore) -> bool:
+    action, claim = await running(s)
+    await s.audit_append(action, (0, ""), [(b'{"m":"i"}', "i")], Anchor("k1", "am-i"), "expire", 60_000)
+    moved = await s.settle(action, claim, "settled", b"o", "m", "", "", 60_000, chained((0, ""), "c", "s"))
+    return (
+        moved == Appended(False, 1, "i")
+        and await state_of(s, action) == "running"  # nothing changed: chain again and settle again
+        and (await chain_of(s, action))[0] == ["i"]
+    )
+
+
+async def test_a_settle_appends_its_events_and_advances_the_anchor_in_its_own_step(store: RedisStore) -> None:
+    action, claim = await running(store)
+    assert (
+        await store.settle(
+            action, claim, "unknown", b"o", "m", "X", "", 60_000, chained((0, ""), "c", "s", expiry="keep")
+        )
+        == "ok"
+    )
+    macs, anchor = await chain_of(store, action)
+    assert macs == ["c", "s"] and (anchor[b"seq"], anchor[b"head"], anchor[b"mac"]) == (b"2", b"s", b"am-s")
+    assert await store.client.pttl(keys.events_key(action)) == -1, "an unresolved action's chain never expires"
+    # a retry of the same settle (its first answer lost) records nothing twice, whatever chain it carries
+    again = chained((2, "s"), "c2", "s2")
+    assert await store.settle(action, claim, "settled", b"o2", "m", "", "", 60_000, again) == "ok"
+    assert await store.settle(action, claim, "settled", b"o2", "m", "", "", 60_000, again) == "ok"
+    assert (await chain_of(store, action))[0] == ["c", "s", "c2", "s2"]
+    assert await store.client.pttl(keys.events_key(action)) > 0, "a settled action's chain expires"
+    # a settle that does not hold the claim appends nothing
+    assert await store.settle(action, "other", "settled", b"o3", "m", "", "", 60_000, chained((4, "s2"), "x")) == "lost"
+    assert (await chain_of(store, action))[0] == ["c", "s", "c2", "s2"]
+
+
+async def test_an_issue_appends_its_event_in_its_step_and_changes_nothing_when_the_chain_moved(
+    store: RedisStore,
+) -> None:
+    action = aid()
+    assert await store.issue(action, card(), 60_000, chained((0, ""), "i")) == Issued()
+    assert await chain_of(store, action) == (["i"], {b"seq": b"1", b"head": b"i", b"kid": b"k1", b"mac": b"am-i"})
+    won = await store.claim(action, B, ",", "c", LEASE)
+    assert isinstance(won, Won) and won.chain_at == (1, "i"), "claim.lua says where the chain ends"
+
+
 @shape("reject", "rejected")
 async def _(s: RedisStore) -> bool:
     return isinstance(await s.reject(await issued(s), B, b"r", "m", 60_000), Rejected)
@@ -420,6 +478,33 @@ async def _(s: RedisStore) -> bool:
 @shape("reject", "forbidden")
 async def _(s: RedisStore) -> bool:
     return await s.reject(await issued(s), "someone-else", b"r", "m", 60_000) == Refused("forbidden")
+
+
+@shape("issue", "conflict")
+async def _(s: RedisStore) -> bool:
+    action = aid()
+    await s.audit_append(action, (0, ""), [(b'{"m":"r"}', "r")], Anchor("k1", "am-r"), "expire", 60_000)
+    moved = await s.issue(action, card(), 60_000, chained((0, ""), "i"))
+    return (
+        moved == Appended(False, 1, "r")
+        and await s.peek(action) is None  # nothing changed: chain it again and issue again
+        and await s.issue(action, card(), 60_000, chained((1, "r"), "i")) == Issued()
+        and (await chain_of(s, action))[0] == ["r", "i"]
+    )
+
+
+@shape("reject", "conflict")
+async def _(s: RedisStore) -> bool:
+    action = aid()
+    await s.issue(action, card(), 60_000, chained((0, ""), "i"))
+    moved = await s.reject(action, B, b"r", "m", 60_000, chained((0, ""), "r"))
+    return (
+        moved == Appended(False, 1, "i")
+        and isinstance(await s.peek(action), CardRecord)  # nothing changed: chain it again and reject again
+        and (await chain_of(s, action))[0] == ["i"]
+        and isinstance(await s.reject(action, B, b"r", "m", 60_000, chained((1, "i"), "r")), Rejected)
+        and (await chain_of(s, action))[0] == ["i", "r"]
+    )
 
 
 @shape("peek", "run")

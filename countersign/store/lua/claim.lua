@@ -2,6 +2,7 @@
 -- card requires (docs/design.md §12).
 -- KEYS[1]  cs:{A}:card
 -- KEYS[2]  cs:{A}:run
+-- KEYS[3]  cs:{A}:audit   the action's audit anchor (read only: where its chain ends, for settle.lua's events)
 -- ARGV[1]  the caller's binding
 -- ARGV[2]  the write tools the caller's role may NOT run, as ",tool,tool,"
 -- ARGV[3]  claim id (fresh per attempt; a retry of this very call sends the same id)
@@ -10,8 +11,12 @@
 -- ARGV[6]  the risks that approval's acr satisfies (step-up rules), as ",low,medium,"
 -- ARGV[7]  the check the Confirm's approval failed before Redis (signature, owner, ...); "" when none failed
 -- ARGV[8]  the write tools the registry in force requires a signed approval for, as ",tool,tool,"
--- returns  {"won", kid, tool, body, mac}           the caller holds the claim and must settle it (or put the
---                                                  card back with release.lua if it never sends the request)
+-- returns  {"won", kid, tool, body, mac, seq, head}
+--                                                  the caller holds the claim and must settle it (or put the
+--                                                  card back with release.lua if it never sends the request);
+--                                                  seq, head: where the action's audit chain ends now (0, "" for
+--                                                  none), so the claimed and settled events can travel with
+--                                                  settle.lua
 --          {"run", state, kid, out, omac, reason, binding, tool, card, cmac}
 --                                                  someone claimed it before: replay or RUNNING, whatever
 --                                                  approval this Confirm carries (its owner is checked)
@@ -36,7 +41,8 @@ local run = redis.call('HMGET', KEYS[2], 'st', 'b', 'claim', 'lease', 'kid', 'ou
 if run[1] then
   if run[2] ~= ARGV[1] then return {'forbidden'} end
   if run[1] == 'running' and run[3] == ARGV[3] then
-    return {'won', run[5], run[9], run[10], run[11]}
+    local a = redis.call('HMGET', KEYS[3], 'seq', 'head')
+    return {'won', run[5], run[9], run[10], run[11], tonumber(a[1] or '0'), a[2] or ''}
   end
   if run[1] == 'running' and tonumber(run[4]) <= now then
     redis.call('HSET', KEYS[2], 'st', 'unknown', 'reason', 'LEASE_LAPSED')
@@ -72,4 +78,5 @@ redis.call('HSET', KEYS[2], 'st', 'running', 'claim', ARGV[3], 'lease', now + to
            'attempt', 1, 'b', card[1], 'tool', card[2], 'kid', card[5], 'card', card[3],
            'cmac', card[4], 'claimed_at', now)
 redis.call('PERSIST', KEYS[2])
-return {'won', card[5], card[2], card[3], card[4]}
+local a = redis.call('HMGET', KEYS[3], 'seq', 'head')
+return {'won', card[5], card[2], card[3], card[4], tonumber(a[1] or '0'), a[2] or ''}

@@ -1,6 +1,8 @@
 -- issue: create the confirmation card of an action unless the action already exists.
 -- KEYS[1]  cs:{A}:card
 -- KEYS[2]  cs:{A}:run
+-- KEYS[3]  cs:{A}:audit    the action's audit anchor (lib/chain.lua)
+-- KEYS[4]  cs:{A}:events   the action's audit events
 -- ARGV[1]  binding (keyed hash of tenant, actor, subject, session, admin context)
 -- ARGV[2]  tool name
 -- ARGV[3]  card body (canonical JSON)
@@ -10,7 +12,12 @@
 -- ARGV[7]  approval: none | signed (copied from the sealed body: claim.lua compares it)
 -- ARGV[8]  the approval digest an approval's dig must equal
 -- ARGV[9]  the card's risk (an approval's acr must satisfy its step-up rule)
--- returns  {"issued"}                              the card was created (replacing one past its sealed expiry)
+-- ARGV[10..]  optional: the chain's arguments (lib/chain.lua, from index 10) with the ``issued`` event, appended
+--          with the card in this step
+-- returns  {"issued"}                              the card was created (replacing one past its sealed expiry),
+--                                                  and its event appended
+--          {"conflict", seq, head}                 the chain no longer ends where the event was chained to:
+--                                                  nothing changed; chain it to (seq, head) and issue again
 --          {"card", kid, body, mac}                a card was already ready: the same card
 --          {"run", state, kid, out, omac, reason, binding, tool, card, cmac}
 --                                                  the action was claimed already: its record
@@ -28,7 +35,12 @@ if card[2] then
                and tonumber(sealed['expires_at_ms']) <= now
   if not dead then return {'card', card[1] or '', card[2], card[3] or ''} end
 end
+if #ARGV > 9 then
+  local conflict = chain_check(KEYS[3], ARGV, 10)
+  if conflict then return conflict end
+end
 redis.call('HSET', KEYS[1], 'b', ARGV[1], 'tool', ARGV[2], 'body', ARGV[3], 'mac', ARGV[4], 'kid', ARGV[5],
            'appr', ARGV[7], 'dig', ARGV[8], 'risk', ARGV[9])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
+if #ARGV > 9 then chain_append(KEYS[3], KEYS[4], ARGV, 10) end
 return {'issued'}
