@@ -9,6 +9,11 @@ Redis and todo service; two EVALSHAs and one POST per call, no logic), each unde
 window: --confirms calls at --concurrency, counted from a zero of the counters to a dump a second after the last
 answer. The ratio is the sidecar's instructions per Confirm over the reference's per call, by each measure of
 bench/counted.py (the verdict on the deterministic one, gRPC's C core aside: the same RPCs reach it in both).
+
+Instructions are user space only: the kernel's share (the syscalls and the loopback network stack of the same
+round trips, alike in both servers) is in bench/write_path.py's CPU-time ratio and not here, so this ratio is
+higher than that one (measured: 2.7-3.3 here against 1.8-2.3 there). It is the steady figure to judge a lever by;
+the target itself is stated in CPU time.
 """
 
 from __future__ import annotations
@@ -133,9 +138,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"{m:<25} {s:15,.0f} {r:15,.0f} {ratios[m]:7.3f}   "
                 f"{spread[m]['sidecar'] * 100:.2f} %, {spread[m]['reference'] * 100:.2f} %"
             )
-        print("\ntargets of the lean sidecar (issue 17), instructions per call (callgrind):")
+        print(
+            "\ntargets of the lean sidecar (issue 17), user-space instructions per call (callgrind counts no kernel "
+            "work: the socket I/O both make alike, which the CPU-time ratio of bench/write_path.py includes):"
+        )
         for m in (counted.VERDICT_MEASURE, "all"):
-            label = f"CPU per Confirm / reference's, {m} instructions"
+            label = f"instructions per Confirm / reference's ({'interp.+ext.' if m != 'all' else 'all'})"
             print(
                 f"  {label:<56} {ratios[m]:8.3f}     target {'<= 1.3':<9} {'OK' if ratios[m] <= TARGET else 'MISSED'}"
             )
