@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 
 import counted
 import grpc
+import redis as redis_client
 from overload import cpu_s
 from write_path import closed_loop
 
@@ -161,6 +162,12 @@ def with_env(env: dict[str, str], start: Callable[[], T]) -> T:
         os.environ.update(saved)
 
 
+def script_calls(store: Any) -> int:
+    """EVALSHA/EVAL/FCALL calls Redis has answered so far (one sidecar runs a window at a time)."""
+    stats = store.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval", "fcall"))
+
+
 def verdicts(cost: dict[str, float], noise: float) -> list[tuple[str, float, float, str]]:
     """issue 17's targets, each beyond the noise floor measured in the same run (off against off-again)."""
     out = []
@@ -268,21 +275,29 @@ def instructions(args: argparse.Namespace) -> int:
             f"{args.rounds} windows per variant, interleaved; {args.warmup} warm-up Confirms each before; "
             f"loadavg {load_start[0]:.2f}"
         )
+        store = redis_client.Redis.from_url(str(redis.info["url"]))
+        calls: dict[str, list[float]] = {name: [] for name in names}
         # per[measure][variant]: instructions per Confirm of each window
         per: dict[str, dict[str, list[float]]] = {m: {name: [] for name in names} for m in counted.MEASURES}
         for round_ in range(args.rounds):
             for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
                 proc, out = variants[name]
                 tokens = [cards[name].pop() for _ in range(args.confirms)]
+                scripts0 = script_calls(store)
                 counted.zero(proc.pid)
                 asyncio.run(confirm_all(str(proc.info["grpc"]), tokens, args.concurrency))
                 time.sleep(args.settle)  # the audit writer's batch, a span export: work the window's calls caused
                 window = counted.measures(counted.dump(proc.pid, out))
+                # the audit writer joins a Confirm's two events in one script call only if they come within 20 ms:
+                # how often depends on the machine's timing, and each call is interpreter work (shown, not removed)
+                scripts = (script_calls(store) - scripts0) / args.confirms
                 for measure, total in window.items():
                     per[measure][name].append(total / args.confirms)
+                calls[name].append(scripts)
                 print(
                     f"  round {round_ + 1} {name:<9} instructions/Confirm: "
-                    + ", ".join(f"{m} {n / args.confirms:,.0f}" for m, n in window.items()),
+                    + ", ".join(f"{m} {n / args.confirms:,.0f}" for m, n in window.items())
+                    + f"; Redis script calls/Confirm {scripts:.2f}",
                     flush=True,
                 )
         time.sleep(1.0)
@@ -330,6 +345,7 @@ def instructions(args: argparse.Namespace) -> int:
                     "measures": counted.MEASURES,
                     "verdict_measure": counted.VERDICT_MEASURE,
                     "instructions_per_confirm": per,
+                    "redis_script_calls_per_confirm": calls,
                     "summary": summary,
                     "spans_exported": sunk.get("spans", 0),
                     "confirms_per_window": args.confirms,
