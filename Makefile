@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-unit mutate lint format proto proto-check bench deps redis test-tools clean image-check lock
+.PHONY: demo test test-unit mutate lint format proto proto-check bench bench-tools deps redis test-tools clean image-check lock
 
 # the sidecar and its dev tools, and the Python client package (its tests import it installed, no path edits)
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -32,6 +32,8 @@ redis:
 	$(call install_tools,$(DEMO_TOOLS))
 test-tools:
 	$(call install_tools,$(TEST_TOOLS))
+bench-tools:
+	$(call install_tools,valgrind:valgrind callgrind_control:valgrind)
 
 ## the walkthrough: the sidecar with its embedded Redis, the example todo service, a scripted agent
 demo: $(STAMP) redis
@@ -91,10 +93,13 @@ lock: $(STAMP)
 	$(LOCK) pyproject.toml -o requirements.lock
 	printf 'setuptools>=68\nwheel\n' | $(LOCK) - -o requirements-build.lock
 
-## the write-path and telemetry benchmarks (~10 minutes): every target of issue 17 with OK/MISSED, from one run each
-bench: deps
+## the write-path and telemetry benchmarks (~20 minutes): every target of issue 17 with OK/MISSED, from one run each;
+## telemetry and CPU per Confirm vs the reference counted in instructions under valgrind (deterministic on a noisy
+## machine; the wall-clock telemetry run: bench/telemetry.py --seconds 2 --rounds 4)
+bench: deps bench-tools
 	$(BIN)/python bench/write_path.py --seconds 4 --rounds 2
-	$(BIN)/python bench/telemetry.py --seconds 2 --rounds 4
+	$(BIN)/python bench/telemetry.py --instructions --confirms 200 --rounds 2
+	$(BIN)/python bench/confirm_ir.py --confirms 200 --rounds 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -843,8 +843,8 @@ def main(argv: list[str] | None = None) -> int:
         unit = f" {r['unit']}" if r["unit"] else ""
         print(f"  {r['name']:<56} {r['value']:8.3f}{unit:<3}  target {r['target']:<9} {'OK' if r['ok'] else 'MISSED'}")
     print(
-        "  telemetry targets (metrics <= 3 %, sampled traces <= 8 % beyond the noise floor): bench/telemetry.py "
-        "(`make bench` runs it next)"
+        "  telemetry targets (metrics <= 3 %, sampled traces <= 8 % beyond the noise floor) and CPU per Confirm in "
+        "instructions: bench/telemetry.py --instructions, bench/confirm_ir.py (`make bench` runs them next)"
     )
     print(f"\nloadavg at start {load_start}, at end {load_end}")
     prof = out["profile"]

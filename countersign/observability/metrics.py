@@ -8,10 +8,11 @@ is "OTHER"), results are stable lower-snake words. Never an action id, token or 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
+from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from countersign.observability import tracing
@@ -68,6 +69,78 @@ class _Off:
 
     def set_function(self, f: Callable[[], float]) -> None:
         pass
+
+
+class _Children:
+    """A labelled metric whose children are found in a dict of its own, keyed by the label values as given.
+
+    prometheus_client's ``labels()`` converts every value with ``str()``, checks their number and takes a lock on
+    every call; the path calls it a dozen times per Confirm with values that repeat (measured in instructions:
+    bench/telemetry.py --instructions, notes/lean-meter.md). The first call of a label set goes to ``labels()``;
+    later ones are one dict lookup. Values are ``str`` or ``StrEnum`` (whose ``str()`` is its value, so equal
+    keys name the same child). Everything else (collect, remove, ...) is the metric's own.
+    """
+
+    __slots__ = ("_children", "_metric")
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def labels(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:  # a race makes the same child twice through the locked labels(): harmless
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._metric, name)
+
+
+class _NotTimed:
+    """timed() with telemetry off: nothing at all (one shared instance; it keeps no state)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+_NOT_TIMED = _NotTimed()
+
+
+class _Timed:
+    """One stage of the path: a latency observation, and a child span when the trace is recorded.
+
+    A class rather than a generator-based context manager: made once per use (stages overlap across concurrent
+    calls), cheaper to enter and leave than @contextmanager's generator.
+    """
+
+    __slots__ = ("_child", "_name", "_span", "_start")
+
+    def __init__(self, child: Any, name: str, span: bool) -> None:
+        self._child = child
+        self._name = name
+        self._span: Any = span  # True: make a span if the trace is recorded; then the span's context manager
+
+    def __enter__(self) -> None:
+        self._start = time.perf_counter()
+        if self._span:
+            if tracing.recording and trace.get_current_span().is_recording():
+                self._span = tracing.stage_span(self._name)
+                self._span.__enter__()
+            else:
+                self._span = None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            if self._span:
+                self._span.__exit__(kind, exc, tb)
+        finally:
+            self._child.observe(time.perf_counter() - self._start)
 
 
 class Metrics:
@@ -159,11 +232,13 @@ class Metrics:
         )
 
         self._zero_series(tools, reads)
-        if not enabled:
-            off: Any = _Off()
-            for name, value in list(vars(self).items()):
-                if isinstance(value, (Counter, Gauge, Histogram)):
+        off: Any = _Off()
+        for name, value in list(vars(self).items()):
+            if isinstance(value, (Counter, Gauge, Histogram)):
+                if not enabled:
                     setattr(self, name, off)
+                elif value._labelnames:  # labelled: its children looked up in a dict of our own
+                    setattr(self, name, _Children(value))
 
     def _zero_series(self, tools: frozenset[str], reads: frozenset[str]) -> None:
         """Create at 0 every labelled series an alert or a dashboard panel matches, per tool.
@@ -229,18 +304,8 @@ class Metrics:
         """A reason as a label value: one of the sidecar's own, else OTHER."""
         return label(reason)
 
-    @contextmanager
-    def timed(self, stage: str, *, span: bool = True) -> Iterator[None]:
-        """One stage of the path: a child span and a latency observation, from one place."""
+    def timed(self, stage: str, *, span: bool = True) -> _Timed | _NotTimed:
+        """One stage of the path: a child span (when the trace is recorded) and a latency observation."""
         if not self.enabled:
-            yield
-            return
-        start = time.perf_counter()
-        try:
-            if span and tracing.recording:
-                with tracing.stage_span(stage):
-                    yield
-            else:
-                yield
-        finally:
-            self.stage.labels(stage).observe(time.perf_counter() - start)
+            return _NOT_TIMED
+        return _Timed(self.stage.labels(stage), stage, span)

@@ -21,8 +21,10 @@ The MCP front door's tools/list and tools/call are server spans by the MCP conve
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import types
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -119,7 +121,7 @@ def setup(*, force: bool = False) -> bool:
     ``force`` records even so (tests add their own in-memory exporter). Returns whether spans are recorded.
     A misconfiguration (an unknown exporter or protocol) raises ValueError: the start fails, naming it.
     """
-    global _configured, recording
+    global _configured, recording, tracer
     if _configured:
         return True
     names = exporter_names()
@@ -134,6 +136,8 @@ def setup(*, force: bool = False) -> bool:
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    # the SDK's tracer itself: the module-level one is a proxy, one more context manager around every span
+    tracer = provider.get_tracer("countersign")
     recording = True
     log.info("tracing on", extra={"event": "tracing", "exporters": names})
     return True
@@ -308,6 +312,17 @@ def client_span(tool: str, adapter: str, method: str, url_or_target: str) -> Ite
     if not recording or not trace.get_current_span().is_recording():
         yield trace.INVALID_SPAN  # outgoing_headers still hands the trace on, as a hop of its own
         return
+    name, attributes = _client_span_shape(tool, adapter, method, url_or_target)
+    with tracer.start_as_current_span(
+        name, kind=SpanKind.CLIENT, record_exception=False, attributes=attributes
+    ) as span:
+        yield span
+
+
+@functools.lru_cache(maxsize=1024)
+def _client_span_shape(tool: str, adapter: str, method: str, url_or_target: str) -> tuple[str, Mapping[str, Any]]:
+    """A CLIENT span's name and attributes, made once per tool and URL template (the registry's: a bounded set;
+    parsing the URL cost more than the rest of the span's attributes). Read-only: the SDK copies attributes."""
     attributes = downstream_attributes(adapter, method, url_or_target)
     if adapter == "mcp":
         name = f"tools/call {tool}"
@@ -316,10 +331,7 @@ def client_span(tool: str, adapter: str, method: str, url_or_target: str) -> Ite
     else:
         name = f"{attributes['rpc.service']}/{method}"
     attributes.update({"countersign.tool": tool, "countersign.adapter": adapter})
-    with tracer.start_as_current_span(
-        name, kind=SpanKind.CLIENT, record_exception=False, attributes=attributes
-    ) as span:
-        yield span
+    return name, types.MappingProxyType(attributes)
 
 
 def end_client_span(span: Span, adapter: str, status: str, reason: str) -> None:
