@@ -1,6 +1,6 @@
 """A/B of the write path: the sidecar of this tree against the sidecar of another tree (e.g. main), side by side.
 
-    .venv/bin/python bench/invoke_ab.py --base /tmp/base [--rounds 6] [--seconds 3] [--rpc invoke|pair|replay|confirm|read]
+    .venv/bin/python bench/invoke_ab.py --base /tmp/base [--rounds 6] [--seconds 3] [--rpc RPC]
 
 --rpc invoke (default): Invoke(create_todo); pair: Invoke, then Confirm of its card (claim, the downstream call,
 settle); replay: Confirm of a card that settled already (the duplicate's path); confirm: Confirm alone, of cards
