@@ -15,12 +15,12 @@ from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any, TypeVar
 
-import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from countersign.errors import StoreUnavailable, Unavailable
 from countersign.reasons import Reason
 from countersign.store import keys
+from countersign.store.batches import ScriptBatches
 from countersign.store.connect import connect
 from countersign.store.keys import audit_key, card_key, cont_key, events_key, run_key
 from countersign.store.records import (
@@ -29,25 +29,17 @@ from countersign.store.records import (
     CardRecord,
     Chained,
     ClaimApproval,
-    ContRecord,
     RunRecord,
-    cont_state,
 )
+from countersign.store.redis_conts import RedisConts
 from countersign.store.redis_grants import RedisGrants
 from countersign.store.redis_reads import RedisReads
 from countersign.store.replies import SCRIPTS, card_record, decode, raw, run_record, text
 from countersign.store.results import (
     Appended,
     Busy,
-    ContBusy,
-    ContReleased,
-    ContSettled,
-    ContWon,
     Defer,
     Issued,
-    LeaseLost,
-    NotClaimed,
-    NotReady,
     QuotaCount,
     ReconcileWork,
     Refused,
@@ -59,10 +51,9 @@ from countersign.store.results import (
 )
 
 T = TypeVar("T")
-EXCHANGES = 1  # script exchanges with Redis at once; the scripts called meanwhile go together in the next (_eval)
 
 
-class RedisStore(RedisGrants, RedisReads):
+class RedisStore(RedisConts, RedisGrants, RedisReads):
     """Card, run, continuation and audit records in Redis, one Lua script per transition (reads: RedisReads)."""
 
     wait_replicas = 0
@@ -81,12 +72,7 @@ class RedisStore(RedisGrants, RedisReads):
             source = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
             # one copy of the chain's append (lib/chain.lua) for every script that appends audit events
             self._scripts[name] = client.register_script(chain + source if "chain_append(" in source else source)
-        # one Redis server behind one client: scripts called together share a pipeline (_eval); a cluster client
-        # splits a pipeline by slot, and keeps one call per script
-        self._batching = isinstance(client, aioredis.Redis)
-        self._exchanges = 0
-        self._queue: list[tuple[str, list[str], list[Any], asyncio.Future[Any]]] = []
-        self._flushes: set[asyncio.Task[None]] = set()
+        self._batches = ScriptBatches(client, self._scripts, op_timeout)
 
     @classmethod
     def from_url(
@@ -129,72 +115,13 @@ class RedisStore(RedisGrants, RedisReads):
 
     async def _script(self, name: str, keys_: list[str], args: list[Any]) -> tuple[str, dict[str, Any]]:
         if self.observe is None:
-            return decode(name, await self._call(self._eval(name, keys_, args)))
+            return decode(name, await self._call(self._batches.run(name, keys_, args)))
         start = time.perf_counter()
         try:
-            reply = await self._call(self._eval(name, keys_, args))
+            reply = await self._call(self._batches.run(name, keys_, args))
         finally:
             self.observe(name, time.perf_counter() - start)
         return decode(name, reply)
-
-    async def _eval(self, name: str, keys_: list[str], args: list[Any]) -> Any:
-        """One script's reply. At most EXCHANGES script exchanges are on their way to Redis at once; scripts called
-        meanwhile wait for one to come back and then go together, in one pipeline (one write to the socket, one
-        wake-up of Redis for all of them; on this 2-core machine a write that wakes Redis costs more CPU than
-        anything the sidecar computes for a Confirm). Each script is still its own atomic step."""
-        if not self._batching:
-            return await self._scripts[name](keys=keys_, args=args)
-        if self._exchanges < EXCHANGES:
-            self._exchanges += 1
-            try:
-                return await self._scripts[name](keys=keys_, args=args)
-            finally:
-                self._exchange_done()
-        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((name, keys_, args, waiter))
-        return await waiter
-
-    def _exchange_done(self) -> None:
-        self._exchanges -= 1
-        batch = [item for item in self._queue if not item[3].done()]  # a caller gone before it was sent: not sent
-        self._queue = []
-        if batch:
-            self._exchanges += 1
-            flush = asyncio.ensure_future(self._flush(batch))
-            self._flushes.add(flush)
-            flush.add_done_callback(self._flushes.discard)
-
-    async def _flush(self, batch: list[tuple[str, list[str], list[Any], asyncio.Future[Any]]]) -> None:
-        """One pipeline of the scripts that waited; each caller gets its own reply (or its own error)."""
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            for name, keys_, args, _ in batch:
-                pipe.execute_command("EVALSHA", self._scripts[name].sha, len(keys_), *keys_, *args)
-            try:
-                async with asyncio.timeout(self.op_timeout):
-                    replies = await pipe.execute(raise_on_error=False)
-            except Exception as exc:  # the callers' _call turns a Redis failure into StoreUnavailable
-                for *_, waiter in batch:
-                    if not waiter.done():
-                        waiter.set_exception(exc)
-                return
-            for (name, keys_, args, waiter), reply in zip(batch, replies, strict=True):
-                if isinstance(reply, NoScriptError):  # Redis lost its scripts (restarted, flushed): load, run
-                    try:
-                        reply = await self._scripts[name](keys=keys_, args=args)
-                    except Exception as exc:
-                        reply = exc
-                if waiter.done():
-                    continue
-                if isinstance(reply, Exception):
-                    waiter.set_exception(reply)
-                else:
-                    waiter.set_result(reply)
-        finally:
-            for *_, waiter in batch:  # cancelled (shutdown): no caller waits for ever
-                if not waiter.done():
-                    waiter.set_exception(ConnectionError("the store call was cancelled"))
-            self._exchange_done()
 
     async def _acknowledged(self, name: str, keys_: list[str], args: list[Any]) -> tuple[str, dict[str, Any], int]:
         """Run a script; with --redis-wait-replicas, WAIT on the same connection: (kind, fields, replicas that
@@ -355,91 +282,6 @@ class RedisStore(RedisGrants, RedisReads):
                 break
             run = found
         return run
-
-    # -- continuations (one state machine per action, under the action's hash tag) --------------
-
-    async def cont_open(
-        self, action_id: str, binding: str, kid: str, snapshot: bytes, turn: str, mac: str, ttl_ms: int
-    ) -> ContRecord | Refused:
-        kind, f = await self._script(
-            "cont_open",
-            [cont_key(action_id), run_key(action_id), card_key(action_id)],
-            [binding, kid, snapshot, turn, mac, ttl_ms],
-        )
-        if kind != "cont":
-            return Refused(kind)  # type: ignore[arg-type]   # none | forbidden
-        return ContRecord(
-            cont_state(text(f["state"])), text(f["kid"]), raw(f["snapshot"]), text(f["turn"]), text(f["mac"])
-        )
-
-    async def cont_claim(
-        self, action_id: str, binding: str, lease_ms: int, claim_id: str
-    ) -> ContWon | ContRecord | ContBusy | NotReady | Refused:
-        """ready -> running under claim_id (a lapsed lease is claimed again). ContWon for the winner, the settled
-        ContRecord, ContBusy while another generator holds it, NotReady while the action has no receipt."""
-        kind, f = await self._script(
-            "cont_claim", [cont_key(action_id), run_key(action_id)], [binding, lease_ms, claim_id]
-        )
-        if kind == "won":
-            cont = ContRecord("running", text(f["kid"]), raw(f["snapshot"]), text(f["turn"]), text(f["mac"]))
-            run = RunRecord(
-                "settled",
-                text(f["run_kid"]),
-                raw(f["out"]),
-                text(f["omac"]),
-                binding=text(f["run_binding"]),
-                tool=text(f["run_tool"]),
-                card=raw(f["run_card"]),
-                cmac=text(f["run_cmac"]),
-            )
-            return ContWon(cont, run)
-        if kind == "settled":
-            return ContRecord(
-                "settled",
-                text(f["kid"]),
-                raw(f["snapshot"]),
-                text(f["turn"]),
-                text(f["mac"]),
-                raw(f["reply"]),
-                text(f["rmac"]),
-                raw(f["verdict"]),
-            )
-        if kind == "running":
-            return ContBusy()
-        if kind == "not_ready":
-            return NotReady(text(f["run_state"]), text(f["reason"]))
-        return Refused(kind)  # type: ignore[arg-type]   # none | forbidden
-
-    async def cont_settle(
-        self, action_id: str, binding: str, reply_text: bytes, rmac: str, verdict: bytes, claim_id: str
-    ) -> ContSettled | LeaseLost | NotClaimed | Refused:
-        """running -> settled by the holder of claim_id; ContSettled(replayed) when this holder settled it
-        before."""
-        kind, f = await self._script(
-            "cont_settle", [cont_key(action_id)], [binding, reply_text, rmac, verdict, claim_id]
-        )
-        if kind == "ok":
-            return ContSettled(reply_text, rmac, verdict, replayed=False)
-        if kind == "settled":
-            return ContSettled(raw(f["reply"]), text(f["rmac"]), raw(f["verdict"]), replayed=True)
-        if kind == "lost":
-            return LeaseLost(text(f["state"]))
-        if kind == "not_running":
-            return NotClaimed(text(f["state"]))
-        return Refused(kind)  # type: ignore[arg-type]   # none | forbidden
-
-    async def cont_release(
-        self, action_id: str, binding: str, claim_id: str
-    ) -> ContReleased | LeaseLost | NotClaimed | Refused:
-        """running -> ready by the holder of claim_id."""
-        kind, f = await self._script("cont_release", [cont_key(action_id)], [binding, claim_id])
-        if kind == "ok":
-            return ContReleased()
-        if kind == "lost":
-            return LeaseLost("running")
-        if kind == "state":
-            return NotClaimed(text(f["state"]))
-        return Refused(kind)  # type: ignore[arg-type]   # none | forbidden
 
     # -- the tenant's quota (its own slot: one more round trip, and it runs on Cluster) ------------
 

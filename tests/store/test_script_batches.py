@@ -1,4 +1,5 @@
-"""Scripts called together go to Redis together (store/redis_store.py ``_eval``), against a real redis-server.
+"""Scripts called together go to Redis together (store/batches.py, RedisStore's one path to a script), against a
+real redis-server.
 
 While one script exchange is on its way, the scripts called meanwhile wait for it and then go in one pipeline: one
 write, one wake-up of Redis (issue 17: on two shared cores the write that wakes Redis was the largest single cost
