@@ -93,8 +93,9 @@ def _add(out: list[Sentence], text: str, start: int, end: int, breaks: re.Patter
 
 
 def cut(sentence: Sentence, breaks: re.Pattern[str] | None) -> Sentence:
-    """The same sentence cut with a language's own part breaks."""
-    return Sentence(sentence.text, sentence.start, tuple(parts(sentence.text, breaks)), sentence.quotes)
+    """The same sentence cut with a language's own part breaks (its quotes, found once by ``sentences``, are reused)."""
+    cut_parts = tuple(parts(sentence.text, breaks, sentence.quotes))
+    return Sentence(sentence.text, sentence.start, cut_parts, sentence.quotes)
 
 
 def _quotes(text: str) -> tuple[tuple[int, int], ...]:
@@ -103,8 +104,12 @@ def _quotes(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(m.span() for m in _QUOTES.finditer(text))
 
 
-def parts(sentence: str, breaks: re.Pattern[str] | None = None) -> list[Part]:
-    """The clause parts of one sentence (a break inside a quote does not cut)."""
+def parts(
+    sentence: str, breaks: re.Pattern[str] | None = None, quotes: tuple[tuple[int, int], ...] | None = None
+) -> list[Part]:
+    """The clause parts of one sentence (a break inside a quote does not cut); ``quotes``: its quoted spans when
+    the caller has them (``Sentence.quotes``: _quotes of the same text, or () for a reply with no quote opener,
+    where _quotes finds none either)."""
     cuts: list[tuple[int, int, str]] = [
         (m.start(), m.end(), m.group(0).strip()[:1]) for m in _PART_BREAK.finditer(sentence)
     ]
@@ -112,7 +117,8 @@ def parts(sentence: str, breaks: re.Pattern[str] | None = None) -> list[Part]:
         words = [(m.start(), m.start(), m.group(0)) for m in breaks.finditer(sentence) if m.group(0)]
         if words:
             cuts = sorted(cuts + words)
-    quotes = _quotes(sentence)
+    if quotes is None:
+        quotes = _quotes(sentence)
     if quotes:
         cuts = [c for c in cuts if not any(qs < c[0] < qe for qs, qe in quotes)]
     out: list[Part] = []
