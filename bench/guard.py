@@ -148,11 +148,19 @@ READ_ONLY = [
 CLAIM = "好的，已经帮你创建好了「周报」待办，截止时间是本周五。"
 
 
-def build_reply(claim: str, size: int = 2048) -> str:
+def build_reply(claim: str, size: int = 2048, repeats: bool = True) -> str:
+    """A dense listing of ``READ_ONLY`` lines, then ``claim``. The lines recur (2 KB holds each about three
+    times), and the guard reads a recurring sentence once; with ``repeats=False`` each recurrence has its digits
+    shifted (or, a line with none, a count before its end mark), so that almost no sentence recurs (36 distinct
+    of 42): what a listing whose lines all differ costs."""
     body: list[str] = []
     i = 0
     while sum(len(s.encode()) + 1 for s in body) + len(claim.encode()) + 20 < size:
-        body.append(READ_ONLY[i % len(READ_ONLY)])
+        line, turn = READ_ONLY[i % len(READ_ONLY)], i // len(READ_ONLY)
+        if turn and not repeats:
+            shifted = "".join(str((int(c) + turn) % 10) if c.isascii() and c.isdigit() else c for c in line[2:])
+            line = line[:2] + shifted if shifted != line[2:] else f"{line[:-1]} ({turn + 1}){line[-1]}"
+        body.append(line)
         i += 1
     return "\n".join([*body, claim, "Anything else?"])
 
@@ -192,6 +200,7 @@ def cpu_cases(calls: int) -> list[tuple[str, str, list[Evidence], int]]:
         ("2 KB prose en, read-only", prose(TYPICAL_EN, " Let me know what you'd like to do."), [], calls),
         ("2 KB dense listing, claim", dense, [created], calls),
         ("2 KB dense listing, read-only", build_reply("Let me know if you need anything."), [], calls),
+        ("2 KB dense listing, no repeats", build_reply(CLAIM, repeats=False), [created], calls),
         (
             "64 KB, claim in the middle",
             build_reply(CLAIM, 32 * 1024) + "\n" + build_reply("", 32 * 1024),

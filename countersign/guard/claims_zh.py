@@ -32,6 +32,7 @@ _ATTRIBUTIVE = re.compile(r"[^，。的你我他她您]{1,3}的(?![。！!，,]*
 _PARTICLE = re.compile("[了啦咯喽嘞啰]")
 _BA = re.compile(r"把|将(?![会要在近来于])")
 _SUCCESS = re.compile(r"成功|完成|完毕")
+_BEI = re.compile("被")
 _HAN = re.compile(r"[\u3400-\u9fff]")
 _COMPLEMENT_AFTER_VERB = re.compile('[上好完掉进出成到](?=[\u4e00-\u9fff“「"])')
 _COVERBS = frozenset("和跟与同向对从往朝")
@@ -215,7 +216,7 @@ class ChineseGrammar:
                     end = len(text.rstrip("。！! "))
                     out.append(self._cand("result_complement", sentence, part, m.start() - len(verb), end, verb))
                     break
-        for m in re.finditer("被", text):
+        for m in _BEI.finditer(text) if "被" in text else ():
             verb = self._verb_at(text, m.end())
             done = (
                 "了" in text[m.end() :]

@@ -35,6 +35,38 @@ _QUOTES = re.compile(
 )
 
 
+# A lexicon's part breaks of the shape \b(?:w1|w2(?!\s+x)|…)\b, case-insensitive, with ASCII words (en.yaml's):
+# on an ASCII sentence they are found as (?:w1|…)\b in the lower-cased sentence, keeping a match whose start
+# follows no word character. The same matches: every match is word characters only, so no kept or dropped match
+# can overlap a match of the original (which starts where a word does), and on ASCII text a case-insensitive
+# match is a match of the lower-cased text. It is ~2.5x faster: the leading \b and IGNORECASE keep re from
+# skipping to a break word's first letter, and it tries the whole alternation at every position.
+_WORD_BREAKS = re.compile(r"\(\?:\\b\(\?:((?:[a-z]+(?:\(\?!\\s\+[a-z]+\))?\|)*[a-z]+(?:\(\?!\\s\+[a-z]+\))?)\)\\b\)")
+_ascii_breaks: dict[re.Pattern[str], re.Pattern[str] | None] = {}
+
+
+def _lower_breaks(breaks: re.Pattern[str]) -> re.Pattern[str] | None:
+    """The lower-case form of ``breaks`` for an ASCII sentence (see _WORD_BREAKS), or None: not of that shape."""
+    if breaks not in _ascii_breaks:
+        shape = _WORD_BREAKS.fullmatch(breaks.pattern)
+        ok = shape is not None and breaks.flags == re.IGNORECASE | re.UNICODE
+        _ascii_breaks[breaks] = re.compile(f"(?:{shape.group(1)})\\b") if ok and shape is not None else None
+    return _ascii_breaks[breaks]
+
+
+def _break_words(sentence: str, breaks: re.Pattern[str]) -> list[tuple[int, int, str]]:
+    """Where ``breaks`` matches in ``sentence``: (start, start, the word as written), as breaks.finditer finds."""
+    lower = _lower_breaks(breaks) if sentence.isascii() else None
+    if lower is None:
+        return [(m.start(), m.start(), m.group(0)) for m in breaks.finditer(sentence) if m.group(0)]
+    low = sentence.lower()
+    return [
+        (m.start(), m.start(), sentence[m.start() : m.end()])
+        for m in lower.finditer(low)
+        if m.start() == 0 or not (low[m.start() - 1].isalnum() or low[m.start() - 1] == "_")
+    ]
+
+
 @dataclass(slots=True)  # not frozen: a frozen dataclass is several times slower to build
 class Part:
     """A clause part: ``text`` is ``sentence.text[start:end]``; ``end_mark`` is what cut it off (",", ":", "")."""
@@ -93,8 +125,9 @@ def _add(out: list[Sentence], text: str, start: int, end: int, breaks: re.Patter
 
 
 def cut(sentence: Sentence, breaks: re.Pattern[str] | None) -> Sentence:
-    """The same sentence cut with a language's own part breaks."""
-    return Sentence(sentence.text, sentence.start, tuple(parts(sentence.text, breaks)), sentence.quotes)
+    """The same sentence cut with a language's own part breaks (its quotes, found once by ``sentences``, are reused)."""
+    cut_parts = tuple(parts(sentence.text, breaks, sentence.quotes))
+    return Sentence(sentence.text, sentence.start, cut_parts, sentence.quotes)
 
 
 def _quotes(text: str) -> tuple[tuple[int, int], ...]:
@@ -103,16 +136,21 @@ def _quotes(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(m.span() for m in _QUOTES.finditer(text))
 
 
-def parts(sentence: str, breaks: re.Pattern[str] | None = None) -> list[Part]:
-    """The clause parts of one sentence (a break inside a quote does not cut)."""
+def parts(
+    sentence: str, breaks: re.Pattern[str] | None = None, quotes: tuple[tuple[int, int], ...] | None = None
+) -> list[Part]:
+    """The clause parts of one sentence (a break inside a quote does not cut); ``quotes``: its quoted spans when
+    the caller has them (``Sentence.quotes``: _quotes of the same text, or () for a reply with no quote opener,
+    where _quotes finds none either)."""
     cuts: list[tuple[int, int, str]] = [
         (m.start(), m.end(), m.group(0).strip()[:1]) for m in _PART_BREAK.finditer(sentence)
     ]
     if breaks is not None:
-        words = [(m.start(), m.start(), m.group(0)) for m in breaks.finditer(sentence) if m.group(0)]
+        words = _break_words(sentence, breaks)
         if words:
             cuts = sorted(cuts + words)
-    quotes = _quotes(sentence)
+    if quotes is None:
+        quotes = _quotes(sentence)
     if quotes:
         cuts = [c for c in cuts if not any(qs < c[0] < qe for qs, qe in quotes)]
     out: list[Part] = []

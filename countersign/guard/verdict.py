@@ -140,22 +140,43 @@ class ReplyGuard:
         dropped: list[tuple[Candidate, exclusions.Exclusion]] = []
         unsupported = ""
         memo: dict[tuple[int, int, str], tuple[int, str, str] | None] = {}
+        # What a sentence yields depends on its text alone (its quotes and parts are cut from it; its offset in
+        # the reply is read by no stage), so a sentence that recurs in the reply ("Anything else?", a listing's
+        # repeated line, the hidden view's copy of the shown text) is read once
+        # (tests/unit/test_reply_guard.py::test_a_recurring_sentence_reads_as_it_does_alone).
+        seen: dict[str, tuple[str, list[tuple[Candidate, exclusions.Exclusion | None]]]] = {}
         for sentence in (s for view in views for s in segment.sentences(view)):
-            reading = self.detector.read(sentence.text)
-            if reading.unsupported and not unsupported:
-                unsupported = reading.unsupported
-            for lex in reading.lexicons:
-                grammar = self.grammars[lex.name]
-                if not grammar.may_claim(sentence.text, reading.words):
-                    continue
-                cut = segment.cut(sentence, lex.part_breaks)
-                for cand in grammar.candidates(cut, reading.words):
-                    why = exclusions.exclude(cand, disabled_rules, memo)
-                    if why is None:
-                        claims.append(cand)
-                    else:
-                        dropped.append((cand, why))
+            known = seen.get(sentence.text)
+            if known is None:
+                known = seen[sentence.text] = self._sentence(sentence, disabled_rules, memo)
+            language, outcomes = known
+            if language and not unsupported:
+                unsupported = language
+            for cand, why in outcomes:
+                if why is None:
+                    claims.append(cand)
+                else:
+                    dropped.append((cand, why))
         return claims, dropped, unsupported
+
+    def _sentence(
+        self,
+        sentence: segment.Sentence,
+        disabled_rules: frozenset[str],
+        memo: dict[tuple[int, int, str], tuple[int, str, str] | None],
+    ) -> tuple[str, list[tuple[Candidate, exclusions.Exclusion | None]]]:
+        """One sentence: the language without a lexicon it is in ("" if none), and each candidate with the
+        exclusion that sets it aside (None: a claim), in order."""
+        reading = self.detector.read(sentence.text)
+        outcomes: list[tuple[Candidate, exclusions.Exclusion | None]] = []
+        for lex in reading.lexicons:
+            grammar = self.grammars[lex.name]
+            if not grammar.may_claim(sentence.text, reading.words):
+                continue
+            cut = segment.cut(sentence, lex.part_breaks)
+            for cand in grammar.candidates(cut, reading.words):
+                outcomes.append((cand, exclusions.exclude(cand, disabled_rules, memo)))
+        return reading.unsupported, outcomes
 
     def _check(self, reply: str, locale: str, evidence: Sequence[Evidence]) -> Verdict:
         found, dropped, unsupported = self.read(reply)

@@ -7,14 +7,17 @@ Pure tests: no Redis, no gRPC.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from countersign.guard import ReplyGuard, segment
 from countersign.guard.claims_zh import _MARKERS
-from countersign.guard.lexicon import EXCLUSION_RULES
+from countersign.guard.lexicon import EXCLUSION_RULES, Lexicon
+from countersign.guard.needles import NeedleIndex
 
 
 @pytest.fixture(scope="module")
@@ -492,3 +495,78 @@ _ROUND3_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将]|成功|完成
 def test_the_chinese_markers_find_whatever_round_3s_found(text: str) -> None:
     if _ROUND3_MARKERS.search(text):
         assert _MARKERS.search(text)
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def _indexes(guard: ReplyGuard) -> list[tuple[Lexicon, NeedleIndex]]:
+    return [
+        (lex, index)
+        for lex in guard.lexicons_by_name.values()
+        for index in (lex.cue_index, guard.grammars[lex.name].phrases.needles)
+    ]
+
+
+def _every_needle(index: NeedleIndex, text: str) -> set[str]:
+    return {n for n in index.needles if n in text}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pieces=st.lists(
+        st.one_of(st.sampled_from(_WORDS), st.text(max_size=4), st.sampled_from(["已", "删", "没有", "été", "—"])),
+        max_size=30,
+    )
+)
+def test_needles_found_by_first_character_are_the_needles_of_the_text(guard: ReplyGuard, pieces: list[str]) -> None:
+    """NeedleIndex.present on a text that is not ASCII tests only the needles whose first character the text
+    holds: it finds what a test of every needle finds (every cue index and phrase index)."""
+    text = "".join(pieces) + "。"
+    for lex, index in _indexes(guard):
+        folded = lex.fold(text)
+        assert index.present(folded) == _every_needle(index, folded), (lex.name, text)
+
+
+def test_needles_found_by_first_character_in_every_corpus_sentence(guard: ReplyGuard) -> None:
+    """The same over every sentence of every guard corpus, normalised and folded as the guard reads it."""
+    for path in sorted(FIXTURES.glob("guard_*.yaml")):
+        for item in yaml.safe_load(path.read_text(encoding="utf-8"))["sentences"]:
+            for sentence in segment.sentences(guard.normaliser.normalise(str(item["text"]))):
+                for lex, index in _indexes(guard):
+                    folded = lex.fold(sentence.text)
+                    assert index.present(folded) == _every_needle(index, folded), (path.name, sentence.text)
+
+
+_BREAK_PIECES = ["but", "But", "BUT", "and", "And", "so", "So", "or", "because", "Because", "of", "OF", "then"]
+
+
+def _breaks_by_regex(sentence: str, breaks: re.Pattern[str]) -> list[tuple[int, int, str]]:
+    return [(m.start(), m.start(), m.group(0)) for m in breaks.finditer(sentence) if m.group(0)]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pieces=st.lists(
+        st.one_of(st.sampled_from(_BREAK_PIECES), st.text(alphabet="abnorstu_0 ,.'\n\tABS-", max_size=4)),
+        max_size=24,
+    )
+)
+def test_part_breaks_found_in_lower_case_are_the_regexs(guard: ReplyGuard, pieces: list[str]) -> None:
+    """segment._break_words finds on an ASCII sentence, through the lower-cased form of the English part breaks,
+    exactly what the lexicon's case-insensitive regex finds (start and the word as written), glued or spaced."""
+    breaks = guard.lexicons_by_name["en"].part_breaks
+    assert breaks is not None and segment._lower_breaks(breaks) is not None  # en.yaml's breaks take the fast path
+    for text in ("".join(pieces), " ".join(pieces)):
+        assert segment._break_words(text, breaks) == _breaks_by_regex(text, breaks), text
+
+
+def test_part_breaks_in_every_corpus_sentence(guard: ReplyGuard) -> None:
+    """The same over every sentence of every guard corpus, as the guard reads it, for every lexicon."""
+    for path in sorted(FIXTURES.glob("guard_*.yaml")):
+        for item in yaml.safe_load(path.read_text(encoding="utf-8"))["sentences"]:
+            for sentence in segment.sentences(guard.normaliser.normalise(str(item["text"]))):
+                for lex in guard.lexicons_by_name.values():
+                    if lex.part_breaks is not None:
+                        got = segment._break_words(sentence.text, lex.part_breaks)
+                        assert got == _breaks_by_regex(sentence.text, lex.part_breaks), sentence.text

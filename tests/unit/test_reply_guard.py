@@ -18,7 +18,18 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from countersign.guard import REASONS, REPLACED_REASONS, Evidence, LexiconError, ReplyGuard, Verdict, verbs_of
+from countersign.guard import (
+    REASONS,
+    REPLACED_REASONS,
+    Evidence,
+    LexiconError,
+    ReplyGuard,
+    Verdict,
+    exclusions,
+    segment,
+    verbs_of,
+)
+from countersign.guard.verdict import SCAN_LIMIT
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CORPUS = FIXTURES / "guard_corpus.yaml"
@@ -483,3 +494,56 @@ def test_a_folder_with_one_lexicon_reads_with_it_alone(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(LexiconError, match="no lexicon"):
         ReplyGuard.load(tmp_path / "empty")
+
+
+# ------------------------------------------------------------------------------------ CPU levers: no verdict moves
+
+
+def _read_every_sentence(guard: ReplyGuard, reply: str) -> tuple[list[Any], list[Any], str]:
+    """ReplyGuard.read as it was before a recurring sentence was read once (guard4): every sentence anew."""
+    text = reply[:SCAN_LIMIT]
+    norm = guard.normaliser.normalise(text)
+    views = [norm]
+    if "<" in text or "]:" in text:
+        shown_raw = guard.normaliser.normalise(text, frozenset({"hidden"}))
+        if shown_raw != norm:
+            views.append(shown_raw)
+    claims: list[Any] = []
+    dropped: list[Any] = []
+    unsupported = ""
+    memo: dict[Any, Any] = {}
+    for sentence in (s for view in views for s in segment.sentences(view)):
+        reading = guard.detector.read(sentence.text)
+        if reading.unsupported and not unsupported:
+            unsupported = reading.unsupported
+        for lex in reading.lexicons:
+            grammar = guard.grammars[lex.name]
+            if not grammar.may_claim(sentence.text, reading.words):
+                continue
+            cut = segment.cut(sentence, lex.part_breaks)
+            for cand in grammar.candidates(cut, reading.words):
+                why = exclusions.exclude(cand, frozenset(), memo)
+                if why is None:
+                    claims.append(cand)
+                else:
+                    dropped.append((cand, why))
+    return claims, dropped, unsupported
+
+
+def _shown(found: tuple[list[Any], list[Any], str]) -> tuple[list[Any], list[Any], str]:
+    claims, dropped, unsupported = found
+    say = lambda c: (c.clause, c.rule, c.verb, c.agent, c.start, c.end, c.flags)  # noqa: E731
+    return [say(c) for c in claims], [(say(c), why) for c, why in dropped], unsupported
+
+
+def test_a_recurring_sentence_reads_as_it_does_alone(guard: ReplyGuard) -> None:
+    """ReplyGuard.read reads a sentence that recurs in a reply once: every corpus, eight sentences at a time and
+    each of them twice (forwards, then backwards; by line breaks and by spaces), gives what reading every
+    sentence anew gives: the same claims and set-aside candidates with their rules, in the same order."""
+    for path in [CORPUS, *HELDOUT_SETS]:
+        sentences = [str(item["text"]) for item in yaml.safe_load(path.read_text(encoding="utf-8"))["sentences"]]
+        for i in range(0, len(sentences), 8):
+            group = sentences[i : i + 8]
+            for sep in ("\n", " "):
+                reply = sep.join(group + group[::-1])
+                assert _shown(guard.read(reply)) == _shown(_read_every_sentence(guard, reply)), reply
