@@ -45,6 +45,9 @@ from countersign.v1 import (
 )
 
 RPC_TIMEOUT = 15.0
+DEADLINE = "明晚 9 点"
+"""The first todo's deadline, as the model wrote it: tomorrow 21:00 in the service's zone, in the future at any
+hour the walkthrough runs ("今晚 9 点" is in the past after 21:00 in Shanghai, 13:00 UTC, and its prepare is refused)."""
 
 
 # ---------------------------------------------------------------------------- small helpers
@@ -256,7 +259,7 @@ class Walkthrough:
 
     # [2] ----------------------------------------------------------------------------------
     def write(self, n: int) -> None:
-        args = {"taskTitle": "买牛奶", "deadline": "今晚 9 点"}
+        args = {"taskTitle": "买牛奶", "deadline": DEADLINE}
         response = self.agent.invoke("turn-1", "create_todo", args)
         expect("a ConfirmationCard", outcome(response) == "confirmation", outcome(response))
         card = self.card = response.confirmation
@@ -284,7 +287,7 @@ class Walkthrough:
     # [3] ----------------------------------------------------------------------------------
     def retry_same_turn(self, n: int) -> None:
         card = self.need_card()
-        response = self.agent.invoke("turn-1", "create_todo", {"taskTitle": "买牛奶", "deadline": "今晚 9 点"})
+        response = self.agent.invoke("turn-1", "create_todo", {"taskTitle": "买牛奶", "deadline": DEADLINE})
         expect("a ConfirmationCard", outcome(response) == "confirmation", outcome(response))
         again = response.confirmation
         same = again.action_id == card.action_id and again.token == card.token
@@ -356,7 +359,7 @@ class Walkthrough:
     # [6] ----------------------------------------------------------------------------------
     def invoke_after_settle(self, n: int) -> None:
         card = self.need_card()
-        response = self.agent.invoke("turn-1", "create_todo", {"taskTitle": "买牛奶", "deadline": "今晚 9 点"})
+        response = self.agent.invoke("turn-1", "create_todo", {"taskTitle": "买牛奶", "deadline": DEADLINE})
         kind = outcome(response)
         print(
             f"[{n}] the agent loop runs again in the same turn with the same call → {kind}"
@@ -467,7 +470,7 @@ class Walkthrough:
         card = self.need_card()
         conts = continuation_pb2_grpc.ContinuationServiceStub(self.agent.channel)  # type: ignore[no-untyped-call]
         snapshot = continuation_pb2.ContinuationSnapshot(
-            question="帮我建一个今晚 9 点买牛奶的待办", locale="zh-CN", lead_in="好的，"
+            question=f"帮我建一个{DEADLINE}买牛奶的待办", locale="zh-CN", lead_in="好的，"
         )
         opened = conts.OpenContinuation(
             continuation_pb2.OpenContinuationRequest(
@@ -483,7 +486,7 @@ class Walkthrough:
             f"[{n}] the reply, after the write: continuation {cont_state(opened.state)} → claimed "
             f"{cont_state(got.state)}; it offers no tools, only facts: {facts}; receipt «{got.receipt.summary}»"
         )
-        reply = "好的，已经帮你创建好了待办「买牛奶」，今晚 9 点提醒你。"
+        reply = f"好的，已经帮你创建好了待办「买牛奶」，{DEADLINE}提醒你。"
         settled = conts.SettleContinuation(
             continuation_pb2.SettleContinuationRequest(
                 context=ctx("turn-1"), token=opened.token, reply_text=reply, claim_id=got.claim_id

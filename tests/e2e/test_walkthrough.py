@@ -44,3 +44,21 @@ def test_walkthrough_module() -> None:
 @pytest.mark.skipif(not COUNTERSIGN.exists(), reason="the countersign console script is not installed")
 def test_countersign_demo() -> None:
     _assert_behaved(_run([str(COUNTERSIGN), "demo"]))
+
+
+def test_the_walkthrough_deadline_is_in_the_future_at_every_hour() -> None:
+    """The demo runs at any time of day: its todo's deadline must pass the service's window at every hour.
+
+    CI once failed here at 20:03 UTC: "今晚 9 点" is in the past after 21:00 in Shanghai, so the prepare was
+    refused and seven steps lost their card.
+    """
+    from datetime import datetime, timedelta
+
+    from examples.todo_service import SERVICE_TZ, resolve_due_at
+    from examples.walkthrough import DEADLINE
+
+    midnight = datetime(2026, 12, 1, 0, 0, tzinfo=SERVICE_TZ)
+    for minutes in range(0, 24 * 60, 15):
+        now = midnight + timedelta(minutes=minutes)
+        due = resolve_due_at(DEADLINE, now)  # raises TODO_DUE_AT_SUSPICIOUS when in the past
+        assert due > now and due.hour == 21, (now, due)
