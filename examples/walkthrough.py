@@ -46,8 +46,8 @@ from countersign.v1 import (
 
 RPC_TIMEOUT = 15.0
 DEADLINE = "明晚 9 点"
-"""The first todo's deadline, as the model wrote it: tomorrow 21:00 in the service's zone, in the future at any
-hour the walkthrough runs ("今晚 9 点" is in the past after 21:00 in Shanghai, 13:00 UTC, and its prepare is refused)."""
+"""The first todo's deadline, as the model wrote it: tomorrow 21:00 in the service's zone, in the future at
+any hour the walkthrough runs ("今晚 9 点" is in the past after 21:00 in Shanghai, 13:00 UTC: prepare refuses it)."""
 
 
 # ---------------------------------------------------------------------------- small helpers
