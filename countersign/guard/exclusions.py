@@ -245,6 +245,7 @@ _JOINS = re.compile(r"^\W*(?:and|or|和|或|及|与)\s*|\W+$")
 _ZH_JOINS = re.compile(r"(?<=[\u4e00-\u9fff])(?:和|或|及|与)(?=[\u4e00-\u9fff])")
 _ZH_COUNT = re.compile(r"[一二三四五六七八九十两几\d]+\s*[列栏类项种个组档]$")
 _ZH_STATUS = re.compile(r"^(?:已经|已)[\u4e00-\u9fff]{1,3}$")
+_NAMED_OBJECT = re.compile(r"[:：]\s*[\u4e00-\u9fff“「《\"A-Za-z]")  # after a colon, the thing named (not a count)
 # a status word closing a longer part, by its prefix (未付款, 待处理, 已发货): the list's first item ("分为待处理")
 _ZH_STATUS_TAIL = re.compile(r"(?:未|待|已|无|不|正在)[\u4e00-\u9fff]{1,3}$")
 
@@ -257,6 +258,8 @@ def _status_list(c: Candidate) -> bool:
     if len(c.part.text) > 24 or len(c.sentence.parts) < 2:
         return False
     zh = c.lexicon.grammar == "zh"
+    if zh and c.part.end_mark == ":" and _NAMED_OBJECT.match(c.sentence.text, c.part.end):
+        return False  # "- 已取消：瑜伽课（周二）": a status heading what it was done to, a report (not "已完成：3 项")
     own = _JOINS.sub("", c.part.text.strip())
     if zh and (len(own) > 10 or not own.startswith("已")):
         return False

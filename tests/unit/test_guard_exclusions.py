@@ -68,7 +68,7 @@ RULE_CASES = [
     ("quotation", "The seller's message: refund processed, allow 5 days."),
     ("quotation", "卖家留言：退款已处理，5 天内到账。"),
     ("instruction", "把飞行模式关了再打开就行。"),
-    ("failure", "转账被银行风控拦截了。"),
+    ("failure", "那笔转账被拦截了。"),  # (guard5: with 银行风控 after 被, other_agent now names it first)
     ("failure", "Half the photos uploaded before the connection dropped."),
     ("time_anchor", "你在这家店的上一单 5 月 4 日退款了。"),
     ("other_agent", "你明天已经设了三个提醒。"),
@@ -137,6 +137,14 @@ RULE_CASES = [
     ("other_agent", "记账软件把重复的账单合并了。"),  # software acting (words.agents)
     ("condition", "只要付完定金，座位就保留了。"),  # 只要 X，Y 就 Z
     ("state", "The thermostat is synced with the hallway sensor."),  # synced with: a relation
+    # guard5: precision classes from fresh probe batches (each a claim on 3c3da48, notes/guard5.md)
+    ("other_agent", "你的账号被平台封禁了。"),  # 被 + someone: the verb after them is theirs, not a bare 封禁了
+    ("state", "台风把小区门口的树刮倒了。"),  # weather as the subject of 把: a thing's own change
+    ("state", "手机内存不足，相册同步停了。"),  # a resource used up is a failure: what stops after it, its consequence
+    ("success_noun", "预约成功的通知短信一直没收到。"),  # V成功 + 的 + a noun: a modifier
+    ("failure", "这份申请打回来了，缺少签字。"),  # 打回: sent back, a rejection
+    ("state", "信用卡停用了，原因是长时间没有使用。"),  # the sentence names a cause: a state explained
+    ("offer_plan", "报表快做完了。"),  # 快 + V完/好 + 了: about to be done
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -222,6 +230,47 @@ WHO_ACTS = [
 ]
 
 
+# guard5: claims the grammar now reads, one per class (each missed on 3c3da48)
+GUARD5_CLAIMS = [
+    "体检的时间顺延了两天。",  # a verb of the dictionary below the old frequency cut (顺延: 18)
+    "还没付款的三个订单都取消了。",  # a negation inside a modifier before 的 names the thing
+    "不用的那台旧平板我帮你恢复出厂设置了。",
+    "同步失败的那几张照片已经重新上传了。",  # a failure word inside a modifier
+    "填错的身份证号改过来了。",
+    "跟物业说定了，周四上午来换锁。",  # 说定/说好: an arrangement made, no quotation
+    "旧的收货地址删除咯。",  # 咯/喽/啰/嘞 close a sentence as 了 does
+    "退货的包裹改送到商家仓库了。",  # a party after 到/进/在 is a place
+    "这几封邮件都设为已读了。",  # V为/成 + 已X: the verb before 为/成 acts
+    "收件人的名字拼写改对了。",  # adjectives of the result (对, 清, 干净 ...)
+    "学校那边我已经请过假了。",  # X那边我: a topic the assistant acts on
+    "成功续订一年的杂志。",  # 成功 as an adverb before any write verb
+    "你的默认卡现在是尾号 8821 那张了。",  # 现在是 … 了: 号 without a number is no date
+    "书房的灯现在处于夜间模式。",  # 现在处于 … 模式
+    "修改后的合同我传回你邮箱了。",  # 你 after 回, before 邮箱: the recipient, not the subject
+    "医院体检的报告下载好了。",  # a party word modifying a noun is no subject
+    "- 已退订：游泳课（周六）",  # a status heading the thing it was done to: a report, no list of statuses
+    "那条评论被成功删除了。",  # an adverb after 被 is no agent
+]
+
+# guard5: what the grammar must not read as a claim
+GUARD5_NOT_CLAIMS = [
+    "这件事我已经尽力了。",  # effort (尽力, 努力) is no write
+    "对咯。",  # a discourse word before a final particle
+]
+
+
+@pytest.mark.parametrize("reply", GUARD5_CLAIMS)
+def test_the_classes_guard5_reads_as_claims(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert verdict.replaced, verdict.explanation
+
+
+@pytest.mark.parametrize("reply", GUARD5_NOT_CLAIMS)
+def test_what_guard5s_claim_rules_leave_alone(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert not verdict.replaced, verdict.explanation
+
+
 @pytest.mark.parametrize("reply", GUARD4_CLAIMS)
 def test_the_classes_guard4_reads_as_claims(guard: ReplyGuard, reply: str) -> None:
     verdict = guard.check(reply, "en", [])
@@ -294,7 +343,7 @@ def test_a_claiming_clause_beside_a_denying_or_read_one_is_still_a_claim(guard: 
         ("明早七点的闹钟设置好了。", "result_complement"),
         ("行，那封邮件删除了。", "perfective_le"),
         ("那封邮件撤回了。", "result_complement"),
-        ("我把会议纪要归拢了。", "ba_construction"),
+        ("我把会议纪要捋顺了。", "ba_construction"),  # (a verb no table lists; 归拢 is one since guard5)
         ("电费已缴纳成功。", "completion_aspect"),
         ("删除成功，共 3 条。", "success_complement"),
         ("你的那条评论被删除", "passive"),
