@@ -177,6 +177,8 @@ class ChineseGrammar:
                     out.append(found)
                 continue
             after = m.end() + (self.skip.match(text, m.end()).end() - m.end())  # type: ignore[union-attr]
+            if "被" in text[m.end() : after] and not self._verb_at(text, after):
+                continue  # 已经被航空公司换到了 3A: 被 + someone, the passive rule reads who acted
             rest = text[after:]
             if not rest.strip("。！!~～ ") or rest[:1] in "，,":
                 continue  # "已经。" says nothing

@@ -145,6 +145,11 @@ RULE_CASES = [
     ("failure", "这份申请打回来了，缺少签字。"),  # 打回: sent back, a rejection
     ("state", "信用卡停用了，原因是长时间没有使用。"),  # the sentence names a cause: a state explained
     ("offer_plan", "报表快做完了。"),  # 快 + V完/好 + 了: about to be done
+    ("offer_plan", "你的宽带明天会切换到新套餐。"),  # a time to come + 会: what will happen
+    ("negation", "报名表上还漏填了一项。"),  # an omission (漏, 少, 忘记 + V了): what was not done
+    ("waiting_confirmation", "视频上传了一半。"),  # V了一半: a part done, not the whole
+    ("other_agent", "你的房间已经被酒店升级成了套房。"),  # 已经被 + someone: the passive rule reads who acted
+    ("waiting_confirmation", "待完成：报销单、年假申请。"),  # 待 + a verb: still to be done
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -250,6 +255,8 @@ GUARD5_CLAIMS = [
     "医院体检的报告下载好了。",  # a party word modifying a noun is no subject
     "- 已退订：游泳课（周六）",  # a status heading the thing it was done to: a report, no list of statuses
     "那条评论被成功删除了。",  # an adverb after 被 is no agent
+    "燃气户头转到新房东名下了。",  # a party + 名下/手上 is a place, no subject
+    "会员有效期延长了一年。",  # 延长了一年: the length of a change, no time anchor
 ]
 
 # guard5: what the grammar must not read as a claim
