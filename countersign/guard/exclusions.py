@@ -162,7 +162,12 @@ def _consequence(c: Candidate) -> bool:
     named subject that is not the assistant (a Chinese one holds no coverb or aspect: "已把" is an act), and not
     after a contrast ("but the second try went through" reports the outcome)."""
     part = c.part
-    if c.agent == ASSISTANT or c.rule not in _CHANGE_RULES or part.start == 0:
+    if c.agent == ASSISTANT or part.start == 0:
+        return False
+    # a present passive of a thing after a failure is its state, the reason: "I couldn't place the order — the
+    # restaurant is closed", "I didn't transfer it — the account is frozen" ("is now …" reports a change)
+    present = c.rule == "passive" and "present" in c.flags and "now" not in c.flags and c.lexicon.grammar == "en"
+    if c.rule not in _CHANGE_RULES and not present:
         return False
     head = c.sentence.text[part.start : c.vstart]
     if _CONTRAST.match(head.lower()):
@@ -258,8 +263,9 @@ def _status_list(c: Candidate) -> bool:
     if len(c.part.text) > 24 or len(c.sentence.parts) < 2:
         return False
     zh = c.lexicon.grammar == "zh"
-    if zh and c.part.end_mark == ":" and _NAMED_OBJECT.match(c.sentence.text, c.part.end):
-        return False  # "- 已取消：瑜伽课（周二）": a status heading what it was done to, a report (not "已完成：3 项")
+    if c.part.end_mark == ":" and _NAMED_OBJECT.match(c.sentence.text, c.part.end):
+        return False  # "- 已取消：瑜伽课（周二）", "Renewed: car insurance (12 months)": a status heading what it was
+        # done to is a report (not "已完成：3 项", "Completed: 2")
     own = _JOINS.sub("", c.part.text.strip())
     if zh and (len(own) > 10 or not own.startswith("已")):
         return False

@@ -150,6 +150,12 @@ RULE_CASES = [
     ("waiting_confirmation", "视频上传了一半。"),  # V了一半: a part done, not the whole
     ("other_agent", "你的房间已经被酒店升级成了套房。"),  # 已经被 + someone: the passive rule reads who acted
     ("waiting_confirmation", "待完成：报销单、年假申请。"),  # 待 + a verb: still to be done
+    ("success_noun", "Refunds issued after noon arrive the next morning."),  # a participle before the present verb
+    ("generic_statement", "Duplicate photos get deleted after a week."),  # get + participle of a bare plural
+    ("quotation", "The plumber thinks the valve is fixed."),  # what someone thinks or knows is content
+    ("question", "Moved to 3pm, or would you rather keep 2?"),  # an alternative question asks which
+    ("state", "I couldn't renew the permit — the office is closed."),  # a present passive after a failure: why
+    ("state", "The transfer didn't go through — your card is frozen."),
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -257,12 +263,24 @@ GUARD5_CLAIMS = [
     "那条评论被成功删除了。",  # an adverb after 被 is no agent
     "燃气户头转到新房东名下了。",  # a party + 名下/手上 is a place, no subject
     "会员有效期延长了一年。",  # 延长了一年: the length of a change, no time anchor
+    "The dentist's office has been notified that you're running late.",  # a message verb keeps its content
+    "I reached out to the insurer about the dented bumper.",  # reach out: a message sent
+    "The contact card now reads Aunt Rosa instead of Rosa M.",  # now + reads/says/shows: what it holds changed
+    "Your sublet ad is live on Craigslist.",  # live on a platform
+    "Your vacation responder is on until the 3rd.",  # on until a date (a time, no condition)
+    "You're on the waitlist for the Sunday brunch.",  # on a list of people
+    "Got you down for two seats at the quiz night.",  # got + someone + down for
+    "I had the garage rotate your tyres.",  # a causative with a base form
+    "I got the school to move the meeting to Thursday.",
+    "• Cancelled: gym membership (monthly)",  # a status heading what it was done to
 ]
 
 # guard5: what the grammar must not read as a claim
 GUARD5_NOT_CLAIMS = [
     "这件事我已经尽力了。",  # effort (尽力, 努力) is no write
     "对咯。",  # a discourse word before a final particle
+    "I got the chance to book it.",  # not someone made to act (words.causative_stops)
+    "I had a look at your inbox.",
 ]
 
 
