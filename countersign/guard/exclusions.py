@@ -250,6 +250,7 @@ _JOINS = re.compile(r"^\W*(?:and|or|和|或|及|与)\s*|\W+$")
 _ZH_JOINS = re.compile(r"(?<=[\u4e00-\u9fff])(?:和|或|及|与)(?=[\u4e00-\u9fff])")
 _ZH_COUNT = re.compile(r"[一二三四五六七八九十两几\d]+\s*[列栏类项种个组档]$")
 _ZH_STATUS = re.compile(r"^(?:已经|已)[\u4e00-\u9fff]{1,3}$")
+_NO_LIST_MARK = frozenset("—–-()（）")
 _NAMED_OBJECT = re.compile(r"[:：]\s*[\u4e00-\u9fff“「《\"A-Za-z]")  # after a colon, the thing named (not a count)
 # a status word closing a longer part, by its prefix (未付款, 待处理, 已发货): the list's first item ("分为待处理")
 _ZH_STATUS_TAIL = re.compile(r"(?:未|待|已|无|不|正在)[\u4e00-\u9fff]{1,3}$")
@@ -273,7 +274,12 @@ def _status_list(c: Candidate) -> bool:
         return False
     items: list[tuple[bool, bool]] = []  # (is the candidate's, is a bare status), per short item in order
     runs: list[list[tuple[bool, bool]]] = [items]
+    mark = ""
     for part in c.sentence.parts:
+        if mark in _NO_LIST_MARK:  # a dash or a bracket joins no list: "2) Water bill — paid ($61.40)" reports
+            items = []
+            runs.append(items)
+        mark = part.end_mark
         text = _JOINS.sub("", part.text.strip())
         pieces = _ZH_JOINS.split(text) if zh else [text]
         for piece in pieces:

@@ -44,6 +44,7 @@ _TRAIL = re.compile(
     r"(?:" + _TIME + r"|那边|这边|方面|已经|已|早就|早已|也|都|又|就|还|才|自己|亲自|一直|终于|"
     r"远程|手动|顺手|直接|刚好|再次|突然|[\s，,])+$"
 )
+_FAMILIAR = re.compile(r"(?!小票|小时|老家|小说)[小老阿][\u4e00-\u9fff]")
 _LATIN_NAME = re.compile(r"[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?")
 _NOT_OBJECT = re.compile(
     r"[0-9０-９一二两三四五六七八九十几半好多]+\s*(?:个)?\s*"
@@ -107,7 +108,8 @@ class Subjects:
         """Whether ``head`` names a person or an organisation."""
         suffixed = len(head) > 1 and head[-1] in self.suffixes and not self.not_agents.search(head)
         return bool(
-            self.agents.search(head.lower())
+            _FAMILIAR.fullmatch(head)  # 老王, 小李, 阿强: a person called by a familiar prefix
+            or self.agents.search(head.lower())
             or suffixed
             or _LATIN_NAME.fullmatch(head)
             or (2 <= len(head) <= 5 and self.name_chars.issuperset(head))

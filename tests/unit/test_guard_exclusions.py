@@ -156,6 +156,7 @@ RULE_CASES = [
     ("question", "Moved to 3pm, or would you rather keep 2?"),  # an alternative question asks which
     ("state", "I couldn't renew the permit — the office is closed."),  # a present passive after a failure: why
     ("state", "The transfer didn't go through — your card is frozen."),
+    ("other_agent", "小陈给你寄了一箱橙子。"),  # 小/老/阿 + one character is a person
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -273,12 +274,16 @@ GUARD5_CLAIMS = [
     "I had the garage rotate your tyres.",  # a causative with a base form
     "I got the school to move the meeting to Thursday.",
     "• Cancelled: gym membership (monthly)",  # a status heading what it was done to
+    "- Gym locker — renewed (6 months)",  # a dash or a bracket joins no list of statuses
+    "锁屏密码改成你生日了。",  # 你 after 成: the target, not the subject
+    "搞掂！",  # 搞掂 (Cantonese 搞定)
 ]
 
 # guard5: what the grammar must not read as a claim
 GUARD5_NOT_CLAIMS = [
     "这件事我已经尽力了。",  # effort (尽力, 努力) is no write
     "对咯。",  # a discourse word before a final particle
+    "旧手机号已经停机了。",  # a service's state (停机, 欠费), no write
     "I got the chance to book it.",  # not someone made to act (words.causative_stops)
     "I had a look at your inbox.",
 ]
