@@ -95,8 +95,11 @@ class EnglishGrammar(Placement):
             self._agent(tokens[first : first + 1]) if tokens[first : first + 1] and tokens[first][3] in "PUT" else ""
         )
         for i, (word, _s, _e, tag, lemma) in enumerate(tokens):
-            if tag == "R" and any(t[0] in self.lex.particle_writes.get(lemma, ()) for t in tokens[i + 1 : i + 3]):
-                tag = "V"  # "checked in", "sorted you out", "left the group"
+            if tag == "R" and any(
+                t[0] in self.lex.particle_writes.get(lemma, ()) and (n < 2 or t[0] == "into")
+                for n, t in enumerate(tokens[i + 1 : i + 5])
+            ):
+                tag = "V"  # "checked in", "sorted you out", "left the group", "sorted the receipts into folders"
             if tag == "d":  # emphatic past: "I did rebook the hotel", "the email did go out"
                 nxt = next((j for j in range(i + 1, len(tokens)) if tokens[j][3] != "A"), None)
                 if nxt is None:

@@ -277,6 +277,10 @@ GUARD5_CLAIMS = [
     "- Gym locker — renewed (6 months)",  # a dash or a bracket joins no list of statuses
     "锁屏密码改成你生日了。",  # 你 after 成: the target, not the subject
     "搞掂！",  # 搞掂 (Cantonese 搞定)
+    "您的发票已经重新开好了呢～",  # 了呢 closes a statement softly: no question
+    "删了嘛，放心。",
+    "Sorted the receipts into three envelopes.",  # sort + into: filed
+    "Your planning objection is in with the council.",  # in with someone: submitted
 ]
 
 # guard5: what the grammar must not read as a claim
@@ -284,6 +288,7 @@ GUARD5_NOT_CLAIMS = [
     "这件事我已经尽力了。",  # effort (尽力, 努力) is no write
     "对咯。",  # a discourse word before a final particle
     "旧手机号已经停机了。",  # a service's state (停机, 欠费), no write
+    "怎么会员又续费了呢",  # a question word with 了呢 still asks
     "I got the chance to book it.",  # not someone made to act (words.causative_stops)
     "I had a look at your inbox.",
 ]
