@@ -193,9 +193,11 @@ class Placement(EnglishWords):
         lemmas, forms = self.lex.verb_lemmas, self.lex.verb_forms
         for k in range(1, len(rest) - 1):  # a verb with something after it, after a noun that is no preposition
             prev, w = rest[k - 1], rest[k][0]
-            if prev[3] not in "O#" or prev[0] in self.preps or rest[k][3] not in "OG":
+            if prev[3] not in "O#" or prev[0] in self.preps or rest[k][3] not in "OGRV":
                 continue
-            if plural and (w == "get" or (w in lemmas and w not in forms)):
+            if rest[k][3] in "RV" and w not in lemmas:
+                continue  # a past form that is no base form ("… and sent") goes on with the headline
+            if plural and (w == "get" or w in lemmas):  # (cost, put, set: a base form that is also a past)
                 return True
             if not plural and (w == "gets" or (w.endswith("s") and w[:-1] in lemmas and w not in forms)):
                 return True

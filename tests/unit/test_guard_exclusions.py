@@ -159,6 +159,8 @@ RULE_CASES = [
     ("other_agent", "小陈给你寄了一箱橙子。"),  # 小/老/阿 + one character is a person
     ("other_agent", "周六的场地被订走了。"),  # 被订走/被占/被抢: taken by someone else
     ("failure", "我试着把周报的截止时间改到了周五，系统不让。"),  # a try is no completion
+    ("other_agent", "The florist reached out about the delivery time."),  # people by their trade (words.persons)
+    ("success_noun", "Parcels sent after 4pm cost double."),  # a base form that is also a past (cost, put)
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
