@@ -161,6 +161,8 @@ RULE_CASES = [
     ("failure", "我试着把周报的截止时间改到了周五，系统不让。"),  # a try is no completion
     ("other_agent", "The florist reached out about the delivery time."),  # people by their trade (words.persons)
     ("success_noun", "Parcels sent after 4pm cost double."),  # a base form that is also a past (cost, put)
+    ("negation", "公司邮箱禁止转发到外部地址。"),  # a prohibition (禁止, 不允许)
+    ("state", "你上周填的表单已自动提交。"),  # 已自动 + V closing the part: a service acting on its own
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -285,6 +287,9 @@ GUARD5_CLAIMS = [
     "删了嘛，放心。",
     "Sorted the receipts into three envelopes.",  # sort + into: filed
     "Your planning objection is in with the council.",  # in with someone: submitted
+    "你的自行车座垫调高了。",  # 自行车 holds no 自行 ("by itself")
+    "车位的租约续签了两年。",  # 续签了两年: the length of a renewal, no anchor
+    "前天多扣的会员费退回来了。",  # a time inside a modifier (前天多扣的) dates the thing, not the act
 ]
 
 # guard5: what the grammar must not read as a claim
