@@ -169,7 +169,9 @@ class EnglishGrammar(Placement):
                 if cand.subject and cand.rule in ("past", "perfect", "passive") and not subject_agent:
                     # "The invoice was issued ... and paid a week later": the next part's verb is passive too
                     subject_agent = NOBODY if cand.rule == "passive" else cand.agent
-        made = self._made_to_act(sentence, part, tokens, first, inherited)
+        made = (
+            self._made_to_act(sentence, part, tokens, first, inherited) if any(t[0] in _MAKE for t in tokens) else None
+        )
         if made is not None:
             out.append(made)
         if not subject_agent:
