@@ -73,11 +73,12 @@ class EnglishGrammar(Placement):
         out: list[Candidate] = []
         inherited = ASSISTANT
         rules = self.phrases.live(sentence, words)
+        make = not words or not _MAKE.isdisjoint(words)  # a causative with a base form needs got/had/get
         for part in sentence.parts:
             tokens = self.tokens(sentence, part)
             # "so"/"instead" opens the speaker's own next step: "The payment failed, so retried it with your Visa"
             agent = ASSISTANT if tokens and tokens[0][0] in _REMEDY else inherited
-            found, subject_agent = self._part(sentence, part, tokens, agent)
+            found, subject_agent = self._part(sentence, part, tokens, agent, make)
             out.extend(found)
             out.extend(self.phrases.candidates(sentence, part, rules=rules))
             if subject_agent:
@@ -86,7 +87,9 @@ class EnglishGrammar(Placement):
 
     # -- one part ----------------------------------------------------------------------------------
 
-    def _part(self, sentence: Sentence, part: Part, tokens: list[Token], inherited: str) -> tuple[list[Candidate], str]:
+    def _part(
+        self, sentence: Sentence, part: Part, tokens: list[Token], inherited: str, make: bool = True
+    ) -> tuple[list[Candidate], str]:
         out: list[Candidate] = []
         first = 0
         while first < len(tokens) and (tokens[first][0] in self.openers or tokens[first][3] == "A"):
@@ -95,9 +98,13 @@ class EnglishGrammar(Placement):
             self._agent(tokens[first : first + 1]) if tokens[first : first + 1] and tokens[first][3] in "PUT" else ""
         )
         for i, (word, _s, _e, tag, lemma) in enumerate(tokens):
-            if tag == "R" and any(
-                t[0] in self.lex.particle_writes.get(lemma, ()) and (n < 2 or t[0] == "into")
-                for n, t in enumerate(tokens[i + 1 : i + 5])
+            if (
+                tag == "R"
+                and (particles := self.lex.particle_writes.get(lemma))
+                and (
+                    any(t[0] in particles for t in tokens[i + 1 : i + 3])
+                    or ("into" in particles and any(t[0] == "into" for t in tokens[i + 3 : i + 5]))
+                )
             ):
                 tag = "V"  # "checked in", "sorted you out", "left the group", "sorted the receipts into folders"
             if tag == "d":  # emphatic past: "I did rebook the hotel", "the email did go out"
@@ -170,7 +177,9 @@ class EnglishGrammar(Placement):
                     # "The invoice was issued ... and paid a week later": the next part's verb is passive too
                     subject_agent = NOBODY if cand.rule == "passive" else cand.agent
         made = (
-            self._made_to_act(sentence, part, tokens, first, inherited) if any(t[0] in _MAKE for t in tokens) else None
+            self._made_to_act(sentence, part, tokens, first, inherited)
+            if make and any(t[0] in _MAKE for t in tokens)
+            else None
         )
         if made is not None:
             out.append(made)
