@@ -13,7 +13,9 @@ form is then placed by what stands before it:
                                               ``verbs.changes`` is a thing's own change: "Gas prices fell")
     noun + V + object          past, OTHER    "The seller cancelled it"
     the/your/all + V           (attributive: not a claim) "the deleted report", "all uploaded files"
-    got/had + object + V       causative      "got you booked", "got it fixed", "had the package redirected"
+    got/had + object + V       causative      "got you booked", "got it fixed", "had the package redirected",
+                                              and with a base form: "had the florist add a card", "got the bank
+                                              to waive the fee"
     now + V-s                  result_state   "your address now points to the office"
     did + V                    past           "the email did go out"
 A part that has no subject of its own takes the previous part's ("I found it and sent it": "sent it" is mine).
@@ -37,6 +39,7 @@ _NOW = frozenset({"now"})  # a change, not a standing state: "Your alarm now rep
 
 
 _REMEDY = frozenset({"so", "therefore", "instead", "thus"})
+_MAKE = frozenset({"got", "had", "get"})  # causatives with a base form after their object
 
 
 class EnglishGrammar(Placement):
@@ -70,11 +73,12 @@ class EnglishGrammar(Placement):
         out: list[Candidate] = []
         inherited = ASSISTANT
         rules = self.phrases.live(sentence, words)
+        make = not words or not _MAKE.isdisjoint(words)  # a causative with a base form needs got/had/get
         for part in sentence.parts:
             tokens = self.tokens(sentence, part)
             # "so"/"instead" opens the speaker's own next step: "The payment failed, so retried it with your Visa"
             agent = ASSISTANT if tokens and tokens[0][0] in _REMEDY else inherited
-            found, subject_agent = self._part(sentence, part, tokens, agent)
+            found, subject_agent = self._part(sentence, part, tokens, agent, make)
             out.extend(found)
             out.extend(self.phrases.candidates(sentence, part, rules=rules))
             if subject_agent:
@@ -83,7 +87,9 @@ class EnglishGrammar(Placement):
 
     # -- one part ----------------------------------------------------------------------------------
 
-    def _part(self, sentence: Sentence, part: Part, tokens: list[Token], inherited: str) -> tuple[list[Candidate], str]:
+    def _part(
+        self, sentence: Sentence, part: Part, tokens: list[Token], inherited: str, make: bool = True
+    ) -> tuple[list[Candidate], str]:
         out: list[Candidate] = []
         first = 0
         while first < len(tokens) and (tokens[first][0] in self.openers or tokens[first][3] == "A"):
@@ -92,8 +98,15 @@ class EnglishGrammar(Placement):
             self._agent(tokens[first : first + 1]) if tokens[first : first + 1] and tokens[first][3] in "PUT" else ""
         )
         for i, (word, _s, _e, tag, lemma) in enumerate(tokens):
-            if tag == "R" and any(t[0] in self.lex.particle_writes.get(lemma, ()) for t in tokens[i + 1 : i + 3]):
-                tag = "V"  # "checked in", "sorted you out", "left the group"
+            if (
+                tag == "R"
+                and (particles := self.lex.particle_writes.get(lemma))
+                and (
+                    any(t[0] in particles for t in tokens[i + 1 : i + 3])
+                    or ("into" in particles and any(t[0] == "into" for t in tokens[i + 3 : i + 5]))
+                )
+            ):
+                tag = "V"  # "checked in", "sorted you out", "left the group", "sorted the receipts into folders"
             if tag == "d":  # emphatic past: "I did rebook the hotel", "the email did go out"
                 nxt = next((j for j in range(i + 1, len(tokens)) if tokens[j][3] != "A"), None)
                 if nxt is None:
@@ -163,6 +176,13 @@ class EnglishGrammar(Placement):
                 if cand.subject and cand.rule in ("past", "perfect", "passive") and not subject_agent:
                     # "The invoice was issued ... and paid a week later": the next part's verb is passive too
                     subject_agent = NOBODY if cand.rule == "passive" else cand.agent
+        made = (
+            self._made_to_act(sentence, part, tokens, first, inherited)
+            if make and any(t[0] in _MAKE for t in tokens)
+            else None
+        )
+        if made is not None:
+            out.append(made)
         if not subject_agent:
             acts = self._noun_acts(tokens, first)
             if acts == "active":
@@ -170,6 +190,42 @@ class EnglishGrammar(Placement):
             elif acts == "passive":
                 subject_agent = NOBODY  # "The plan was started in 2021 and renewed twice": the plan, not me
         return out, subject_agent
+
+    def _made_to_act(
+        self, sentence: Sentence, part: Part, tokens: list[Token], first: int, inherited: str
+    ) -> Candidate | None:
+        """A causative with a base form: got/had + someone + (to) + a write verb ("I had the pharmacy transfer your
+        prescription", "I got the bank to waive the fee"): the subject made it happen."""
+        stops = self.lex.word("causative_stops")
+        for j in range(first, len(tokens) - 2):
+            if tokens[j][0] not in _MAKE:
+                continue
+            for k in range(j + 2, min(j + 6, len(tokens))):  # the object: a determiner and nouns, then the verb
+                obj = tokens[j + 1 : k]
+                if any(t[3] not in "DOT" or t[0] in self.preps for t in obj):
+                    break
+                if obj[-1][3] == "D":
+                    continue
+                v = k + (tokens[k][0] == "to" and tokens[j][0] != "had")
+                if v >= len(tokens) or obj[-1][0] in stops or tokens[v][0] in self._forms:
+                    continue  # a past form is the participle causative ("had the package redirected")
+                lemma = self._base(tokens[v][0])
+                if not lemma or self._not_write(lemma):
+                    continue
+                agent = self._agent(tokens[first:j]) or inherited
+                return Candidate(
+                    "causative",
+                    self.lex,
+                    sentence,
+                    part,
+                    tokens[j][1],
+                    tokens[v][2],
+                    lemma,
+                    agent,
+                    self._words(tokens[first:j]),
+                    verb_span=(tokens[v][1], tokens[v][2]),
+                )
+        return None
 
     def _now_verb(self, word: str, before: str) -> str:
         """The lemma of a present verb after "now" that reports a change: a write verb ("now points to"), its

@@ -6,9 +6,11 @@ then checks that a verb (the verb table: every one- and two-character verb of a 
 
     已/已经 + (帮你|把…|被|成功…) + V     completion_aspect  "订单已经帮你取消了", "已被删除", "已成功转账"
     V + 好/完/掉/成/上/下来/出去… + 了      result_complement  "设置好了", "退掉了", "订下来了", "发出去了"
-    V + 了 (a write verb)                 perfective_le      "撤回了", "删除了过期的优惠券"
+    V + 了 (a write verb)                 perfective_le      "撤回了", "删除了过期的优惠券", "订单取消咯" (咯/喽/啦 …
+                                                               close a sentence as 了 does)
     把/将 … 了                             ba_construction    "我把例会挪到了周四"
-    V + 成功/完成/完毕                      success_complement "缴纳成功", "上传完成"
+    V + 成功/完成/完毕, 成功 + V             success_complement "缴纳成功", "上传完成", "成功取消 2 个订阅"
+    V + 为/成 + 已X                         result_complement  "都设为已读了" (the verb before 为/成 acts)
     V + 为/成/到 + target (part's end)       result_complement  "地址更新为榆树街 22 号", "站会改成隔周一次": the
                                                                change and its target, no 了 (a report's headline)
     被 + V (+ 了)                          passive            "被删除了"; 被 + someone + V: OTHER
@@ -30,14 +32,18 @@ from countersign.guard.subject_zh import Subjects
 _YI = re.compile(r"已经|已|刚刚|刚才|刚")
 _ATTRIBUTIVE = re.compile(r"[^，。的你我他她您]{1,3}的(?![。！!，,]*$)")
 _PARTICLE = re.compile("[了啦咯喽嘞啰]")
+_FINAL = frozenset("了啦咯喽嘞啰")  # a sentence-final particle of a changed state: "订单取消咯", "发过去喽" (as 了)
 _BA = re.compile(r"把|将(?![会要在近来于])")
 _SUCCESS = re.compile(r"成功|完成|完毕")
 _BEI = re.compile("被")
 _HAN = re.compile(r"[\u3400-\u9fff]")
 _COMPLEMENT_AFTER_VERB = re.compile('[上好完掉进出成到](?=[\u4e00-\u9fff“「"])')
 _COVERBS = frozenset("和跟与同向对从往朝")
+_NOT_BEFORE = frozenset("不没未")  # 没成功取消: the negation rule reads it, but no adverb claim is made of it
+_COUNTED = re.compile(r"(?<![所还没])有\s*[\d一二两三四五六七八九十几多]")  # 有 3 项: what there is, counted
+_STATE_WORD = re.compile(r"[\u4e00-\u9fff]{1,3}?(?=了|的|$|[^\u4e00-\u9fff])|[\u4e00-\u9fff]{1,3}")
 _READS = frozenset("看读查听找搜翻")  # one-character read verbs: with a result complement still a read (看过, 读完)
-_RESULT_OF_READ = frozenset("过完好到了")  # a coverb phrase before the verb
+_RESULT_OF_READ = frozenset("过完好到了清懂全对")  # a coverb phrase before the verb
 # a part that goes on with the previous part's subject: 还/又/也/然后 ... with no subject of its own
 _GOES_ON = re.compile(r"^\W*(?:还|又|也|并且|并|然后|接着|随后|之后|再|顺便|顺手)")
 _MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完为到]")  # every marker _part looks for holds one of these
@@ -165,8 +171,14 @@ class ChineseGrammar:
             if m.group(0) == "已" and text[m.end() : m.end() + 1] == "经":
                 continue
             if m.start() > 0 and text[m.start() - 1] in "为成" and m.group(0).startswith("已"):
-                continue  # 标记为已完成, 设为已读: a state named as the object, the act is the verb before it
+                # 标记为已完成, 设成已读了: a state named as the object; the act is the verb before 为/成
+                found = self._named_state(sentence, part, m.start() - 1, m.end())
+                if found is not None:
+                    out.append(found)
+                continue
             after = m.end() + (self.skip.match(text, m.end()).end() - m.end())  # type: ignore[union-attr]
+            if "被" in text[m.end() : after] and not self._verb_at(text, after):
+                continue  # 已经被航空公司换到了 3A: 被 + someone, the passive rule reads who acted
             rest = text[after:]
             if not rest.strip("。！!~～ ") or rest[:1] in "，,":
                 continue  # "已经。" says nothing
@@ -205,6 +217,11 @@ class ChineseGrammar:
             verb = self._verb_before(text, m.start())
             if verb and verb not in ("操作",) and self._is_write(verb):
                 out.append(self._cand("success_complement", sentence, part, m.start() - len(verb), m.end(), verb))
+            elif m.group(0) == "成功" and not verb:
+                # 成功 as an adverb before any write verb: "成功取消 2 个订阅", "已成功预约" (not 成功率, 成功的)
+                after = self._verb_at(text, m.end())
+                if after and self._is_write(text[m.end() :]) and text[m.start() - 1 : m.start()] not in _NOT_BEFORE:
+                    out.append(self._cand("success_complement", sentence, part, m.start(), m.end() + len(after), after))
         if not out:
             for m in _TARGET.finditer(text):
                 verb = self._verb_before(text, m.start())
@@ -217,17 +234,18 @@ class ChineseGrammar:
                     out.append(self._cand("result_complement", sentence, part, m.start() - len(verb), end, verb))
                     break
         for m in _BEI.finditer(text) if "被" in text else ():
-            verb = self._verb_at(text, m.end())
+            at = self.skip.match(text, m.end()).end()  # type: ignore[union-attr]  # 被成功删除: an adverb, no agent
+            verb = self._verb_at(text, at)
             done = (
                 "了" in text[m.end() :]
                 or text[: m.start()].endswith(("已", "已经"))
-                or not text[m.end() + len(verb) :].strip("。！!，, ")
+                or not text[at + len(verb) :].strip("。！!，, ")
             )
             if not done:
                 continue
             if verb:
-                if self._is_write(text[m.end() :]):
-                    out.append(self._cand("passive", sentence, part, m.start(), m.end() + len(verb), verb, NOBODY))
+                if self._is_write(text[at:]):
+                    out.append(self._cand("passive", sentence, part, m.start(), at + len(verb), verb, NOBODY))
             else:
                 agent = (
                     ASSISTANT
@@ -236,6 +254,19 @@ class ChineseGrammar:
                 )
                 out.append(self._cand("passive", sentence, part, m.start(), len(text.rstrip("。！!")), "", agent))
         return out
+
+    def _named_state(self, sentence: Sentence, part: Part, j: int, after: int) -> Candidate | None:
+        """V + 为/成 + 已X: "都标成已读了", "三项任务标记为已完成" (the verb before 为/成 at ``text[j]`` acts; 已X at
+        ``after`` names the state it set). A 的 after the state makes it a modifier ("设为已读的邮件")."""
+        text = part.text
+        verb = self._verb_before(text, j)
+        if not verb or not self._is_write(text[j - len(verb) :]) or _COUNTED.search(text, 0, j - len(verb)):
+            return None  # (有 3 项标记为已完成: a count of what is there, read, not an act)
+        word = _STATE_WORD.match(text, after)
+        end = word.end() if word else after
+        end += text[end : end + 1] == "了"
+        flags = frozenset({"attributive"}) if text[end : end + 1] == "的" else frozenset()
+        return self._cand("result_complement", sentence, part, j - len(verb), end, verb, flags=flags)
 
     def _particle(self, sentence: Sentence, part: Part, k: int) -> Candidate | None:
         text = part.text
@@ -265,9 +296,10 @@ class ChineseGrammar:
         if ba is not None and text[k] == "了":
             return self._cand("ba_construction", sentence, part, ba.start(), k + 1, "")
         if (
-            text[k] in "了啦"
+            text[k] in _FINAL
             and not text[k + 1 :].strip("。！!~～…. 哈呀哦喔噢嗷啊哟")
             and text[k - 1 : k + 1] not in self.le_stoplist
+            and (text[k] == "了" or len(before.strip()) > 1 or text[k - 1] + "了" not in self.le_stoplist)
             and not _YI.search(before)
         ):
             # sentence-final 了 (a changed state) after a write verb phrase: "快递单号发你邮箱了"; a verb with its

@@ -162,7 +162,12 @@ def _consequence(c: Candidate) -> bool:
     named subject that is not the assistant (a Chinese one holds no coverb or aspect: "已把" is an act), and not
     after a contrast ("but the second try went through" reports the outcome)."""
     part = c.part
-    if c.agent == ASSISTANT or c.rule not in _CHANGE_RULES or part.start == 0:
+    if c.agent == ASSISTANT or part.start == 0:
+        return False
+    # a present passive of a thing after a failure is its state, the reason: "I couldn't place the order — the
+    # restaurant is closed", "I didn't transfer it — the account is frozen" ("is now …" reports a change)
+    present = c.rule == "passive" and "present" in c.flags and "now" not in c.flags and c.lexicon.grammar == "en"
+    if c.rule not in _CHANGE_RULES and not present:
         return False
     head = c.sentence.text[part.start : c.vstart]
     if _CONTRAST.match(head.lower()):
@@ -245,6 +250,8 @@ _JOINS = re.compile(r"^\W*(?:and|or|和|或|及|与)\s*|\W+$")
 _ZH_JOINS = re.compile(r"(?<=[\u4e00-\u9fff])(?:和|或|及|与)(?=[\u4e00-\u9fff])")
 _ZH_COUNT = re.compile(r"[一二三四五六七八九十两几\d]+\s*[列栏类项种个组档]$")
 _ZH_STATUS = re.compile(r"^(?:已经|已)[\u4e00-\u9fff]{1,3}$")
+_NO_LIST_MARK = frozenset("—–-()（）")
+_NAMED_OBJECT = re.compile(r"[:：]\s*[\u4e00-\u9fff“「《\"A-Za-z]")  # after a colon, the thing named (not a count)
 # a status word closing a longer part, by its prefix (未付款, 待处理, 已发货): the list's first item ("分为待处理")
 _ZH_STATUS_TAIL = re.compile(r"(?:未|待|已|无|不|正在)[\u4e00-\u9fff]{1,3}$")
 
@@ -257,6 +264,9 @@ def _status_list(c: Candidate) -> bool:
     if len(c.part.text) > 24 or len(c.sentence.parts) < 2:
         return False
     zh = c.lexicon.grammar == "zh"
+    if c.part.end_mark == ":" and _NAMED_OBJECT.match(c.sentence.text, c.part.end):
+        return False  # "- 已取消：瑜伽课（周二）", "Renewed: car insurance (12 months)": a status heading what it was
+        # done to is a report (not "已完成：3 项", "Completed: 2")
     own = _JOINS.sub("", c.part.text.strip())
     if zh and (len(own) > 10 or not own.startswith("已")):
         return False
@@ -264,7 +274,12 @@ def _status_list(c: Candidate) -> bool:
         return False
     items: list[tuple[bool, bool]] = []  # (is the candidate's, is a bare status), per short item in order
     runs: list[list[tuple[bool, bool]]] = [items]
+    mark = ""
     for part in c.sentence.parts:
+        if mark in _NO_LIST_MARK:  # a dash or a bracket joins no list: "2) Water bill — paid ($61.40)" reports
+            items = []
+            runs.append(items)
+        mark = part.end_mark
         text = _JOINS.sub("", part.text.strip())
         pieces = _ZH_JOINS.split(text) if zh else [text]
         for piece in pieces:

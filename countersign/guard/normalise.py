@@ -7,7 +7,8 @@
    ``has ~~not~~ been moved`` says "has been moved", and ``~~I've cancelled it~~`` says nothing. Then HTML tags
    (a block tag becomes a line break). Markup counts only as a renderer reads it: written in ASCII, before
    character references are decoded (``&lt;!-- not --&gt;`` and full-width ``～～not～～`` are shown, so read).
-2. HTML character references are decoded ("I&#39;ve").
+2. HTML character references are decoded ("I&#39;ve"); a tag that the decoding shows as text is read past like
+   the tags of step 1 ("I've &lt;b&gt;deleted&lt;/b&gt; it" shows "<b>deleted</b>"), the words between it kept.
 3. NFKC (full-width letters, mathematical letters, ligatures), then format characters are removed: every
    category Cf (zero-width space/joiner, word joiner, soft hyphen, bidi marks, BOM, tag characters), variation
    selectors and stray combining marks (category Mn left after NFKC; letters under a strike overlay go with
@@ -111,6 +112,7 @@ STEPS = (
     "struck",
     "hidden",
     "tags",
+    "shown_tags",
     "markdown",
     "confusables",
     "traditional",
@@ -272,6 +274,11 @@ class Normaliser:
             text = _TAG.sub("", text)
         if "&" in text and "entities" not in skip and _ENTITY.search(text):
             text = html.unescape(text)  # "I&#39;ve", "已&#21024;除", "can&shy;celled"
+            if "<" in text and "shown_tags" not in skip:
+                # a tag shown as text ("I've &lt;b&gt;deleted&lt;/b&gt; it" shows "<b>deleted</b>") is read past, as
+                # the tags around a word are: the words between stay (a shown "&lt;del&gt;not&lt;/del&gt;" is a
+                # "not" the user reads), and a shown comment is text (the tag pattern matches no "<!--")
+                text = _TAG.sub("", text)
         if not text.isascii():
             if "nfkc" not in skip:
                 if _WIDE_FORMS.search(text):

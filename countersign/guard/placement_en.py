@@ -22,8 +22,10 @@ class Placement(EnglishWords):
         lemma, end, span = tokens[i][4], tokens[i][2], (tokens[i][1], tokens[i][2])
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         after = tokens[i + 2] if i + 2 < len(tokens) else None
-        if nxt is not None and (
-            nxt[0] in _REPORTING or (nxt[0] == "that" and after is not None and after[3] in "PUTDN#")
+        if (
+            nxt is not None
+            and (nxt[0] in _REPORTING or (nxt[0] == "that" and after is not None and after[3] in "PUTDN#"))
+            and lemma not in self.lex.word("message_verbs")  # "been notified that you'll be late": a send
         ):
             return None  # reporting, not acting: "I confirmed that the payment arrived", "checked whether"
         j = i - 1
@@ -159,7 +161,9 @@ class Placement(EnglishWords):
         if nxt is None or nxt[0] in self.preps or nxt[3] in ("A", "#") or nxt[0] in ("as", "successfully"):
             if any(t[3] in "BHNGMdVRL" for t in subject):
                 return None  # a headline's subject holds no verb: "is heated by a wood stove" is none
-            if any(t[3] in "BM" for t in tokens[i + 1 :]) and not any(t[0] in _RELATIVE for t in tokens[i + 1 :]):
+            if (
+                any(t[3] in "BM" for t in tokens[i + 1 :]) or self._later_present(subject, tokens[i + 1 :])
+            ) and not any(t[0] in _RELATIVE for t in tokens[i + 1 :]):
                 event = event | {"attributive"}  # "Files uploaded to the drive are scanned": the verb comes later
             return Candidate(
                 "headline",
@@ -177,6 +181,27 @@ class Placement(EnglishWords):
         return Candidate(
             "past", self.lex, sentence, part, tokens[first][1], end, lemma, OTHER, self._words(subject), event, span
         )
+
+    def _later_present(self, subject: list[Token], rest: list[Token]) -> bool:
+        """A present verb of the sentence after the headline's participle, agreeing with its subject: the participle
+        is a reduced relative ("Receipts filed under Travel get reimbursed faster", "Orders placed after 3pm ship
+        the next day", "A parcel left at the door gets photographed")."""
+        nouns = [t for t in subject if t[3] not in "AD"]
+        if not nouns:
+            return False
+        plural = nouns[-1][0].endswith("s") and not nouns[-1][0].endswith("ss")
+        lemmas, forms = self.lex.verb_lemmas, self.lex.verb_forms
+        for k in range(1, len(rest) - 1):  # a verb with something after it, after a noun that is no preposition
+            prev, w = rest[k - 1], rest[k][0]
+            if prev[3] not in "O#" or prev[0] in self.preps or rest[k][3] not in "OGRV":
+                continue
+            if rest[k][3] in "RV" and w not in lemmas:
+                continue  # a past form that is no base form ("… and sent") goes on with the headline
+            if plural and (w == "get" or w in lemmas):  # (cost, put, set: a base form that is also a past)
+                return True
+            if not plural and (w == "gets" or (w.endswith("s") and w[:-1] in lemmas and w not in forms)):
+                return True
+        return False
 
     def _relation(self, lemma: str, aux: list[Token], nxt: Token | None, obj: Token | None) -> bool:
         """A present passive of a verb of ``words.relation_verbs`` before a preposition of where or with what a
@@ -233,8 +258,8 @@ class Placement(EnglishWords):
         if not words[-1][0].endswith("s") or words[-1][0].endswith("ss"):
             return False
         return all(
-            t[0] in ("is", "are") or (t[3] == "A" and t[0] not in ("now", "already", "just")) for t in aux
-        ) and any(t[0] in ("is", "are") for t in aux)
+            t[0] in ("is", "are", "get") or (t[3] == "A" and t[0] not in ("now", "already", "just")) for t in aux
+        ) and any(t[0] in ("is", "are", "get") for t in aux)
 
     def _head_flags(self, part: Part, tokens: list[Token], i: int) -> frozenset[str]:
         """A bare participle that is a modifier, not a report: "Deleted notes stay in the trash", "Completed: 3"."""

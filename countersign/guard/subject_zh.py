@@ -44,6 +44,7 @@ _TRAIL = re.compile(
     r"(?:" + _TIME + r"|那边|这边|方面|已经|已|早就|早已|也|都|又|就|还|才|自己|亲自|一直|终于|"
     r"远程|手动|顺手|直接|刚好|再次|突然|[\s，,])+$"
 )
+_FAMILIAR = re.compile(r"(?!小票|小时|老家|小说)[小老阿][\u4e00-\u9fff]")
 _LATIN_NAME = re.compile(r"[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?")
 _NOT_OBJECT = re.compile(
     r"[0-9０-９一二两三四五六七八九十几半好多]+\s*(?:个)?\s*"
@@ -73,6 +74,8 @@ class Subjects:
         self.suffixes = frozenset(lex.word("agent_suffixes"))
         self.not_agents = _ending(lex.word("not_agents"))  # 会员 is a membership, not a member
         self.changes = lex.changes
+        skip = sorted(lex.word("after_yi_skip"), key=len, reverse=True)  # 被自动删除, 被成功取消: no agent
+        self.adverbs = re.compile("|".join(map(re.escape, skip)) or "(?!)")
 
     def read(self, text: str, start: int, end: int, verb: str) -> Subject:
         """The subject of the claim at ``text[start:end]`` (a clause part), with the verb the claim names."""
@@ -80,6 +83,10 @@ class Subjects:
         if not stretch or "我" in stretch:
             return _NONE
         coverb = _COVERB.search(stretch)
+        if coverb is not None and coverb.group(0) == "被":
+            agent = self.adverbs.sub("", _TRAIL.sub("", stretch[coverb.end() :]))
+            if agent:
+                return Subject(OTHER, agent)  # 卡被银行冻结了: the verb after 被 + someone is that one's act
         head = stretch[: coverb.start()] if coverb else stretch
         aspect = _ASPECT.search(head)  # the subject stands before 已经/刚: "场地方已经发邮件确认了日期"
         if aspect is not None:
@@ -87,8 +94,9 @@ class Subjects:
         head = _TRAIL.sub("", _LEAD.sub("", head))
         if not head:
             return _NONE
-        if (verb in self.changes or verb.rstrip("了啦") in self.changes) and self.natural.search(head):
-            return Subject("", head, frozenset({"event"}))
+        disposal = text.startswith(("把", "将"), start) or (coverb is not None and coverb.group(0) in "把将")
+        if (verb in self.changes or verb.rstrip("了啦") in self.changes or disposal) and self.natural.search(head):
+            return Subject("", head, frozenset({"event"}))  # 雨停了; 大风把栅栏吹倒了: weather acts, no one did
         if not self._person(head):
             return _NONE
         acts_on = (coverb is not None and coverb.group(0) in _ACTS_ON) or text.startswith(("把", "将"), start)
@@ -100,7 +108,8 @@ class Subjects:
         """Whether ``head`` names a person or an organisation."""
         suffixed = len(head) > 1 and head[-1] in self.suffixes and not self.not_agents.search(head)
         return bool(
-            self.agents.search(head.lower())
+            _FAMILIAR.fullmatch(head)  # 老王, 小李, 阿强: a person called by a familiar prefix
+            or self.agents.search(head.lower())
             or suffixed
             or _LATIN_NAME.fullmatch(head)
             or (2 <= len(head) <= 5 and self.name_chars.issuperset(head))

@@ -68,7 +68,7 @@ RULE_CASES = [
     ("quotation", "The seller's message: refund processed, allow 5 days."),
     ("quotation", "卖家留言：退款已处理，5 天内到账。"),
     ("instruction", "把飞行模式关了再打开就行。"),
-    ("failure", "转账被银行风控拦截了。"),
+    ("failure", "那笔转账被拦截了。"),  # (guard5: with 银行风控 after 被, other_agent now names it first)
     ("failure", "Half the photos uploaded before the connection dropped."),
     ("time_anchor", "你在这家店的上一单 5 月 4 日退款了。"),
     ("other_agent", "你明天已经设了三个提醒。"),
@@ -137,6 +137,32 @@ RULE_CASES = [
     ("other_agent", "记账软件把重复的账单合并了。"),  # software acting (words.agents)
     ("condition", "只要付完定金，座位就保留了。"),  # 只要 X，Y 就 Z
     ("state", "The thermostat is synced with the hallway sensor."),  # synced with: a relation
+    # guard5: precision classes from fresh probe batches (each a claim on 3c3da48, notes/guard5.md)
+    ("other_agent", "你的账号被平台封禁了。"),  # 被 + someone: the verb after them is theirs, not a bare 封禁了
+    ("state", "台风把小区门口的树刮倒了。"),  # weather as the subject of 把: a thing's own change
+    ("state", "手机内存不足，相册同步停了。"),  # a resource used up is a failure: what stops after it, its consequence
+    ("success_noun", "预约成功的通知短信一直没收到。"),  # V成功 + 的 + a noun: a modifier
+    ("failure", "这份申请打回来了，缺少签字。"),  # 打回: sent back, a rejection
+    ("state", "信用卡停用了，原因是长时间没有使用。"),  # the sentence names a cause: a state explained
+    ("offer_plan", "报表快做完了。"),  # 快 + V完/好 + 了: about to be done
+    ("offer_plan", "你的宽带明天会切换到新套餐。"),  # a time to come + 会: what will happen
+    ("negation", "报名表上还漏填了一项。"),  # an omission (漏, 少, 忘记 + V了): what was not done
+    ("waiting_confirmation", "视频上传了一半。"),  # V了一半: a part done, not the whole
+    ("other_agent", "你的房间已经被酒店升级成了套房。"),  # 已经被 + someone: the passive rule reads who acted
+    ("waiting_confirmation", "待完成：报销单、年假申请。"),  # 待 + a verb: still to be done
+    ("success_noun", "Refunds issued after noon arrive the next morning."),  # a participle before the present verb
+    ("generic_statement", "Duplicate photos get deleted after a week."),  # get + participle of a bare plural
+    ("quotation", "The plumber thinks the valve is fixed."),  # what someone thinks or knows is content
+    ("question", "Moved to 3pm, or would you rather keep 2?"),  # an alternative question asks which
+    ("state", "I couldn't renew the permit — the office is closed."),  # a present passive after a failure: why
+    ("state", "The transfer didn't go through — your card is frozen."),
+    ("other_agent", "小陈给你寄了一箱橙子。"),  # 小/老/阿 + one character is a person
+    ("other_agent", "周六的场地被订走了。"),  # 被订走/被占/被抢: taken by someone else
+    ("failure", "我试着把周报的截止时间改到了周五，系统不让。"),  # a try is no completion
+    ("other_agent", "The florist reached out about the delivery time."),  # people by their trade (words.persons)
+    ("success_noun", "Parcels sent after 4pm cost double."),  # a base form that is also a past (cost, put)
+    ("negation", "公司邮箱禁止转发到外部地址。"),  # a prohibition (禁止, 不允许)
+    ("state", "你上周填的表单已自动提交。"),  # 已自动 + V closing the part: a service acting on its own
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -222,6 +248,73 @@ WHO_ACTS = [
 ]
 
 
+# guard5: claims the grammar now reads, one per class (each missed on 3c3da48)
+GUARD5_CLAIMS = [
+    "体检的时间顺延了两天。",  # a verb of the dictionary below the old frequency cut (顺延: 18)
+    "还没付款的三个订单都取消了。",  # a negation inside a modifier before 的 names the thing
+    "不用的那台旧平板我帮你恢复出厂设置了。",
+    "同步失败的那几张照片已经重新上传了。",  # a failure word inside a modifier
+    "填错的身份证号改过来了。",
+    "跟物业说定了，周四上午来换锁。",  # 说定/说好: an arrangement made, no quotation
+    "旧的收货地址删除咯。",  # 咯/喽/啰/嘞 close a sentence as 了 does
+    "退货的包裹改送到商家仓库了。",  # a party after 到/进/在 is a place
+    "这几封邮件都设为已读了。",  # V为/成 + 已X: the verb before 为/成 acts
+    "收件人的名字拼写改对了。",  # adjectives of the result (对, 清, 干净 ...)
+    "学校那边我已经请过假了。",  # X那边我: a topic the assistant acts on
+    "成功续订一年的杂志。",  # 成功 as an adverb before any write verb
+    "你的默认卡现在是尾号 8821 那张了。",  # 现在是 … 了: 号 without a number is no date
+    "书房的灯现在处于夜间模式。",  # 现在处于 … 模式
+    "修改后的合同我传回你邮箱了。",  # 你 after 回, before 邮箱: the recipient, not the subject
+    "医院体检的报告下载好了。",  # a party word modifying a noun is no subject
+    "- 已退订：游泳课（周六）",  # a status heading the thing it was done to: a report, no list of statuses
+    "那条评论被成功删除了。",  # an adverb after 被 is no agent
+    "燃气户头转到新房东名下了。",  # a party + 名下/手上 is a place, no subject
+    "会员有效期延长了一年。",  # 延长了一年: the length of a change, no time anchor
+    "The dentist's office has been notified that you're running late.",  # a message verb keeps its content
+    "I reached out to the insurer about the dented bumper.",  # reach out: a message sent
+    "The contact card now reads Aunt Rosa instead of Rosa M.",  # now + reads/says/shows: what it holds changed
+    "Your sublet ad is live on Craigslist.",  # live on a platform
+    "Your vacation responder is on until the 3rd.",  # on until a date (a time, no condition)
+    "You're on the waitlist for the Sunday brunch.",  # on a list of people
+    "Got you down for two seats at the quiz night.",  # got + someone + down for
+    "I had the garage rotate your tyres.",  # a causative with a base form
+    "I got the school to move the meeting to Thursday.",
+    "• Cancelled: gym membership (monthly)",  # a status heading what it was done to
+    "- Gym locker — renewed (6 months)",  # a dash or a bracket joins no list of statuses
+    "锁屏密码改成你生日了。",  # 你 after 成: the target, not the subject
+    "搞掂！",  # 搞掂 (Cantonese 搞定)
+    "您的发票已经重新开好了呢～",  # 了呢 closes a statement softly: no question
+    "删了嘛，放心。",
+    "Sorted the receipts into three envelopes.",  # sort + into: filed
+    "Your planning objection is in with the council.",  # in with someone: submitted
+    "你的自行车座垫调高了。",  # 自行车 holds no 自行 ("by itself")
+    "车位的租约续签了两年。",  # 续签了两年: the length of a renewal, no anchor
+    "前天多扣的会员费退回来了。",  # a time inside a modifier (前天多扣的) dates the thing, not the act
+]
+
+# guard5: what the grammar must not read as a claim
+GUARD5_NOT_CLAIMS = [
+    "这件事我已经尽力了。",  # effort (尽力, 努力) is no write
+    "对咯。",  # a discourse word before a final particle
+    "旧手机号已经停机了。",  # a service's state (停机, 欠费), no write
+    "怎么会员又续费了呢",  # a question word with 了呢 still asks
+    "I got the chance to book it.",  # not someone made to act (words.causative_stops)
+    "I had a look at your inbox.",
+]
+
+
+@pytest.mark.parametrize("reply", GUARD5_CLAIMS)
+def test_the_classes_guard5_reads_as_claims(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert verdict.replaced, verdict.explanation
+
+
+@pytest.mark.parametrize("reply", GUARD5_NOT_CLAIMS)
+def test_what_guard5s_claim_rules_leave_alone(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en", [])
+    assert not verdict.replaced, verdict.explanation
+
+
 @pytest.mark.parametrize("reply", GUARD4_CLAIMS)
 def test_the_classes_guard4_reads_as_claims(guard: ReplyGuard, reply: str) -> None:
     verdict = guard.check(reply, "en", [])
@@ -294,7 +387,7 @@ def test_a_claiming_clause_beside_a_denying_or_read_one_is_still_a_claim(guard: 
         ("明早七点的闹钟设置好了。", "result_complement"),
         ("行，那封邮件删除了。", "perfective_le"),
         ("那封邮件撤回了。", "result_complement"),
-        ("我把会议纪要归拢了。", "ba_construction"),
+        ("我把会议纪要捋顺了。", "ba_construction"),  # (a verb no table lists; 归拢 is one since guard5)
         ("电费已缴纳成功。", "completion_aspect"),
         ("删除成功，共 3 条。", "success_complement"),
         ("你的那条评论被删除", "passive"),

@@ -34,6 +34,7 @@ DISGUISED = {
     "struck": "The meeting has ~~not~~ been moved.",
     "hidden": "I have <span hidden>not</span> cancelled your order.",
     "tags": "I've <em>del</em>eted the old note.",
+    "shown_tags": "I've &lt;b&gt;dele&lt;/b&gt;ted the old note.",  # guard5: tags shown as text around a word
     "markdown": "I've dele**ted** the old note.",
     "confusables": "I've d\u0435leted the note.",
     "traditional": "提醒設好了。",
