@@ -56,11 +56,16 @@ def main() -> int:
     parser.add_argument(
         "--no-bytecode", action="store_true", help="compile nothing: each tree as it is (what the bench timed before)"
     )
+    parser.add_argument(
+        "--registry", type=Path, help="another registry (its http://127.0.0.1:8081 becomes the todo service's URL)"
+    )
     parser.add_argument("--env", action="append", default=[], metavar="K=V", help="for this tree's sidecars only")
     args = parser.parse_args()
     extra = {"base": {}, "this": dict(item.split("=", 1) for item in args.env)}
     work = processes.workdir("countersign-start-ab-")
     redis, todo, registry, keys = processes.start_backends(work)
+    if args.registry is not None:
+        registry = processes.write_registry(work, todo.info["url"], source=args.registry)
     trees = {"base": args.base.resolve(), "this": ROOT}
     for root in trees.values():
         if not args.no_bytecode:

@@ -19,7 +19,6 @@ from grpc_reflection.v1alpha import reflection
 from countersign import registry as registry_mod
 from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
-from countersign.adapters.http import HttpAdapter
 from countersign.approvals import ContextMode, Verifier
 from countersign.audit import Audit
 from countersign.errors import SettingsError
@@ -175,11 +174,15 @@ def build(
     # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)
     cap = max(min(MAX_ANSWER_BYTES, settings.max_message_bytes - ANSWER_HEADROOM), 1024)
     tls, credentials = downstream_tls(settings)
-    adapters: dict[str, Adapter] = {
-        "http": HttpAdapter(max_answer_bytes=cap, ssl_context=tls),
-        "grpc": GrpcAdapter(max_answer_bytes=cap, credentials=credentials),
-    }
-    if any(tool.adapter.kind == "mcp" for tool in registry.tools.values()):
+    kinds = {tool.adapter.kind for tool in registry.tools.values()}
+    adapters: dict[str, Adapter] = {"grpc": GrpcAdapter(max_answer_bytes=cap, credentials=credentials)}
+    if "http" in kinds:
+        # aiohttp: ~12 MB resident and ~0.1 s of import that a sidecar whose backends are all gRPC or MCP never pays
+        # (unless an approval issuer's JWKS is a URL; notes/lean-start2.md)
+        from countersign.adapters.http import HttpAdapter
+
+        adapters["http"] = HttpAdapter(max_answer_bytes=cap, ssl_context=tls)
+    if "mcp" in kinds:
         # the MCP SDK takes about a second to import: only a sidecar whose registry names an MCP server pays it
         from countersign.adapters.mcp import McpAdapter
 
