@@ -176,14 +176,12 @@ def build(
     tls, credentials = downstream_tls(settings)
     kinds = {tool.adapter.kind for tool in registry.tools.values()}
     adapters: dict[str, Adapter] = {"grpc": GrpcAdapter(max_answer_bytes=cap, credentials=credentials)}
+    # aiohttp (~10 MB, ~0.1 s; notes/lean-start2.md) and the MCP SDK (~1 s to import) only for a registry naming them
     if "http" in kinds:
-        # aiohttp: ~12 MB resident and ~0.1 s of import that a sidecar whose backends are all gRPC or MCP never pays
-        # (unless an approval issuer's JWKS is a URL; notes/lean-start2.md)
         from countersign.adapters.http import HttpAdapter
 
         adapters["http"] = HttpAdapter(max_answer_bytes=cap, ssl_context=tls)
     if "mcp" in kinds:
-        # the MCP SDK takes about a second to import: only a sidecar whose registry names an MCP server pays it
         from countersign.adapters.mcp import McpAdapter
 
         adapters["mcp"] = McpAdapter(max_answer_bytes=cap)
@@ -369,9 +367,7 @@ def tune_gc() -> None:
     the start-up objects) against 93 ms after. Cycles are still collected, a little later.
 
     No full collection before the freeze: at this point it found 24 unreachable objects and took 80-350 ms of the
-    start (measured on the shared 2-core machine, notes/lean.md); freezing them costs nothing worth that.
-    ``countersign serve`` sets the same thresholds before its first import (cli.main): the ~700 modules of a start
-    then load with ~9 collections instead of ~140 (notes/lean-start2.md).
+    start (notes/lean.md); freezing them costs nothing worth that. The CLI sets the thresholds before its imports.
     """
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
