@@ -535,17 +535,31 @@ async def rss_under_load(clients: Clients, pid: int, seconds: float) -> dict[str
     return {**{f"{k}_mb": v for k, v in peak.items()}, "confirms_per_s": round(calls / elapsed, 1), "errors": errors}
 
 
+def compile_like_the_image(root: Path) -> None:
+    """Bytecode for a source tree's modules, as the image has it (the Dockerfile compiles the venv, the project's
+    wheel in it, hash-checked). A checkout run with PYTHONDONTWRITEBYTECODE=1 (as on the team's machine) has none,
+    so each fresh sidecar compiled ~100 of our modules from source: ~0.2 s of CPU per start that no pod pays
+    (notes/lean-start2.md). Hash-checked bytecode is never stale; __pycache__ is ignored by git."""
+    dirs = [str(root / name) for name in ("countersign", "bench", "examples") if (root / name).is_dir()]
+    cmd = [sys.executable, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "checked-hash", *dirs]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
 def time_starts(work: Path, registry: Path, redis_url: str, keys: Path, reference_cmd: list[str]) -> dict[str, Any]:
     """exec -> "listening" of STARTS fresh sidecars (and of the bare reference server, a yardstick: Python with
-    grpc.aio, redis and aiohttp imported), interleaved; each stopped once it listened. Also the idle RSS of
-    each sidecar one second after it listened (no call served yet)."""
+    grpc.aio, redis and aiohttp imported), interleaved; each stopped once it listened. Also the CPU each used until
+    it listened (steadier than wall time on a shared machine), and the idle RSS of each sidecar one second after it
+    listened (no call served yet)."""
     sidecar_s: list[float] = []
     reference_s: list[float] = []
+    sidecar_cpu: list[float] = []
+    reference_cpu: list[float] = []
     idle: list[dict[str, float]] = []
     for _ in range(STARTS):
         t0 = time.perf_counter()
         proc = processes.start_sidecar(work, registry, redis_url=redis_url, keys=keys, flags=["--log-level", "warning"])
         sidecar_s.append(time.perf_counter() - t0)
+        sidecar_cpu.append(cpu_seconds({"p": proc.pid})["p"])
         try:
             time.sleep(1.0)
             idle.append(rss_mb(proc.pid))
@@ -554,12 +568,15 @@ def time_starts(work: Path, registry: Path, redis_url: str, keys: Path, referenc
         t0 = time.perf_counter()
         ref = processes._start(reference_cmd, work, "reference")
         reference_s.append(time.perf_counter() - t0)
+        reference_cpu.append(cpu_seconds({"p": ref.pid})["p"])
         ref.stop()
     median = statistics.median
     return {
         "sidecar_exec_to_listening_s": round(median(sidecar_s), 3),
         "reference_exec_to_listening_s": round(median(reference_s), 3),
         "sidecar_starts_s": [round(x, 3) for x in sidecar_s],
+        "sidecar_start_cpu_s": round(median(sidecar_cpu), 3),
+        "reference_start_cpu_s": round(median(reference_cpu), 3),
         "idle_rss_mb": median(m["rss"] for m in idle),
         "idle_anon_mb": median(m["anon"] for m in idle),
     }
@@ -768,10 +785,12 @@ def main(argv: list[str] | None = None) -> int:
             "--todo-url",
             todo.info["url"],
         ]
+        compile_like_the_image(ROOT)
         starts = time_starts(work, registry, redis.info["url"], keys, reference_cmd)
         print(
             f"exec -> listening: sidecar {starts['sidecar_exec_to_listening_s']} s, bare reference "
-            f"{starts['reference_exec_to_listening_s']} s (medians of {STARTS}); idle sidecar RSS "
+            f"{starts['reference_exec_to_listening_s']} s (medians of {STARTS}; CPU until listening "
+            f"{starts['sidecar_start_cpu_s']} s and {starts['reference_start_cpu_s']} s); idle sidecar RSS "
             f"{starts['idle_rss_mb']} MB ({starts['idle_anon_mb']} MB of it private heap)",
             flush=True,
         )

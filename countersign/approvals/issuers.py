@@ -30,14 +30,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import aiohttp
 import yaml
 
 from countersign.approvals.errors import ApprovalSettingsError
 from countersign.approvals.jwks import ALGORITHMS, HMAC_ALGORITHMS, Clock, FileKeySet, UrlKeySet
+
+if TYPE_CHECKING:  # imported when a JWKS URL is first fetched (_session): ~12 MB a sidecar may never need
+    import aiohttp
 
 DEFAULT_ALGORITHMS = ("EdDSA", "ES256", "RS256")
 RISKS = ("low", "medium", "high", "irreversible")
@@ -312,6 +314,8 @@ class Issuers:
         return self._by_name.get(iss)
 
     def _session(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession()
         return self._http

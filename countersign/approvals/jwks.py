@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-import aiohttp
-
 if TYPE_CHECKING:  # PyJWT and cryptography (~9 MB resident) are imported when a key is loaded (_verifiers), so a
-    import jwt  # sidecar without --approvals never imports them (notes/lean.md)
+    import aiohttp  # sidecar without --approvals never imports them (notes/lean.md); aiohttp (~12 MB) when a JWKS
+    import jwt  # URL is fetched: a sidecar with neither HTTP tools nor a JWKS URL never does (notes/lean-start2.md)
 
 log = logging.getLogger("countersign.approvals")
 
@@ -274,6 +273,8 @@ class UrlKeySet:
             self._task = None
 
     async def _download(self) -> Keys:
+        import aiohttp
+
         try:
             async with self._session().get(
                 self.url,

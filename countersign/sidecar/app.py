@@ -19,7 +19,6 @@ from grpc_reflection.v1alpha import reflection
 from countersign import registry as registry_mod
 from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
 from countersign.adapters.grpc import GrpcAdapter
-from countersign.adapters.http import HttpAdapter
 from countersign.approvals import ContextMode, Verifier
 from countersign.audit import Audit
 from countersign.errors import SettingsError
@@ -51,7 +50,7 @@ from countersign.sidecar.server import (
     ReplyGuardServicer,
     register,
 )
-from countersign.sidecar.settings import LEASE_MARGIN, Settings
+from countersign.sidecar.settings import GC_THRESHOLDS, LEASE_MARGIN, Settings
 from countersign.sidecar.tls import add_port, downstream_tls, server_credentials
 from countersign.sidecar.trust import check_id_key, load_approvals, load_guard, load_keys, warn_without_issuer
 from countersign.store.redis_store import RedisStore
@@ -175,12 +174,14 @@ def build(
     # an answer the sidecar reads must fit in the reply it sends (a read's result, a receipt's evidence)
     cap = max(min(MAX_ANSWER_BYTES, settings.max_message_bytes - ANSWER_HEADROOM), 1024)
     tls, credentials = downstream_tls(settings)
-    adapters: dict[str, Adapter] = {
-        "http": HttpAdapter(max_answer_bytes=cap, ssl_context=tls),
-        "grpc": GrpcAdapter(max_answer_bytes=cap, credentials=credentials),
-    }
-    if any(tool.adapter.kind == "mcp" for tool in registry.tools.values()):
-        # the MCP SDK takes about a second to import: only a sidecar whose registry names an MCP server pays it
+    kinds = {tool.adapter.kind for tool in registry.tools.values()}
+    adapters: dict[str, Adapter] = {"grpc": GrpcAdapter(max_answer_bytes=cap, credentials=credentials)}
+    # aiohttp (~10 MB, ~0.1 s; notes/lean-start2.md) and the MCP SDK (~1 s to import) only for a registry naming them
+    if "http" in kinds:
+        from countersign.adapters.http import HttpAdapter
+
+        adapters["http"] = HttpAdapter(max_answer_bytes=cap, ssl_context=tls)
+    if "mcp" in kinds:
         from countersign.adapters.mcp import McpAdapter
 
         adapters["mcp"] = McpAdapter(max_answer_bytes=cap)
@@ -366,10 +367,10 @@ def tune_gc() -> None:
     the start-up objects) against 93 ms after. Cycles are still collected, a little later.
 
     No full collection before the freeze: at this point it found 24 unreachable objects and took 80-350 ms of the
-    start (measured on the shared 2-core machine, notes/lean.md); freezing them costs nothing worth that.
+    start (notes/lean.md); freezing them costs nothing worth that. The CLI sets the thresholds before its imports.
     """
     gc.freeze()
-    gc.set_threshold(10_000, 20, 20)
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 async def serve(settings: Settings) -> None:

@@ -18,6 +18,8 @@ from countersign.errors import SettingsError as SettingsError  # the settings re
 # What a claim's lease must hold besides the downstream call: the claim, the policy re-check, the settle.
 # Every write tool's deadline plus this must fit within --lease (checked at start).
 LEASE_MARGIN = 0.5
+# The collector's thresholds for the sidecar's whole life (app.tune_gc), set from its first import on (cli.main)
+GC_THRESHOLDS = (10_000, 20, 20)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 

@@ -1,5 +1,6 @@
 """What a sidecar loads before it serves (issue 17): the reply guard, the tracing SDK, JOSE, the MCP SDK (and
-pydantic, starlette, uvicorn under it) and cryptography's X.509 only when used."""
+pydantic, starlette, uvicorn under it) and cryptography's X.509 only when used; the OpenTelemetry metrics SDK,
+which redis-py 8 would import for a type (countersign/store/driver_import.py), not at all."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ LAZY = (
     "countersign.sidecar.approval_inbox",
     # a client certificate's names are read only when --tls-allowed-peers is given
     "cryptography.x509",
+    # redis-py 8 imports it for an annotation; the sidecar's own metrics are Prometheus (~2 MB, 70-100 ms)
+    "opentelemetry.sdk.metrics",
 )
 PROBE = f"import sys, countersign.sidecar.app; print(sorted(m for m in {LAZY!r} if m in sys.modules))"
 
@@ -48,3 +51,20 @@ async def test_the_guard_is_built_once_for_every_caller_that_waits() -> None:
 async def test_a_guard_built_at_start_is_handed_out_as_is() -> None:
     built = ReplyGuard.load(unsupported="replace")
     assert await GuardLoader.ready(built).get() is built
+
+
+AFTER = """
+import sys
+import countersign.sidecar.app
+from countersign.store.driver_import import _ProvidersFinder
+import redis.observability.providers as providers
+from opentelemetry.sdk.metrics import MeterProvider
+print(any(isinstance(f, _ProvidersFinder) for f in sys.meta_path), type(providers.__loader__).__name__,
+      MeterProvider.__module__)
+"""
+
+
+def test_the_metrics_sdk_still_imports_for_whoever_asks_after_redis_py_has_loaded() -> None:
+    # the block lasts while redis-py's providers module runs: the finder is gone and that module has its own loader
+    out = subprocess.run([sys.executable, "-c", AFTER], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["False", "SourceFileLoader", "opentelemetry.sdk.metrics._internal"], out.stdout
