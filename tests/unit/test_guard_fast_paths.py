@@ -7,7 +7,9 @@ Pure tests: no Redis, no gRPC.
 
 from __future__ import annotations
 
+import html
 import re
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from countersign.guard import ReplyGuard, segment
+from countersign.guard import normalise as nm
+from countersign.guard.normalise import Normaliser
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -89,3 +93,123 @@ def _parts_by_full_regex(
     if sentence[start:].strip():
         out.append(segment.Part(sentence[start:], start, len(sentence), ""))
     return out
+
+
+# -- normalise: one scan for the four steps that act on rare characters; a line's end by its last character ---
+
+
+class _Before(Normaliser):
+    """normalise.Normaliser as it was (main at 53d8f9d, guard5's shown tags included): the four steps gated one by
+    one (six scans), and _LINE_END_STOP searched in each line."""
+
+    def normalise(self, text: str, skip: frozenset[str] = frozenset()) -> str:
+        if "<" in text and "comments" not in skip:
+            text = nm._COMMENT.sub("", text)
+        if ("~" in text or "<" in text) and "struck" not in skip:
+            text = nm._STRUCK.sub("", text)
+        if ("<" in text or "]:" in text) and "hidden" not in skip:
+            text = nm._hidden(text)
+        if "<" in text and "tags" not in skip:
+            text = nm._BLOCK_TAG.sub("\n", text)
+            text = nm._TAG.sub("", text)
+        if "&" in text and "entities" not in skip and nm._ENTITY.search(text):
+            text = html.unescape(text)
+            if "<" in text and "shown_tags" not in skip:
+                text = nm._TAG.sub("", text)
+        if not text.isascii():
+            if "nfkc" not in skip:
+                if nm._WIDE_FORMS.search(text):
+                    text = nm._WIDE_FORMS.sub(nm._wide, text)
+                if not unicodedata.is_normalized("NFKC", text):
+                    text = unicodedata.normalize("NFKC", text)
+            if "format" not in skip and (
+                self._drop_bmp.search(text) or (nm._ASTRAL.search(text) and self._drop_rx.search(text))
+            ):
+                text = self._drop_rx.sub("", text)
+            if "marks" not in skip and nm._MARKS.search(text):
+                text = nm._OVERLAY.sub("", text)
+                text = nm._MARKS.sub("", text)
+        if "markdown" not in skip:
+            text = nm._markdown(text)
+        if not text.isascii():
+            if "confusables" not in skip and self._foldable.search(text):
+                text = self._latinish.sub(self._fold_word, text)
+            if "traditional" not in skip and (
+                self._traditional_bmp.search(text)
+                or (nm._ASTRAL.search(text) and not self._traditional.isdisjoint(text))
+            ):
+                text = text.translate(self._t2s)
+        if ("\n" in text or "\r" in text) and "lines" not in skip:
+            text = self._join_lines(text)
+        if " " in text and "spacing" not in skip:
+            text = nm._spaced(text)
+        return text
+
+    def _join_lines(self, text: str) -> str:
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        out = [lines[0]]
+        for line in lines[1:]:
+            prev = out[-1]
+            if not prev.strip() or not line.strip() or nm._LINE_END_STOP.search(prev) or nm._NEW_LINE_UNIT.match(line):
+                out.append(line)
+                continue
+            a, b = prev.rstrip(), line.lstrip()
+            if nm._CJK.match(a[-1]) and nm._CJK.match(b[0]):
+                out[-1] = a + b
+                continue
+            head = re.search(r"([A-Za-z]+)(-?)$", a)
+            tail = re.match(r"[A-Za-z]+", b)
+            if head and tail and (head.group(2) or b[0].islower()):
+                glued = head.group(1) + tail.group(0)
+                if head.group(2) or (self._known_word(glued.lower()) and not self._known_word(tail.group(0).lower())):
+                    out[-1] = a[: head.start()] + glued + b[tail.end() :]
+                    continue
+            if b[0].islower() or not a[-1].isalnum() or (a[-1].islower() and not b[0].isupper()):
+                out[-1] = a + " " + b
+                continue
+            out.append(line)
+        return "\n".join(out)
+
+
+@pytest.fixture(scope="module")
+def normalisers(guard: ReplyGuard) -> tuple[Normaliser, Normaliser]:
+    known = guard.normaliser._known_word
+    return Normaliser(known), _Before(known)
+
+
+# pieces of what each step acts on: format characters, marks, look-alikes, traditional forms, full-width and
+# astral letters, markup, line ends with white space, words cut at a line end
+_NORMALISE_PIECES = [
+    "\u200b", "\u2060", "\u00ad", "\ufe0f", "\U000e0041", "\u202e", "\u0301", "\u0336", "é", "е", "ᴅᴇʟᴇᴛᴇᴅ",
+    "刪除", "訂單", "已經", "ｄｅｌｅｔｅｄ", "\U0001d41d", "~~not~~", "<!-- x -->", "&#21024;", "&lt;b&gt;", "**", "`",
+    "I’ve", "。", "：", "\u3000", "\n", "\r\n", " \n", "\t\n", ".\u2003\n", "—\n", "del-\neted", "can\ncelled",
+    "- ", "1. ", "deleted", "已删除", "a", " ",
+]  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pieces=st.lists(st.one_of(st.sampled_from(_NORMALISE_PIECES), st.text(max_size=3)), max_size=16),
+    skip=st.sets(st.sampled_from(nm.STEPS), max_size=2),
+)
+def test_normalise_is_what_it_was(
+    normalisers: tuple[Normaliser, Normaliser], pieces: list[str], skip: set[str]
+) -> None:
+    """Normaliser.normalise with its one-scan gate and its set test at line ends gives what the gated steps one
+    by one and _LINE_END_STOP gave, for any steps switched off."""
+    now, before = normalisers
+    text = "".join(pieces)
+    assert now.normalise(text, frozenset(skip)) == before.normalise(text, frozenset(skip)), text
+
+
+def test_normalise_of_every_corpus_sentence_is_what_it_was(normalisers: tuple[Normaliser, Normaliser]) -> None:
+    now, before = normalisers
+    texts = list(_corpus_texts())
+    for text in (*texts, *("\n".join(texts[i : i + 10]) for i in range(0, len(texts), 10))):
+        assert now.normalise(text) == before.normalise(text), text
+
+
+@settings(max_examples=500, deadline=None)
+@given(line=st.text(alphabet=' \t\u2003\u3000\x1c\x85。！？!?.;；:：…)）」』"”a1-', max_size=8))
+def test_a_line_ends_a_sentence_where_line_end_stop_finds_it(line: str) -> None:
+    assert (line.rstrip()[-1:] in nm._LINE_END_CHARS) == (nm._LINE_END_STOP.search(line) is not None), repr(line)
