@@ -19,7 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from countersign.guard import ReplyGuard, segment
+from countersign.guard import exclusions as ex
 from countersign.guard import normalise as nm
+from countersign.guard.claims import ASSISTANT, OTHER, Candidate
+from countersign.guard.exclusions import Exclusion
+from countersign.guard.lexicon import EXCLUSION_RULES
 from countersign.guard.normalise import Normaliser
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -228,3 +232,59 @@ def test_a_line_ends_a_sentence_where_line_end_stop_finds_it(line: str) -> None:
 @given(text=st.text(alphabet=" \t\n\u2003\u3000'vesrmldtx_1.", max_size=12))
 def test_the_apostrophe_gate_written_apostrophe_first_is_the_space_first_one(text: str) -> None:
     assert (nm._APOSTROPHE_AFTER_SPACE.search(text) is None) == (nm._SPACE_APOSTROPHE.search(text) is None), text
+
+
+# -- exclusions: the rules the grammar's findings decide, one test after the other ---------------------------
+
+
+def _decided_before(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
+    """exclusions._decided as it was (guard-cpu at 79c094c): a loop over EXCLUSION_RULES."""
+    for rule in EXCLUSION_RULES:
+        if rule in disabled:
+            continue
+        if rule == "quotation" and c.sentence.quotes and c.sentence.quoted(c.vstart, c.vend):
+            return Exclusion(rule, "inside quotes")
+        if rule == "other_agent" and c.agent == OTHER:
+            return Exclusion(rule, c.subject or "another agent")
+        if rule == "other_agent" and c.agent != ASSISTANT and c.verb in c.lexicon.others:
+            return Exclusion(rule, "an act of a merchant or a carrier")
+        if rule == "instruction" and ex._imperative(c):
+            return Exclusion(rule, "an imperative: a base form joined to another base form (set … and leave)")
+        if rule == "success_noun" and ex._status_list(c):
+            return Exclusion(rule, "a status named in a list of statuses")
+        if rule == "success_noun" and (not c.flags.isdisjoint(ex._NOUN_FLAGS) or ex._counted_label(c)):
+            return Exclusion(rule, "a participle used as a modifier or a label")
+        if rule == "generic_statement" and "generic" in c.flags:
+            return Exclusion(rule, "a present passive of a bare plural subject")
+        if rule == "state" and c.agent != ASSISTANT and not c.flags.isdisjoint(ex._STATE_FLAGS):
+            return Exclusion(rule, next(ex._STATE_FLAGS[f] for f in ex._STATE_FLAGS if f in c.flags))
+        if rule == "state" and ex._consequence(c):
+            return Exclusion(rule, "a thing's change after a failure (no one acted)")
+    return None
+
+
+def _corpus_candidates(guard: ReplyGuard) -> Iterator[Candidate]:
+    """Every candidate the grammars propose in every corpus sentence, as ReplyGuard._sentence finds them."""
+    for text in _corpus_texts():
+        for sentence in segment.sentences(guard.normaliser.normalise(text)):
+            reading = guard.detector.read(sentence.text)
+            for lex in reading.lexicons:
+                grammar = guard.grammars[lex.name]
+                if grammar.may_claim(sentence.text, reading.words):
+                    yield from grammar.candidates(segment.cut(sentence, lex.part_breaks), reading.words)
+
+
+def test_the_decided_rules_are_asked_in_the_order_of_exclusion_rules() -> None:
+    assert tuple(r for r in EXCLUSION_RULES if r in ex.DECIDED_RULES) == ex.DECIDED_RULES
+
+
+def test_decided_is_what_the_loop_over_the_rules_decided(guard: ReplyGuard) -> None:
+    """For every corpus candidate, with no rule off, each of the decided rules off and each pair of them off."""
+    offs = [frozenset(), *(frozenset({r}) for r in ex.DECIDED_RULES)]
+    offs += [frozenset({a, b}) for i, a in enumerate(ex.DECIDED_RULES) for b in ex.DECIDED_RULES[i + 1 :]]
+    seen = 0
+    for c in _corpus_candidates(guard):
+        for off in offs:
+            assert ex._decided(c, off) == _decided_before(c, off), (c.sentence.text, c.rule, sorted(off))
+        seen += 1
+    assert seen > 3000  # the corpora hold thousands of candidates
