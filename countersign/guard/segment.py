@@ -104,8 +104,10 @@ def sentences(text: str, breaks: re.Pattern[str] | None = None) -> list[Sentence
     quoted = _QUOTE_OPENER.search(text) is not None
     protected = _protect_quotes(text) if quoted else text
     for m in _SENTENCE_END.finditer(protected):
-        _add(out, text, start, m.end(), breaks, quoted)
-        start = m.end()
+        end = m.end()
+        if end - start > 1:  # a chunk of one character is a sentence end alone ("\n", "。"): _add would drop it
+            _add(out, text, start, end, breaks, quoted)
+        start = end
     _add(out, text, start, len(text), breaks, quoted)
     return out
 

@@ -288,3 +288,32 @@ def test_decided_is_what_the_loop_over_the_rules_decided(guard: ReplyGuard) -> N
             assert ex._decided(c, off) == _decided_before(c, off), (c.sentence.text, c.rule, sorted(off))
         seen += 1
     assert seen > 3000  # the corpora hold thousands of candidates
+
+
+# -- segment: a sentence end alone is no sentence --------------------------------------------------------------
+
+
+def _sentences_before(text: str, breaks: re.Pattern[str] | None = None) -> list[segment.Sentence]:
+    """segment.sentences as it was: every chunk through _add, a lone sentence end too."""
+    out: list[segment.Sentence] = []
+    start = 0
+    quoted = segment._QUOTE_OPENER.search(text) is not None
+    protected = segment._protect_quotes(text) if quoted else text
+    for m in segment._SENTENCE_END.finditer(protected):
+        segment._add(out, text, start, m.end(), breaks, quoted)
+        start = m.end()
+    segment._add(out, text, start, len(text), breaks, quoted)
+    return out
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(alphabet='。！？!?；;…\n.. a1-*•「」"“”已', max_size=30))
+def test_sentences_are_what_they_were(text: str) -> None:
+    assert segment.sentences(text) == _sentences_before(text), repr(text)
+
+
+def test_sentences_of_every_corpus_text_are_what_they_were(guard: ReplyGuard) -> None:
+    texts = list(_corpus_texts())
+    for text in (*texts, *("\n".join(texts[i : i + 10]) for i in range(0, len(texts), 10))):
+        norm = guard.normaliser.normalise(text)
+        assert segment.sentences(norm) == _sentences_before(norm), text
