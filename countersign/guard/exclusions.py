@@ -48,9 +48,12 @@ def exclude(
     c: Candidate,
     disabled: frozenset[str] = frozenset(),
     cache: dict[tuple[int, int, str], tuple[int, str, str] | None] | None = None,
+    words: tuple[str, ...] = (),
 ) -> Exclusion | None:
     """The rule that makes ``c`` no claim, or None. ``disabled`` switches rules off (tests show each rule's
-    own sentence fails without it). ``cache`` keeps one reply's part- and sentence-wide searches.
+    own sentence fails without it). ``cache`` keeps one reply's part- and sentence-wide searches. ``words``: the
+    sentence's Latin words, lower-cased, when the caller has them (language.Reading.words of an ASCII sentence:
+    each run of letters is in one of them, so the cue needles they hold are the text's; NeedleIndex.present).
 
     The rules the grammar's findings decide are asked first, in order; then, for a candidate the assistant did
     not perform, the gated rules (state, time_anchor, generic_statement: most of what a read-out of data
@@ -96,7 +99,9 @@ def exclude(
     # sentence, so this only ever runs a cue too many, never one too few
     present = memo.get((sid, "needles"))
     if present is None:
-        present = memo[(sid, "needles")] = c.lexicon.cue_index.present(text)
+        present = memo[(sid, "needles")] = c.lexicon.cue_index.present(
+            text, words if c.lexicon.lower and words else None
+        )
     for scope, cues in c.lexicon.cues.items():
         if scope == "after":
             hit = _earliest(cues, present, text[c.end : part.end], 0)

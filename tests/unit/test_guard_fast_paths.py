@@ -317,3 +317,35 @@ def test_sentences_of_every_corpus_text_are_what_they_were(guard: ReplyGuard) ->
     for text in (*texts, *("\n".join(texts[i : i + 10]) for i in range(0, len(texts), 10))):
         norm = guard.normaliser.normalise(text)
         assert segment.sentences(norm) == _sentences_before(norm), text
+
+
+# -- exclusions: the cue needles of an ASCII sentence found through the detector's words -----------------------
+
+
+def _needles_by_words_are_the_texts(guard: ReplyGuard, sentence: str) -> None:
+    words = guard.detector.read(sentence).words
+    for lex in guard.lexicons_by_name.values():
+        if lex.lower and words:
+            folded = lex.fold(sentence)
+            assert lex.cue_index.present(folded, words) == lex.cue_index.present(folded), sentence
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pieces=st.lists(
+        st.one_of(
+            st.sampled_from(["isn't", "it's", "I'll", "we'd", "don't", "on", "March", "yesterday", "since", "ago"]),
+            st.text(alphabet="abnorstuy'_0 ,.-ABS", max_size=5),
+        ),
+        max_size=20,
+    )
+)
+def test_cue_needles_found_through_the_detectors_words_are_the_texts(guard: ReplyGuard, pieces: list[str]) -> None:
+    _needles_by_words_are_the_texts(guard, " ".join(pieces))
+    _needles_by_words_are_the_texts(guard, "".join(pieces))
+
+
+def test_cue_needles_of_every_corpus_sentence_found_through_the_words_are_the_texts(guard: ReplyGuard) -> None:
+    for text in _corpus_texts():
+        for sentence in segment.sentences(guard.normaliser.normalise(text)):
+            _needles_by_words_are_the_texts(guard, sentence.text)
