@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate
-from countersign.guard.lexicon import EXCLUSION_RULES, Cue
+from countersign.guard.lexicon import EXCLUSION_RULES, Cue, first_match
 from countersign.guard.schema import GATED_RULES
 
 
@@ -76,6 +76,9 @@ def exclude(
         if asked is None:
             asked = memo[(sid, "asked")] = _on_request(c, text)
         gated_rules = () if asked else GATED_RULES
+    # the needles of every scope's cues (the gated rules' too), found once in the whole sentence when first needed:
+    # a needle a span holds is in the sentence, so this only ever runs a cue too many, never one too few
+    present = memo.get((sid, "needles"))
     for rule in gated_rules:
         if rule == "state" and "now" in c.flags:
             continue
@@ -83,25 +86,27 @@ def exclude(
             return Exclusion(rule, "a past event of the user's")
         if rule == "time_anchor" and (anchor := _continued_anchor(c, text)):
             return Exclusion(rule, anchor)
+        one_by_one = c.lexicon.gated.get(rule, {})
         for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
-            if scope == "after" or (rule == "time_anchor" and "present" in c.flags):
-                m = _gated(rule, scope, rx, c, text)
+            whole = scope == "after" or (rule == "time_anchor" and "present" in c.flags)
+            gated = (sid, -1 if scope == "sentence" else part.start, rule, scope)
+            find: re.Pattern[str] | _Finder = rx
+            if (whole or gated not in memo) and (cues := one_by_one.get(scope)) is not None:
+                if present is None:
+                    present = memo[(sid, "needles")] = _needles(c, text, words)
+                find = _Finder(cues, present)
+            if whole:
+                m = _gated(rule, scope, find, c, text)
             else:  # the part's (or sentence's) earliest match, once per reply; "before" compares its start
-                gated = (sid, -1 if scope == "sentence" else part.start, rule, scope)
                 if gated not in memo:
-                    memo[gated] = _gated(rule, "part" if scope == "before" else scope, rx, c, text)
+                    memo[gated] = _gated(rule, "part" if scope == "before" else scope, find, c, text)
                 m = memo[gated]
                 if m is not None and scope == "before" and m.start() + part.start >= c.end:
                     m = None
             if m is not None:
                 return Exclusion(rule, m.group(0) or scope)
-    # the needles of every scope's cues, found once in the whole sentence: a needle a span holds is in the
-    # sentence, so this only ever runs a cue too many, never one too few
-    present = memo.get((sid, "needles"))
     if present is None:
-        present = memo[(sid, "needles")] = c.lexicon.cue_index.present(
-            text, words if c.lexicon.lower and words else None
-        )
+        present = memo[(sid, "needles")] = _needles(c, text, words)
     for scope, cues in c.lexicon.cues.items():
         if scope == "after":
             hit = _earliest(cues, present, text[c.end : part.end], 0)
@@ -244,7 +249,25 @@ def _continued_anchor(c: Candidate, text: str) -> str:
     return ""
 
 
-def _gated(rule: str, scope: str, rx: re.Pattern[str], c: Candidate, text: str) -> re.Match[str] | None:
+class _Finder:
+    """What ``search`` of a gated rule's scope (one alternation of its cues) finds, found as ``first_match`` of the
+    cues one by one (``Lexicon.gated``): only the cues whose needles the sentence holds run."""
+
+    __slots__ = ("cues", "present")
+
+    def __init__(self, cues: tuple[Cue, ...], present: set[str]) -> None:
+        self.cues, self.present = cues, present
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return first_match(self.cues, self.present, text)
+
+
+def _needles(c: Candidate, text: str, words: tuple[str, ...]) -> set[str]:
+    """The cue needles of the candidate's sentence (``text``, folded); see ``exclude`` for ``words``."""
+    return c.lexicon.cue_index.present(text, words if c.lexicon.lower and words else None)
+
+
+def _gated(rule: str, scope: str, rx: re.Pattern[str] | _Finder, c: Candidate, text: str) -> re.Match[str] | None:
     """A gated rule's cue in its scope. A time anchor anywhere in the sentence dates a present state ("is
     tagged 'home'" beside "was set on March 3"); ``before`` cues must start before the claim ends."""
     part = c.part  # slices, not search(text, pos): a cue's "^" is the start of its scope

@@ -20,11 +20,14 @@ from hypothesis import strategies as st
 
 from countersign.guard import ReplyGuard, segment
 from countersign.guard import exclusions as ex
+from countersign.guard import lexicon as lexicon_module
 from countersign.guard import normalise as nm
 from countersign.guard.claims import ASSISTANT, OTHER, Candidate
 from countersign.guard.exclusions import Exclusion
-from countersign.guard.lexicon import EXCLUSION_RULES
+from countersign.guard.lexicon import EXCLUSION_RULES, Cue, Lexicon
+from countersign.guard.needles import NeedleIndex, needs
 from countersign.guard.normalise import Normaliser
+from countersign.guard.schema import GATED_RULES
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -349,3 +352,68 @@ def test_cue_needles_of_every_corpus_sentence_found_through_the_words_are_the_te
     for text in _corpus_texts():
         for sentence in segment.sentences(guard.normaliser.normalise(text)):
             _needles_by_words_are_the_texts(guard, sentence.text)
+
+
+# -- exclusions: a gated rule's cues searched one by one, only those whose needles the sentence holds ----------
+
+PACKAGE = Path(lexicon_module.__file__).resolve().parent
+
+
+Scope = tuple[Lexicon, re.Pattern[str], tuple[Cue, ...], NeedleIndex]
+
+
+@pytest.fixture(scope="module")
+def gated_scopes(guard: ReplyGuard) -> list[Scope]:
+    """Every gated rule's every scope of both lexicons, split as compile_lexicon splits a scope it puts in
+    Lexicon.gated (zh.yaml's too, which stay one alternation), with the scope's alternation beside."""
+    out = []
+    for lex in guard.lexicons_by_name.values():
+        raw = yaml.safe_load((PACKAGE / f"{lex.name}.yaml").read_text(encoding="utf-8"))
+        common = frozenset(w.lower() for w in raw.get("stop_words", ()))
+        for rule in GATED_RULES:
+            for scope, patterns in (raw["exclusions"].get(rule) or {}).items():
+                flags = 0 if lex.lower else re.IGNORECASE
+                cues = tuple(
+                    Cue(rule, re.compile(p, flags), lexicon_module._caseless(needs(p, lex.lower, common), lex.lower))
+                    for p in patterns
+                )
+                index = NeedleIndex(n for cue in cues if cue.needs for group in cue.needs for n in group)
+                out.append((lex, lex.exclusions[rule][scope], cues, index))
+    return out
+
+
+def _first_match_is_the_alternations(gated_scopes: list[Scope], sentence: str) -> None:
+    for lex, combined, cues, index in gated_scopes:
+        folded = lex.fold(sentence)
+        present = index.present(folded)
+        for text in (folded, *(folded[p.start : p.end] for p in segment.parts(folded, lex.part_breaks))):
+            want, got = combined.search(text), lexicon_module.first_match(cues, present, text)
+            assert (got and (got.span(), got.group(0))) == (want and (want.span(), want.group(0))), (text, combined)
+
+
+def test_the_packaged_lexicons_split_the_english_gated_scopes() -> None:
+    """en.yaml's gated cues open with \\b: searched one by one; zh.yaml's open with characters: one alternation."""
+    guard = ReplyGuard.load()
+    assert guard.lexicons_by_name["en"].gated["time_anchor"]
+    assert not any(guard.lexicons_by_name["zh"].gated.values())
+
+
+def test_first_match_is_the_alternations_in_every_corpus_sentence(guard: ReplyGuard, gated_scopes: list[Scope]) -> None:
+    """In every corpus sentence and each of its parts, for every gated scope of both lexicons: the cues one by one
+    (needles of the whole sentence) find the match, span and text, of the scope's alternation."""
+    for text in _corpus_texts():
+        for sentence in segment.sentences(guard.normaliser.normalise(text)):
+            _first_match_is_the_alternations(gated_scopes, sentence.text)
+
+
+_ANCHOR_PIECES = [
+    "on", "March", "3", "yesterday", "last", "week", "ago", "since", "2019", "is", "was", "closed", "on Sundays",
+    "until", "while", "has been", "上周", "昨天", "三天前", "了", "两年", "自己", "约满", "售罄", "已经",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(st.one_of(st.sampled_from(_ANCHOR_PIECES), st.text(alphabet="a on,", max_size=3)), max_size=14))
+def test_first_match_is_the_alternations_on_generated_text(gated_scopes: list[Scope], pieces: list[str]) -> None:
+    _first_match_is_the_alternations(gated_scopes, " ".join(pieces))
+    _first_match_is_the_alternations(gated_scopes, "".join(pieces))
