@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate
-from countersign.guard.lexicon import EXCLUSION_RULES, Cue
+from countersign.guard.lexicon import EXCLUSION_RULES, Cue, first_match
 from countersign.guard.schema import GATED_RULES
 
 
@@ -48,9 +48,12 @@ def exclude(
     c: Candidate,
     disabled: frozenset[str] = frozenset(),
     cache: dict[tuple[int, int, str], tuple[int, str, str] | None] | None = None,
+    words: tuple[str, ...] = (),
 ) -> Exclusion | None:
     """The rule that makes ``c`` no claim, or None. ``disabled`` switches rules off (tests show each rule's
-    own sentence fails without it). ``cache`` keeps one reply's part- and sentence-wide searches.
+    own sentence fails without it). ``cache`` keeps one reply's part- and sentence-wide searches. ``words``: the
+    sentence's Latin words, lower-cased, when the caller has them (language.Reading.words of an ASCII sentence:
+    each run of letters is in one of them, so the cue needles they hold are the text's; NeedleIndex.present).
 
     The rules the grammar's findings decide are asked first, in order; then, for a candidate the assistant did
     not perform, the gated rules (state, time_anchor, generic_statement: most of what a read-out of data
@@ -73,6 +76,9 @@ def exclude(
         if asked is None:
             asked = memo[(sid, "asked")] = _on_request(c, text)
         gated_rules = () if asked else GATED_RULES
+    # the needles of every scope's cues (the gated rules' too), found once in the whole sentence when first needed:
+    # a needle a span holds is in the sentence, so this only ever runs a cue too many, never one too few
+    present = memo.get((sid, "needles"))
     for rule in gated_rules:
         if rule == "state" and "now" in c.flags:
             continue
@@ -80,23 +86,27 @@ def exclude(
             return Exclusion(rule, "a past event of the user's")
         if rule == "time_anchor" and (anchor := _continued_anchor(c, text)):
             return Exclusion(rule, anchor)
+        one_by_one = c.lexicon.gated.get(rule, {})
         for scope, rx in c.lexicon.exclusions.get(rule, {}).items():
-            if scope == "after" or (rule == "time_anchor" and "present" in c.flags):
-                m = _gated(rule, scope, rx, c, text)
+            whole = scope == "after" or (rule == "time_anchor" and "present" in c.flags)
+            gated = (sid, -1 if scope == "sentence" else part.start, rule, scope)
+            find: re.Pattern[str] | _Finder = rx
+            if (whole or gated not in memo) and (cues := one_by_one.get(scope)) is not None:
+                if present is None:
+                    present = memo[(sid, "needles")] = _needles(c, text, words)
+                find = _Finder(cues, present)
+            if whole:
+                m = _gated(rule, scope, find, c, text)
             else:  # the part's (or sentence's) earliest match, once per reply; "before" compares its start
-                gated = (sid, -1 if scope == "sentence" else part.start, rule, scope)
                 if gated not in memo:
-                    memo[gated] = _gated(rule, "part" if scope == "before" else scope, rx, c, text)
+                    memo[gated] = _gated(rule, "part" if scope == "before" else scope, find, c, text)
                 m = memo[gated]
                 if m is not None and scope == "before" and m.start() + part.start >= c.end:
                     m = None
             if m is not None:
                 return Exclusion(rule, m.group(0) or scope)
-    # the needles of every scope's cues, found once in the whole sentence: a needle a span holds is in the
-    # sentence, so this only ever runs a cue too many, never one too few
-    present = memo.get((sid, "needles"))
     if present is None:
-        present = memo[(sid, "needles")] = c.lexicon.cue_index.present(text)
+        present = memo[(sid, "needles")] = _needles(c, text, words)
     for scope, cues in c.lexicon.cues.items():
         if scope == "after":
             hit = _earliest(cues, present, text[c.end : part.end], 0)
@@ -117,29 +127,34 @@ def exclude(
     return None
 
 
+# the rules _decided asks, in the order of EXCLUSION_RULES (tests/unit/test_guard_fast_paths.py checks it)
+DECIDED_RULES = ("quotation", "instruction", "other_agent", "state", "success_noun", "generic_statement")
+
+
 def _decided(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
-    """The rules the grammar's findings decide, in order (quotes, the agent, flags)."""
-    for rule in EXCLUSION_RULES:
-        if rule in disabled:
-            continue
-        if rule == "quotation" and c.sentence.quotes and c.sentence.quoted(c.vstart, c.vend):
-            return Exclusion(rule, "inside quotes")
-        if rule == "other_agent" and c.agent == OTHER:
-            return Exclusion(rule, c.subject or "another agent")
-        if rule == "other_agent" and c.agent != ASSISTANT and c.verb in c.lexicon.others:
-            return Exclusion(rule, "an act of a merchant or a carrier")
-        if rule == "instruction" and _imperative(c):
-            return Exclusion(rule, "an imperative: a base form joined to another base form (set … and leave)")
-        if rule == "success_noun" and _status_list(c):
-            return Exclusion(rule, "a status named in a list of statuses")
-        if rule == "success_noun" and (not c.flags.isdisjoint(_NOUN_FLAGS) or _counted_label(c)):
-            return Exclusion(rule, "a participle used as a modifier or a label")
-        if rule == "generic_statement" and "generic" in c.flags:
-            return Exclusion(rule, "a present passive of a bare plural subject")
-        if rule == "state" and c.agent != ASSISTANT and not c.flags.isdisjoint(_STATE_FLAGS):
-            return Exclusion(rule, next(_STATE_FLAGS[f] for f in _STATE_FLAGS if f in c.flags))
-        if rule == "state" and _consequence(c):
-            return Exclusion(rule, "a thing's change after a failure (no one acted)")
+    """The rules the grammar's findings decide, in the order of EXCLUSION_RULES (quotes, the agent, flags); one
+    test after the other, not a loop over the fourteen rules (this runs for every candidate)."""
+    if "quotation" not in disabled and c.sentence.quotes and c.sentence.quoted(c.vstart, c.vend):
+        return Exclusion("quotation", "inside quotes")
+    if "instruction" not in disabled and _imperative(c):
+        return Exclusion("instruction", "an imperative: a base form joined to another base form (set … and leave)")
+    if "other_agent" not in disabled:
+        if c.agent == OTHER:
+            return Exclusion("other_agent", c.subject or "another agent")
+        if c.agent != ASSISTANT and c.verb in c.lexicon.others:
+            return Exclusion("other_agent", "an act of a merchant or a carrier")
+    if "state" not in disabled:
+        if c.agent != ASSISTANT and not c.flags.isdisjoint(_STATE_FLAGS):
+            return Exclusion("state", next(_STATE_FLAGS[f] for f in _STATE_FLAGS if f in c.flags))
+        if _consequence(c):
+            return Exclusion("state", "a thing's change after a failure (no one acted)")
+    if "success_noun" not in disabled:
+        if _status_list(c):
+            return Exclusion("success_noun", "a status named in a list of statuses")
+        if not c.flags.isdisjoint(_NOUN_FLAGS) or _counted_label(c):
+            return Exclusion("success_noun", "a participle used as a modifier or a label")
+    if "generic_statement" not in disabled and "generic" in c.flags:
+        return Exclusion("generic_statement", "a present passive of a bare plural subject")
     return None
 
 
@@ -234,7 +249,25 @@ def _continued_anchor(c: Candidate, text: str) -> str:
     return ""
 
 
-def _gated(rule: str, scope: str, rx: re.Pattern[str], c: Candidate, text: str) -> re.Match[str] | None:
+class _Finder:
+    """What ``search`` of a gated rule's scope (one alternation of its cues) finds, found as ``first_match`` of the
+    cues one by one (``Lexicon.gated``): only the cues whose needles the sentence holds run."""
+
+    __slots__ = ("cues", "present")
+
+    def __init__(self, cues: tuple[Cue, ...], present: set[str]) -> None:
+        self.cues, self.present = cues, present
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return first_match(self.cues, self.present, text)
+
+
+def _needles(c: Candidate, text: str, words: tuple[str, ...]) -> set[str]:
+    """The cue needles of the candidate's sentence (``text``, folded); see ``exclude`` for ``words``."""
+    return c.lexicon.cue_index.present(text, words if c.lexicon.lower and words else None)
+
+
+def _gated(rule: str, scope: str, rx: re.Pattern[str] | _Finder, c: Candidate, text: str) -> re.Match[str] | None:
     """A gated rule's cue in its scope. A time anchor anywhere in the sentence dates a present state ("is
     tagged 'home'" beside "was set on March 3"); ``before`` cues must start before the claim ends."""
     part = c.part  # slices, not search(text, pos): a cue's "^" is the start of its scope

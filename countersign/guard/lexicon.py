@@ -36,10 +36,10 @@ from typing import Any
 
 import yaml
 
-from countersign.guard.needles import NeedleIndex, Needs, needs
+from countersign.guard.needles import NeedleIndex, Needs, needs, opens_at_a_boundary
 from countersign.guard.schema import EXCLUSION_RULES, GATED_RULES, LANGUAGES_VALIDATOR, SCOPES, LexiconError, check
 
-__all__ = ["EXCLUSION_RULES", "Cue", "Languages", "Lexicon", "LexiconError", "load_folder"]
+__all__ = ["EXCLUSION_RULES", "Cue", "Languages", "Lexicon", "LexiconError", "first_match", "load_folder"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,24 @@ class Cue:
     rule: str
     rx: re.Pattern[str]
     needs: Needs | None
+
+
+def first_match(cues: tuple[Cue, ...], present: set[str], text: str) -> re.Match[str] | None:
+    """What the alternation ``(?:c1)|(?:c2)|…`` of the cues' regexes finds in ``text`` (same flags): the earliest
+    match, and of the cues that match there the first; a cue whose needles ``present`` lacks is not searched.
+    The same: at each position the alternation tries its branches in order, so the first position where any
+    cue matches is the earliest of the cues' own searches, and there the first of those cues wins; a cue
+    matches nowhere when a needle set of it is absent (needles.py). Not for cues with a backreference (their
+    numbers shift inside the alternation): compile_lexicon keeps those scopes out of ``Lexicon.gated``."""
+    best: re.Match[str] | None = None
+    for cue in cues:
+        need = cue.needs  # needles.satisfied(need, present), inline (at most two sets)
+        if need is not None and (need[0].isdisjoint(present) or (len(need) > 1 and need[1].isdisjoint(present))):
+            continue
+        m = cue.rx.search(text)
+        if m is not None and (best is None or m.start() < best.start()):
+            best = m
+    return best
 
 
 @dataclass(frozen=True, repr=False)
@@ -74,6 +92,11 @@ class Lexicon:
     # per scope, every rule's cues but the gated rules' (schema.GATED_RULES), with their needles (needles.py)
     cues: Mapping[str, tuple[Cue, ...]] = field(default_factory=dict)
     cue_index: NeedleIndex = field(default_factory=lambda: NeedleIndex(()))  # the needles of every cue
+    # the gated rules' cues (rule -> scope -> cues), each with its needles, searched one by one in place of the
+    # scope's alternation (exclusions.first_match), only those whose needles the sentence holds; only a scope with a
+    # cue that opens with \b (needles.opens_at_a_boundary: re tries it at every position), and none that holds a
+    # backreference (its numbers would shift in the alternation)
+    gated: Mapping[str, Mapping[str, tuple[Cue, ...]]] = field(default_factory=dict)
     lower: bool = False  # cues and phrase rules are matched against lower-cased text
     claim_patterns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # claims, as written
 
@@ -192,6 +215,23 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         )
         for scope in SCOPES
     }
+    gated = {
+        rule: {
+            scope: tuple(
+                Cue(
+                    rule,
+                    re.compile(pattern, 0 if lower else re.IGNORECASE),
+                    _caseless(needs(pattern, lower, common), lower),
+                )
+                for pattern in patterns
+            )
+            for scope, patterns in ((raw_scopes.get(rule) or {}).items())
+            if scope in exclusions[rule]
+            and not any(_BACKREFERENCE.search(pattern) for pattern in patterns)
+            and any(opens_at_a_boundary(pattern) for pattern in patterns)
+        }
+        for rule in GATED_RULES
+    }
     return Lexicon(
         name=raw["language"],
         grammar=raw["grammar"],
@@ -212,10 +252,30 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         replacements=dict(raw["replacement"]),
         cues={scope: found for scope, found in cues.items() if found},
         cue_index=NeedleIndex(
-            n for found in cues.values() for cue in found if cue.needs for group in cue.needs for n in group
+            n
+            for found in (*cues.values(), *(f for scopes in gated.values() for f in scopes.values()))
+            for cue in found
+            if cue.needs
+            for group in cue.needs
+            for n in group
         ),
+        gated=gated,
         claim_patterns={rule: tuple(patterns) for rule, patterns in (raw.get("claims") or {}).items()},
     )
+
+
+# a numbered backreference (named groups are refused): inside the scope's alternation its number would count the
+# groups of the patterns before it, so such a scope is searched as the alternation only
+_BACKREFERENCE = re.compile(r"\\[1-9]")
+
+
+def _caseless(found: Needs | None, lower: bool) -> Needs | None:
+    """``found`` as needles of a text matched case-insensitively (a lexicon without ``lower``): a needle set that
+    holds a cased letter ("OK" matches "ok") is no test there, so it is dropped."""
+    if lower or found is None:
+        return found
+    kept = tuple(group for group in found if all(ch.lower() == ch == ch.upper() for n in group for ch in n))
+    return kept or None
 
 
 def _verb_table(name: str, table: str | None, grammar: str, root: Traversable) -> tuple[dict[str, str], set[str]]:

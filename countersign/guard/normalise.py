@@ -69,6 +69,9 @@ _INVISIBLE = "\u115f\u1160\u3164\uffa0\u2800"  # Hangul fillers and the braille 
 # a line that starts a new unit: a list marker, a check mark, a table row, a heading
 _NEW_LINE_UNIT = re.compile(r"^\s*(?:[-*+•·▪‣◦]\s|\d{1,3}[.)、]\s*|[✅✔☑✓❌✗✘⚠]|\||#)")
 _LINE_END_STOP = re.compile(r"[。！？!?.;；:：…)）」』\"”]\s*$")
+# what _LINE_END_STOP finds, as the last character of the line stripped (str.isspace is re's \s): one set test,
+# where the search tries the class at every character of the line
+_LINE_END_CHARS = frozenset('。！？!?.;；:：…)）」』"”')
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _APOSTROPHE = re.compile(r"(?<=[A-Za-z])[\u2018\u2019\u02bc\u00b4`](?=[A-Za-z])")
 
@@ -127,7 +130,10 @@ _SPACED_CJK = re.compile(r" (?<=[\u3400-\u9fff] )(?=[\u3400-\u9fff])")  # the sp
 
 
 _SPACED_APOSTROPHE = re.compile(r"(?<=[A-Za-z])\s+'(?=(?:ve|s|re|m|ll|d|t)\b)")
-_SPACE_APOSTROPHE = re.compile(r"\s'(?:ve|s|re|m|ll|d|t)\b")  # what every match above holds: found fast
+_SPACE_APOSTROPHE = re.compile(r"\s'(?:ve|s|re|m|ll|d|t)\b")  # what every match above holds
+# the same test written apostrophe first (the space is looked behind): re skips fast to each apostrophe instead of
+# trying at every character (~13x fewer instructions on a 2 KB reply)
+_APOSTROPHE_AFTER_SPACE = re.compile(r"'(?<=\s')(?:ve|s|re|m|ll|d|t)\b")
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 
 
@@ -193,7 +199,7 @@ def _hidden(text: str) -> str:
 
 
 def _spaced(text: str) -> str:
-    if "'" in text and _SPACE_APOSTROPHE.search(text):
+    if "'" in text and _APOSTROPHE_AFTER_SPACE.search(text):
         text = _SPACED_APOSTROPHE.sub("'", text)  # "I 've" (a thin space NFKC made a space)
     if _SPACED_HINT.search(text):  # every spaced-out word holds " x y ": a literal-first search skips fast
         text = _SPACED_LATIN.sub(lambda m: m.group(0).replace(" ", ""), text)
@@ -256,6 +262,11 @@ class Normaliser:
             "[\u00c0-\u024f" + "".join(sorted(re.escape(ch) for ch in self._confusable_chars)) + "]"
         )
         self._known_word = known_word or (lambda _w: False)
+        # every character the format, marks, confusables and traditional steps act on (and any astral one), as one
+        # class: a text that holds none skips those four steps after one scan instead of six
+        acted_on = {cp for cp in _drop_table() if cp < 0x10000} | set(range(0x300, 0x370)) | set(range(0xC0, 0x250))
+        acted_on |= {c for c in (*self._confusable, *self._t2s) if c < 0x10000}
+        self._acted_on = re.compile(_char_class(acted_on)[:-1] + "\U00010000-\U0010ffff]")
 
     def normalise(self, text: str, skip: frozenset[str] = frozenset()) -> str:
         """``text`` as a reader sees it. ``skip`` names steps (STEPS) to leave out: the tests show that each
@@ -279,12 +290,15 @@ class Normaliser:
                 # the tags around a word are: the words between stay (a shown "&lt;del&gt;not&lt;/del&gt;" is a
                 # "not" the user reads), and a shown comment is text (the tag pattern matches no "<!--")
                 text = _TAG.sub("", text)
+        plain = True  # no character the format, marks, confusables or traditional steps act on
         if not text.isascii():
             if "nfkc" not in skip:
                 if _WIDE_FORMS.search(text):
                     text = _WIDE_FORMS.sub(_wide, text)
                 if not unicodedata.is_normalized("NFKC", text):
                     text = unicodedata.normalize("NFKC", text)
+            plain = self._acted_on.search(text) is None  # (the markdown step adds no character: it stays so)
+        if not plain:
             if "format" not in skip and (
                 self._drop_bmp.search(text) or (_ASTRAL.search(text) and self._drop_rx.search(text))
             ):
@@ -294,7 +308,7 @@ class Normaliser:
                 text = _MARKS.sub("", text)
         if "markdown" not in skip:
             text = _markdown(text)
-        if not text.isascii():
+        if not plain and not text.isascii():
             if "confusables" not in skip and self._foldable.search(text):
                 text = self._latinish.sub(self._fold_word, text)
             if "traditional" not in skip and (
@@ -328,7 +342,12 @@ class Normaliser:
         out = [lines[0]]
         for line in lines[1:]:
             prev = out[-1]
-            if not prev.strip() or not line.strip() or _LINE_END_STOP.search(prev) or _NEW_LINE_UNIT.match(line):
+            if (
+                not prev.strip()
+                or not line.strip()
+                or prev.rstrip()[-1:] in _LINE_END_CHARS
+                or _NEW_LINE_UNIT.match(line)
+            ):
                 out.append(line)
                 continue
             a, b = prev.rstrip(), line.lstrip()

@@ -27,6 +27,14 @@ _PART_BREAK = re.compile(
     r"(?<=[,:])(?!(?<=\d[,:])\d)" + _SEP + r"*|"
     r"(?<=\s)(?:[-–—]{1,2}\s|->\s)|(?<=[—–→])[—–→]*|(?<=[()（）]))"
 )
+# the same less the cut at a spaced dash, for a sentence with no "-", "–" or "—": no match of _PART_BREAK starts
+# at a space there (only that branch opens with one, and it needs a dash after it), and re need not try one at
+# every space (~3.5x fewer instructions on an English sentence without commas)
+_PART_BREAK_UNDASHED = re.compile(
+    r"[,:，、：;；|—–→()（）](?:(?<=[，、：;；|])" + _SEP + r"*|"
+    r"(?<=[,:])(?!(?<=\d[,:])\d)" + _SEP + r"*|"
+    r"(?<=[—–→])[—–→]*|(?<=[()（）]))"
+)
 # a class search, not set.isdisjoint(text): that hashes every character of the text, several times slower
 _QUOTE_OPENER = re.compile('["“「『《‘]')
 _QUOTES = re.compile(
@@ -96,8 +104,10 @@ def sentences(text: str, breaks: re.Pattern[str] | None = None) -> list[Sentence
     quoted = _QUOTE_OPENER.search(text) is not None
     protected = _protect_quotes(text) if quoted else text
     for m in _SENTENCE_END.finditer(protected):
-        _add(out, text, start, m.end(), breaks, quoted)
-        start = m.end()
+        end = m.end()
+        if end - start > 1:  # a chunk of one character is a sentence end alone ("\n", "。"): _add would drop it
+            _add(out, text, start, end, breaks, quoted)
+        start = end
     _add(out, text, start, len(text), breaks, quoted)
     return out
 
@@ -142,8 +152,10 @@ def parts(
     """The clause parts of one sentence (a break inside a quote does not cut); ``quotes``: its quoted spans when
     the caller has them (``Sentence.quotes``: _quotes of the same text, or () for a reply with no quote opener,
     where _quotes finds none either)."""
+    dashed = "-" in sentence or "–" in sentence or "—" in sentence
     cuts: list[tuple[int, int, str]] = [
-        (m.start(), m.end(), m.group(0).strip()[:1]) for m in _PART_BREAK.finditer(sentence)
+        (m.start(), m.end(), m.group(0).strip()[:1])
+        for m in (_PART_BREAK if dashed else _PART_BREAK_UNDASHED).finditer(sentence)
     ]
     if breaks is not None:
         words = _break_words(sentence, breaks)

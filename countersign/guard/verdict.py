@@ -175,7 +175,7 @@ class ReplyGuard:
                 continue
             cut = segment.cut(sentence, lex.part_breaks)
             for cand in grammar.candidates(cut, reading.words):
-                outcomes.append((cand, exclusions.exclude(cand, disabled_rules, memo)))
+                outcomes.append((cand, exclusions.exclude(cand, disabled_rules, memo, reading.words)))
         return reading.unsupported, outcomes
 
     def _check(self, reply: str, locale: str, evidence: Sequence[Evidence]) -> Verdict:
