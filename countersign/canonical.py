@@ -20,20 +20,44 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import rfc8785
 
 _INT_MAX = 2**53 - 1
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
-_PLAIN = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), check_circular=False)
+
+
+def _compact_encoder() -> Callable[[Any], str]:
+    """``json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))``, without the set-up that
+    call makes every time (an encoder object, its C encoder and two closures: ~10k instructions, more than a small
+    event's encoding): the C encoder json itself uses, made once. Where json has none, or it does not write what
+    json.JSONEncoder writes (checked here, once), json.JSONEncoder.encode."""
+    encoder = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), check_circular=False)
+    make = getattr(json.encoder, "c_make_encoder", None)
+    probe = {"b": [1, True, None, "é\n\x01\"\\"], "a": {"c": "", "B": -2}, "": []}
+    try:
+        once = make(None, encoder.default, json.encoder.encode_basestring, None, ":", ",", True, False, True)  # type: ignore[misc]
+        if "".join(once(probe, 0)) != encoder.encode(probe):
+            return encoder.encode
+    except Exception:  # no C encoder (another Python), or another signature
+        return encoder.encode
+
+    def encode(value: Any) -> str:
+        return "".join(once(value, 0))
+
+    return encode
+
+
+compact = _compact_encoder()
 
 
 def canonical(value: Any) -> bytes:
     """RFC 8785 canonical JSON bytes of a JSON value (raises ValueError on non-I-JSON values)."""
     if _plain(value):
         try:
-            return _PLAIN.encode(value).encode("utf-8")
+            return compact(value).encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: rfc8785 says so, in its words
             pass
     try:
