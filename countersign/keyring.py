@@ -68,6 +68,17 @@ class _Pads:
         return outer.digest()
 
 
+_quote = json.encoder.encode_basestring_ascii
+
+
+def _json_strings(parts: list[str]) -> bytes:
+    """``json.dumps(parts).encode()`` (its bytes exactly) for a list of strings, without json.dumps's set-up per
+    call (~10k instructions, more than the HMAC it feeds)."""
+    if all(type(part) is str for part in parts):
+        return ("[" + ", ".join(map(_quote, parts)) + "]").encode()
+    return json.dumps(parts).encode()
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
@@ -158,7 +169,7 @@ class Keyring:
 
     def id_hash(self, label: str, parts: list[str]) -> str:
         """A keyed hash that must not change when keys rotate (where one user turn's facts are kept)."""
-        return self._mac(self.id_key, label.encode() + b":" + json.dumps(parts).encode())[:16].hex()
+        return self._mac(self.id_key, label.encode() + b":" + _json_strings(parts))[:16].hex()
 
     def token(self, action_id: str, kid: str | None = None, label: str = "confirm") -> str:
         kid = kid or self.active
@@ -196,7 +207,7 @@ class Keyring:
     def binding(self, kid: str, owner: list[str]) -> str:
         """A keyed hash of (tenant, actor, subject, session): stored instead of the ids."""
         # A list of strings: plain JSON is already unambiguous (and much cheaper than RFC 8785 here).
-        return self._hmac(kid, "bind", json.dumps(owner).encode())[:16].hex()
+        return self._hmac(kid, "bind", _json_strings(owner))[:16].hex()
 
     def mac(self, kid: str, kind: str, payload: bytes) -> str:
         return _b64(self._hmac(kid, "record:" + kind, payload))

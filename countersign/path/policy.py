@@ -84,6 +84,20 @@ def check_context(context: common_pb2.CallContext) -> None:
     """The ids every call must carry: present, at most 256 bytes, no control characters (they travel
     on to the downstream as headers); and an admin context only where it is honoured (role admin, its own
     tenant: CONTEXT_MISMATCH otherwise, in every --verified-context mode)."""
+    values = [getattr(context, f) for f in _TEXT_FIELDS]
+    joined = "".join(values)
+    # the common case in one look (ASCII: its bytes are its characters), else each field is named
+    if not (all(values[:4]) and joined.isascii() and joined.isprintable() and max(map(len, values)) <= MAX_ID_BYTES):
+        _context_problems(context)
+    if context.admin_context_id or context.admin_mode not in _NO_ADMIN:
+        try:  # an admin context only with role admin, only inside its own tenant (docs/design.md §12)
+            merge_context(ContextFields.from_proto(context), None, ContextMode.OFF)
+        except ApprovalError as exc:
+            raise context_error(exc) from exc
+
+
+def _context_problems(context: common_pb2.CallContext) -> None:
+    """INVALID_ARGUMENT naming every missing or malformed id field (check_context's slow path)."""
     missing = [f for f in _ID_FIELDS if not getattr(context, f)]
     if missing:
         raise InvalidArgument(
@@ -100,11 +114,6 @@ def check_context(context: common_pb2.CallContext) -> None:
                 FieldViolation(f"context.{f}", f"at most {MAX_ID_BYTES} bytes, no control characters") for f in bad
             ),
         )
-    if context.admin_context_id or context.admin_mode not in _NO_ADMIN:
-        try:  # an admin context only with role admin, only inside its own tenant (docs/design.md §12)
-            merge_context(ContextFields.from_proto(context), None, ContextMode.OFF)
-        except ApprovalError as exc:
-            raise context_error(exc) from exc
 
 
 def context_error(exc: ApprovalError) -> CountersignError:

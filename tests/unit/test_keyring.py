@@ -465,6 +465,16 @@ def test_every_mac_is_hmac_sha256_for_keys_of_every_length(size: int) -> None:
     assert r.mac("k", "card", b"{}") == r.mac("k", "card", b"{}")  # the pads are not consumed by a MAC
 
 
+@pytest.mark.parametrize(
+    "owner",
+    [["t1", "alice", "alice", "s1", ""], ["", '"q"', "\\", "\n\x00", "é待\U0001f600", "\ud800", "\u2028"], []],
+)
+def test_a_binding_and_a_turn_hash_are_over_json_dumps_of_their_strings(owner: list[str]) -> None:
+    r = ring()
+    assert r.binding("k1", owner) == _hmac(K1, b"bind:" + json.dumps(owner).encode())[:16].hex()
+    assert r.id_hash("turn", owner) == _hmac(K1, b"turn:" + json.dumps(owner).encode())[:16].hex()
+
+
 def test_a_key_replaced_in_the_keys_mapping_is_the_one_used() -> None:
     r = ring()
     before = r.mac("k1", "card", b"{}")
