@@ -36,7 +36,7 @@ def _compact_encoder() -> Callable[[Any], str]:
     json.JSONEncoder writes (checked here, once), json.JSONEncoder.encode."""
     encoder = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), check_circular=False)
     make = getattr(json.encoder, "c_make_encoder", None)
-    probe = {"b": [1, True, None, "é\n\x01\"\\"], "a": {"c": "", "B": -2}, "": []}
+    probe = {"b": [1, True, None, 'é\n\x01"\\'], "a": {"c": "", "B": -2}, "": []}
     try:
         once = make(None, encoder.default, json.encoder.encode_basestring, None, ":", ",", True, False, True)  # type: ignore[misc]
         if "".join(once(probe, 0)) != encoder.encode(probe):
@@ -72,7 +72,7 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return -_INT_MAX <= value <= _INT_MAX
+        return bool(-_INT_MAX <= value <= _INT_MAX)
     if depth > 64:  # deeper: rfc8785's path (and its RecursionError, should it come to that)
         return False
     if kind is dict:
@@ -81,8 +81,5 @@ def _plain(value: Any, depth: int = 0) -> bool:
                 return False
         return True
     if kind is list or kind is tuple:
-        for item in value:
-            if not _plain(item, depth + 1):
-                return False
-        return True
+        return all(_plain(item, depth + 1) for item in value)
     return False

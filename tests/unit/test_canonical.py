@@ -59,9 +59,9 @@ SCALARS = (
 KEYS = TEXT | st.integers(min_value=0, max_value=3) | st.just(Colour.RED)
 VALUES = st.recursive(
     SCALARS,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.lists(inner, max_size=3).map(tuple)
-    | st.dictionaries(KEYS, inner, max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.lists(inner, max_size=3).map(tuple) | st.dictionaries(KEYS, inner, max_size=5)
+    ),
     max_leaves=20,
 )
 PLAIN = st.recursive(
