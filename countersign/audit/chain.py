@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from countersign.canonical import compact
 from countersign.keyring import Keyring
 
 UNRESOLVED = frozenset({"RUNNING", "UNKNOWN", "NEEDS_MANUAL_REVIEW"})
@@ -14,8 +15,17 @@ OUTCOME_EVENTS = ("settled", "rejected", "resolved")  # events that record the o
 
 def encode(event: dict[str, Any]) -> bytes:
     """An event's bytes: sorted keys, no spaces. Events hold only strings, integers and booleans, for which
-    this is as deterministic as RFC 8785 and several times cheaper (it runs twice per event)."""
-    return json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    this is as deterministic as RFC 8785 and several times cheaper."""
+    return compact(event).encode()
+
+
+def signed(unsigned: bytes, mac: str) -> bytes:
+    """An event's bytes with its MAC, as ``encode({**body, "mac": mac})`` writes them, from ``encode(body)`` (the
+    body the MAC is over), without encoding it again: "mac" sorts between the body's "kid" and "prev", and the
+    last ``,"prev":`` of the bytes is the body's own (a field of that name is inside "f", before it; after it come
+    only the head, the seq and the event's kind, which hold no quote)."""
+    at = unsigned.rindex(b',"prev":')
+    return unsigned[:at] + b',"mac":' + json.encoder.encode_basestring(mac).encode() + unsigned[at:]
 
 
 def anchor_mac(keyring: Keyring, kid: str, action_id: str, seq: int, head: str) -> str:

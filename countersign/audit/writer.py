@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from countersign.audit.chain import anchor_mac, encode, expiry
+from countersign.audit.chain import anchor_mac, encode, expiry, signed
 from countersign.errors import CountersignError
 from countersign.keyring import Keyring
 from countersign.observability.metrics import Metrics
@@ -47,8 +47,9 @@ class Audit:
         events, prev = [], head
         for n, (kind, at, fields) in enumerate(batch, start=1):
             body = {"a": action_id, "seq": seq + n, "prev": prev, "t": kind, "at": at, "kid": kid, "f": fields}
-            prev = self.keyring.mac(kid, "audit", encode(body))
-            events.append((encode({**body, "mac": prev}), prev))
+            unsigned = encode(body)
+            prev = self.keyring.mac(kid, "audit", unsigned)
+            events.append((signed(unsigned, prev), prev))
         anchor = Anchor(kid, anchor_mac(self.keyring, kid, action_id, seq + len(batch), prev))
         return Chained(after, events, anchor, expiry(batch), self.audit_ttl_ms)
 

@@ -58,7 +58,12 @@ class Phase(enum.Enum):
 class Allowed:
     tool: Tool
     arguments: dict[str, Any]  # normalised and validated
-    canonical_args: bytes  # RFC 8785 bytes of ``arguments``
+    canonical_args: bytes  # RFC 8785 bytes of ``arguments`` (b"" when they are a sealed card's: _FROM_A_CARD)
+
+
+# phases whose arguments are a sealed card's: canonical when the card was sealed (cards.seal encodes them), so their
+# bytes are not encoded again (nothing at these phases hashes them; RFC 8785 was ~30k instructions of a Confirm)
+_FROM_A_CARD = frozenset({Phase.EXECUTE, Phase.RECONCILE})
 
 
 def resolve(registry: Registry, name: str) -> Tool | Capability:
@@ -79,6 +84,20 @@ def check_context(context: common_pb2.CallContext) -> None:
     """The ids every call must carry: present, at most 256 bytes, no control characters (they travel
     on to the downstream as headers); and an admin context only where it is honoured (role admin, its own
     tenant: CONTEXT_MISMATCH otherwise, in every --verified-context mode)."""
+    values = [getattr(context, f) for f in _TEXT_FIELDS]
+    joined = "".join(values)
+    # the common case in one look (ASCII: its bytes are its characters), else each field is named
+    if not (all(values[:4]) and joined.isascii() and joined.isprintable() and max(map(len, values)) <= MAX_ID_BYTES):
+        _context_problems(context)
+    if context.admin_context_id or context.admin_mode not in _NO_ADMIN:
+        try:  # an admin context only with role admin, only inside its own tenant (docs/design.md §12)
+            merge_context(ContextFields.from_proto(context), None, ContextMode.OFF)
+        except ApprovalError as exc:
+            raise context_error(exc) from exc
+
+
+def _context_problems(context: common_pb2.CallContext) -> None:
+    """INVALID_ARGUMENT naming every missing or malformed id field (check_context's slow path)."""
     missing = [f for f in _ID_FIELDS if not getattr(context, f)]
     if missing:
         raise InvalidArgument(
@@ -95,11 +114,6 @@ def check_context(context: common_pb2.CallContext) -> None:
                 FieldViolation(f"context.{f}", f"at most {MAX_ID_BYTES} bytes, no control characters") for f in bad
             ),
         )
-    if context.admin_context_id or context.admin_mode not in _NO_ADMIN:
-        try:  # an admin context only with role admin, only inside its own tenant (docs/design.md §12)
-            merge_context(ContextFields.from_proto(context), None, ContextMode.OFF)
-        except ApprovalError as exc:
-            raise context_error(exc) from exc
 
 
 def context_error(exc: ApprovalError) -> CountersignError:
@@ -152,7 +166,7 @@ def authorize(
     _boundary(context, tool.is_write)
     if context.role not in tool.roles:
         raise PermissionDenied(Reason.ROLE_NOT_ALLOWED, f"role {cut(context.role)!r} may not use {tool.name!r}")
-    args, canonical_args = _normalise(tool, arguments)
+    args, canonical_args = _normalise(tool, arguments, encode=phase not in _FROM_A_CARD)
     if tool.is_write and phase is Phase.EXECUTE and not claimed:
         raise FailedPrecondition(
             Reason.TOOL_CONFIRMATION_REQUIRED, f"{tool.name!r} writes; it runs only after a claimed confirmation"
@@ -166,8 +180,11 @@ def normalise(tool: Tool, arguments: Mapping[str, Any] | str | None) -> dict[str
     return _normalise(tool, arguments)[0]
 
 
-def _normalise(tool: Tool, arguments: Mapping[str, Any] | str | None) -> tuple[dict[str, Any], bytes]:
-    """normalise, and the RFC 8785 bytes of its result (computed once: every hash uses them)."""
+def _normalise(
+    tool: Tool, arguments: Mapping[str, Any] | str | None, *, encode: bool = True
+) -> tuple[dict[str, Any], bytes]:
+    """normalise, and the RFC 8785 bytes of its result (computed once: every hash uses them; b"" unless
+    ``encode``)."""
     raw = decode_arguments(arguments) if isinstance(arguments, str) or arguments is None else dict(arguments)
     out: dict[str, Any] = {}
     problems: list[FieldViolation] = []
@@ -186,6 +203,8 @@ def _normalise(tool: Tool, arguments: Mapping[str, Any] | str | None) -> tuple[d
             + "; ".join(f"{p.field or '(root)'}: {p.description}" for p in problems[:5]),
             violations=tuple(problems[:20]),
         )
+    if not encode:
+        return out, b""
     try:
         return out, canonical(out)
     except ValueError as exc:

@@ -16,6 +16,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import hiredis
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -35,6 +36,35 @@ SENTINEL_PORT = 26379  # a Sentinel node named without a port (6379 is Redis its
 SSL_OPTIONS = frozenset(
     {"ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname"}
 )
+
+
+_PACKABLE = (str, bytes, int)  # exact types: a bool, a float, a bytearray go redis-py's way
+
+
+def packed_by_hiredis(cls: type[Any]) -> type[Any]:
+    """A redis-py asyncio connection class whose commands are packed by hiredis (C) when every argument is a str,
+    bytes or int, as the synchronous client does: redis-py's asyncio packer is Python, one encode and one
+    buffer join per argument (~200k instructions for a settle's 23, 6 % of a Confirm; hiredis: ~33k). The bytes on
+    the wire are the same (RESP: a bulk string per argument, an int in decimal as redis-py's repr writes it);
+    anything else (a command name holding a space, which redis-py splits; a float) keeps redis-py's packer."""
+
+    class Packed(cls):  # type: ignore[misc, valid-type]
+        def pack_command(self, *args: Any) -> list[bytes]:
+            name = args[0] if args else None
+            one_word = (type(name) is str and " " not in name) or (type(name) is bytes and b" " not in name)
+            if one_word and all(type(arg) in _PACKABLE for arg in args):
+                return [hiredis.pack_command(args)]
+            return super().pack_command(*args)  # type: ignore[no-any-return]
+
+    Packed.__name__ = Packed.__qualname__ = f"HiredisPacked{cls.__name__}"
+    return Packed
+
+
+def _pack_by_hiredis(client: Any) -> Any:
+    """The client, its pool making hiredis-packing connections (see packed_by_hiredis)."""
+    pool = client.connection_pool
+    pool.connection_class = packed_by_hiredis(pool.connection_class)
+    return client
 
 
 @dataclass(frozen=True)
@@ -119,8 +149,8 @@ def connect(
             **common,
             **tls,
         )  # type: ignore[no-untyped-call]
-        return sentinel.master_for(
-            parsed.service, db=parsed.db, password=parsed.password, max_connections=MAX_CONNECTIONS
+        return _pack_by_hiredis(
+            sentinel.master_for(parsed.service, db=parsed.db, password=parsed.password, max_connections=MAX_CONNECTIONS)
         )
     if chosen == "cluster":
         if wait_replicas:
@@ -136,6 +166,8 @@ def connect(
                 **common,
             )
         return RedisCluster.from_url(first, max_connections=MAX_CONNECTIONS, **common)
-    return aioredis.Redis.from_url(
-        url, retry_on_timeout=retries > 0, health_check_interval=0, max_connections=MAX_CONNECTIONS, **common
+    return _pack_by_hiredis(
+        aioredis.Redis.from_url(
+            url, retry_on_timeout=retries > 0, health_check_interval=0, max_connections=MAX_CONNECTIONS, **common
+        )
     )

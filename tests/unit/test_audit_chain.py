@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
-from countersign.audit.chain import chain_state, expiry
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from countersign.audit.chain import chain_state, encode, expiry, signed
 
 
 def _event(kind: str, **fields: Any) -> dict[str, Any]:
@@ -49,3 +54,32 @@ def test_the_chain_of_an_unresolved_action_is_kept_and_any_other_expires() -> No
     assert expiry(batch(_event("resolved", outcome="failed"))) == "expire"
     assert expiry(batch(_event("issued"))) == "expire"
     assert expiry(batch(_event("continuation_opened"), _event("guard"))) == "same"
+
+
+def _dumps(event: dict[str, Any]) -> bytes:
+    """The event encoding the chain has always had (verify.py checks every event against it)."""
+    return json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+FIELDS = st.dictionaries(
+    st.text(max_size=8),
+    st.none() | st.booleans() | st.integers() | st.text() | st.dictionaries(st.text(max_size=5), st.text(), max_size=3),
+    max_size=6,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    FIELDS,
+    st.sampled_from(["issued", "claimed", "settled", "guard", "needs_manual_review"]),
+    st.sampled_from(["", "k1", "2026-12_a-B"]),
+    st.text(alphabet="ABCxyz019-_", max_size=43),
+)
+@example({"prev": ',"prev":"x"', "mac": "m"}, "settled", "k1", "")  # a field named like a key, quoted
+def test_an_events_bytes_with_its_mac_are_its_encoding_with_the_mac_among_its_keys(
+    fields: dict[str, Any], kind: str, kid: str, prev: str
+) -> None:
+    body = {"a": "0" * 32, "seq": 7, "prev": prev, "t": kind, "at": 1764620000000, "kid": kid, "f": fields}
+    mac = base64.urlsafe_b64encode(bytes(range(32))).decode().rstrip("=")
+    assert encode(body) == _dumps(body)
+    assert signed(encode(body), mac) == _dumps({**body, "mac": mac})

@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
-from redis.asyncio.connection import SSLConnection
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.sentinel import SentinelManagedSSLConnection
 from redis.driver_info import DriverInfo
+from redis.exceptions import DataError
 
-from countersign.store.connect import connect, mode_of, parse_sentinel
+from countersign.store.connect import connect, mode_of, packed_by_hiredis, parse_sentinel
 
 
 def _connect(url: str, mode: str = "auto") -> object:
@@ -109,3 +114,30 @@ def test_a_new_connection_does_not_read_the_package_metadata(url: str) -> None:
     info = pool.connection_kwargs["driver_info"]
     assert isinstance(info, DriverInfo)
     assert (info.formatted_name, info.lib_version) == ("redis-py", redis.__version__)
+
+
+ARGS = st.lists(
+    st.text() | st.binary() | st.integers() | st.floats(allow_nan=False) | st.just(bytearray(b"ab")), max_size=8
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["EVALSHA", b"EVALSHA", "CONFIG GET", "SET"]), ARGS)
+def test_a_command_packed_by_hiredis_is_the_bytes_redis_py_writes(name: Any, args: list[Any]) -> None:
+    """The standalone and sentinel clients' connections pack commands with hiredis (store/connect.py); what reaches
+    Redis is what redis-py's own packer writes, or redis-py's packer does it (floats, bytearrays, a split name)."""
+    ours, theirs = packed_by_hiredis(Connection)(), Connection()
+    try:
+        expected = b"".join(bytes(chunk) for chunk in theirs.pack_command(name, *args))
+    except (DataError, UnicodeEncodeError) as exc:
+        with pytest.raises(type(exc)):
+            ours.pack_command(name, *args)
+        return
+    assert b"".join(bytes(chunk) for chunk in ours.pack_command(name, *args)) == expected
+
+
+def test_the_standalone_and_sentinel_clients_pack_with_hiredis() -> None:
+    standalone = connect("unix:///tmp/none.sock", socket_timeout=1, connect_timeout=1, retries=0)
+    sentinel = connect("redis+sentinel://127.0.0.1:1/mymaster", socket_timeout=1, connect_timeout=1, retries=0)
+    for client in (standalone, sentinel):
+        assert client.connection_pool.connection_class.__name__.startswith("HiredisPacked")

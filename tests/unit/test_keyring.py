@@ -452,6 +452,36 @@ def test_a_binding_a_record_mac_and_a_digest_are_the_documented_hmacs() -> None:
     assert r.digest("args", b'{"title":"x"}') == "k1." + _b64(_hmac(K1, b'digest:args:{"title":"x"}')[:16])
 
 
+@pytest.mark.parametrize("size", [1, 31, 32, 33, 55, 63, 64, 65, 100, 128, 200])
+def test_every_mac_is_hmac_sha256_for_keys_of_every_length(size: int) -> None:
+    # the keyring hashes each key's padded blocks once (a key longer than SHA-256's 64-byte block is hashed first,
+    # as RFC 2104 says); messages across the block edges
+    key = bytes((7 * i + size) % 256 for i in range(size))
+    r = Keyring("k", {"k": key}, id_key=key[::-1])
+    for length in (0, 1, 54, 55, 56, 63, 64, 65, 119, 120, 1000):
+        data = bytes((i * 13) % 256 for i in range(length))
+        assert r.mac("k", "outcome:" + A, data) == _b64(_hmac(key, b"record:outcome:" + A.encode() + b":" + data))
+        assert r.derived_id("x", data.hex()) == _hmac(key[::-1], b"x:" + data.hex().encode())[:16].hex()
+    assert r.mac("k", "card", b"{}") == r.mac("k", "card", b"{}")  # the pads are not consumed by a MAC
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [["t1", "alice", "alice", "s1", ""], ["", '"q"', "\\", "\n\x00", "é待\U0001f600", "\ud800", "\u2028"], []],
+)
+def test_a_binding_and_a_turn_hash_are_over_json_dumps_of_their_strings(owner: list[str]) -> None:
+    r = ring()
+    assert r.binding("k1", owner) == _hmac(K1, b"bind:" + json.dumps(owner).encode())[:16].hex()
+    assert r.id_hash("turn", owner) == _hmac(K1, b"turn:" + json.dumps(owner).encode())[:16].hex()
+
+
+def test_a_key_replaced_in_the_keys_mapping_is_the_one_used() -> None:
+    r = ring()
+    before = r.mac("k1", "card", b"{}")
+    r.keys["k1"] = K2
+    assert r.mac("k1", "card", b"{}") == _b64(_hmac(K2, b"record:card:{}")) != before
+
+
 def test_a_digest_names_its_key_and_matches_only_its_data_under_that_key() -> None:
     r = Keyring("k2", {"k1": K1, "k2": K2})
     old = ring().digest("outcome", b"done")  # made by a sidecar whose active key was k1
