@@ -13,6 +13,7 @@ _RELATIVE = frozenset({"that", "which", "who", "whom", "whose"})
 _FLOATING = frozenset({"all", "both", "each"})
 _CAUSATIVES = frozenset({"get", "got", "gets", "gotten", "have", "has", "had"})
 _WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
+_POSSESSIVE = frozenset({"'", "’"})  # after a plural noun: its owner ("the kids' tablet"), no subject
 
 
 class Placement(EnglishWords):
@@ -269,8 +270,14 @@ class Placement(EnglishWords):
         for k, t in enumerate(rest):
             if t[3] in ("B", "H", "M"):
                 return frozenset({"attributive"})
-            if k > 0 and t[0] in self.lex.verb_lemmas and rest[k - 1][0].endswith("s") and rest[k - 1][3] == "O":
-                return frozenset({"attributive"})
+            if (
+                k > 0
+                and t[0] in self.lex.verb_lemmas
+                and rest[k - 1][0].endswith("s")
+                and rest[k - 1][3] == "O"
+                and part.text[rest[k - 1][2] - part.start : rest[k - 1][2] - part.start + 1] not in _POSSESSIVE
+            ):
+                return frozenset({"attributive"})  # not a possessive plural: "Turned off autoplay on the kids' tablet"
         return frozenset()
 
     @staticmethod

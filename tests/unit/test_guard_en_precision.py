@@ -1,0 +1,75 @@
+"""English and obfuscated precision, round 6 (notes/guard6en.md): each class a sentence written for the test
+(not a probe sentence), read right only with its rule or cue, and what the change must leave alone.
+
+Pure tests: no Redis, no gRPC.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from countersign.guard import ReplyGuard
+
+
+@pytest.fixture(scope="module")
+def guard() -> ReplyGuard:
+    return ReplyGuard.load()
+
+
+# (rule that sets it aside, sentence): no claim with every rule on, a claim with that rule off
+RULE_CASES = [
+    # a status with its date and nothing else is a record read back (en.yaml success_noun, after)
+    ("success_noun", "Water bill (settled Oct 2), internet bill (due Oct 20)."),
+    # the user's act, then "and" + its result: the result waits on the user (en.yaml instruction, sentence)
+    ("instruction", "Simply scan the QR code and your ticket is validated."),
+    ("instruction", "Two taps in the app and your card is frozen."),
+]
+
+# sentences with no claim the grammar used to read as one
+NOT_CLAIMS = [
+    # "not yet" is one negation, not a part break before "yet" (en.yaml part_breaks)
+    "The rebate form reached the office, not yet stamped.",
+    # "rent" is a noun, not a past of "rend" (en.yaml verbs.not_writes)
+    "Rent (November) is the largest line of the budget.",
+]
+
+# claims the grammar used to miss
+CLAIMS = [
+    # a plural possessive ("the girls' phone") is no subject of a later verb: the head participle reports
+    "Switched on location sharing on the girls' phone.",
+]
+
+# what the new rules must leave alone: still claims
+STILL_CLAIMS = [
+    "Confirmed the booking and the invoice is on its way to you by email.",  # "confirmed", not "confirm"
+    "I signed the form and the copy is in your inbox.",  # the assistant's past, not an imperative
+    "Paid the water bill on Oct 2 from your checking account.",  # a date inside a report, not a record's entry
+    "Booked Friday's table; it is not yet confirmed by the restaurant, but the slot is held.",
+]
+
+
+@pytest.mark.parametrize(("rule", "sentence"), RULE_CASES)
+def test_each_round6_rule_sets_aside_its_own_sentence(guard: ReplyGuard, rule: str, sentence: str) -> None:
+    claims, dropped, _lang = guard.read(sentence)
+    assert not claims, f"{sentence!r} is read as a claim: {[c.text for c in claims]}"
+    assert rule in {why.rule for _c, why in dropped}, [(c.text, why) for c, why in dropped]
+    without, _dropped, _lang = guard.read(sentence, disabled_rules=frozenset({rule}))
+    assert without, f"without {rule}, {sentence!r} should be a claim: the test proves nothing"
+
+
+@pytest.mark.parametrize("reply", NOT_CLAIMS)
+def test_what_round6_reads_as_no_claim(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en-US", [])
+    assert not verdict.replaced, verdict.explanation
+
+
+@pytest.mark.parametrize("reply", CLAIMS)
+def test_what_round6_reads_as_a_claim(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en-US", [])
+    assert verdict.replaced, verdict.explanation
+
+
+@pytest.mark.parametrize("reply", STILL_CLAIMS)
+def test_round6_rules_leave_these_claims_alone(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en-US", [])
+    assert verdict.replaced, verdict.explanation
