@@ -267,6 +267,8 @@ class Placement(EnglishWords):
         rest = tokens[i + 1 :]
         if part.end_mark == ":" and rest and all(t[3] in ("O", "V", "R") for t in rest):
             return frozenset({"label"})
+        if rest and (rest[0][3] == "D" or rest[0][0] in OBJECT_PRONOUNS):
+            return frozenset()  # it takes an object: "Paid the gas bill on Sep 30" (a modifier takes none)
         for k, t in enumerate(rest):
             if t[3] in ("B", "H", "M"):
                 return frozenset({"attributive"})

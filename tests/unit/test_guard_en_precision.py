@@ -23,6 +23,21 @@ RULE_CASES = [
     # the user's act, then "and" + its result: the result waits on the user (en.yaml instruction, sentence)
     ("instruction", "Simply scan the QR code and your ticket is validated."),
     ("instruction", "Two taps in the app and your card is frozen."),
+    # ... or its time (en.yaml success_noun, after)
+    ("success_noun", "Nightly backup: finished 02:15, no errors."),
+    # "has been since": the state has lasted (en.yaml state, sentence)
+    ("state", "The domain is renewed, and has been since 2019."),
+    # an opening condition governs its main clause's present passive (en.yaml condition, sentence)
+    ("condition", "Once the bank signs off, the loan is released and the funds are wired."),
+    # the next step of an instruction: "and" + a base form after a part that opens with a base form (exclusions.py)
+    ("instruction", "To have the parcel redirected, open the app and set a new address."),
+    # what a screen shows after a display noun and a colon (en.yaml quotation, sentence)
+    ("quotation", "The kiosk flashes an alert: 'Payment accepted'."),
+    # a property by a count or a colour (en.yaml state, after)
+    ("state", "The signage is translated into six languages."),
+    ("state", "The front door is painted dark green."),
+    # stopped halfway is a failure; what changes after it is its consequence (en.yaml failure, part)
+    ("state", "The download broke off midway and the laptop shut down."),
 ]
 
 # sentences with no claim the grammar used to read as one
@@ -37,6 +52,10 @@ NOT_CLAIMS = [
 CLAIMS = [
     # a plural possessive ("the girls' phone") is no subject of a later verb: the head participle reports
     "Switched on location sharing on the girls' phone.",
+    # a setting the assistant made, until a time, is no "closed until" frame (en.yaml state, sentence)
+    "The newspaper delivery is paused until the 10th.",
+    # a head participle that takes a determiner's noun is a verb with its object, no modifier (placement_en.py)
+    "Renewed the bus pass with your debit card.",
 ]
 
 # what the new rules must leave alone: still claims
@@ -45,6 +64,16 @@ STILL_CLAIMS = [
     "I signed the form and the copy is in your inbox.",  # the assistant's past, not an imperative
     "Paid the water bill on Oct 2 from your checking account.",  # a date inside a report, not a record's entry
     "Booked Friday's table; it is not yet confirmed by the restaurant, but the slot is held.",
+    "If it helps, your order is cancelled and the refund is on its way.",  # a speech-act "if"
+    "I filled in the claim form and hit Submit.",  # the part before opens with a past, not a base form
+    "I've translated your CV into two languages.",  # the assistant's act: no gated rule
+    "Just a quick note: I've cancelled the order.",  # a note is no display noun
+    "Your table for two is reserved at 7:30.",  # "at" + a time is no record's entry
+]
+
+# what the narrowed rules must still set aside
+STILL_NOT_CLAIMS = [
+    "The pool is closed until May.",  # a state framed by "until"
 ]
 
 
@@ -73,3 +102,9 @@ def test_what_round6_reads_as_a_claim(guard: ReplyGuard, reply: str) -> None:
 def test_round6_rules_leave_these_claims_alone(guard: ReplyGuard, reply: str) -> None:
     verdict = guard.check(reply, "en-US", [])
     assert verdict.replaced, verdict.explanation
+
+
+@pytest.mark.parametrize("reply", STILL_NOT_CLAIMS)
+def test_round6_narrowed_rules_still_set_these_aside(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "en-US", [])
+    assert not verdict.replaced, verdict.explanation
