@@ -38,6 +38,9 @@ RULE_CASES = [
     ("state", "The front door is painted dark green."),
     # stopped halfway is a failure; what changes after it is its consequence (en.yaml failure, part)
     ("state", "The download broke off midway and the laptop shut down."),
+    # a mark in a key or legend names a symbol, reports nothing (en.yaml success_noun, before and after)
+    ("success_noun", "In this list, ✔ means the form was signed."),
+    ("success_noun", "Key: ✅ = renewed, ❌ = lapsed."),
 ]
 
 # sentences with no claim the grammar used to read as one
@@ -69,6 +72,7 @@ STILL_CLAIMS = [
     "I've translated your CV into two languages.",  # the assistant's act: no gated rule
     "Just a quick note: I've cancelled the order.",  # a note is no display noun
     "Your table for two is reserved at 7:30.",  # "at" + a time is no record's entry
+    "✅ Renewed your passport appointment for the 9th.",  # a mark before a report is no key
 ]
 
 # what the narrowed rules must still set aside
