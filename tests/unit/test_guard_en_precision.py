@@ -49,6 +49,9 @@ NOT_CLAIMS = [
     "The rebate form reached the office, not yet stamped.",
     # "rent" is a noun, not a past of "rend" (en.yaml verbs.not_writes)
     "Rent (November) is the largest line of the budget.",
+    # a sentence cut by one empty line reads on: the negation governs the verb after the gap (normalise.py, lines)
+    "I haven't\n\nrenewed the permit online.",
+    "Nothing\n\nwas deleted from the shared drive.",
 ]
 
 # claims the grammar used to miss
