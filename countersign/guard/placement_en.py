@@ -278,6 +278,7 @@ class Placement(EnglishWords):
                 and rest[k - 1][0].endswith("s")
                 and rest[k - 1][3] == "O"
                 and part.text[rest[k - 1][2] - part.start : rest[k - 1][2] - part.start + 1] not in _POSSESSIVE
+                and not any(w[0] in self.preps for w in rest[: k - 1])  # "Signed Sam up for the tennis camp"
             ):
                 return frozenset({"attributive"})  # not a possessive plural: "Turned off autoplay on the kids' tablet"
         return frozenset()

@@ -41,6 +41,16 @@ RULE_CASES = [
     # a mark in a key or legend names a symbol, reports nothing (en.yaml success_noun, before and after)
     ("success_noun", "In this list, ✔ means the form was signed."),
     ("success_noun", "Key: ✅ = renewed, ❌ = lapsed."),
+    # a log read back (en.yaml quotation, sentence)
+    ("quotation", "Security log: 'Recovery email changed' from a laptop in Leeds."),
+    # someone else's message: "X wrote/texted/emailed that …" (en.yaml quotation, before)
+    ("quotation", "The school emailed that the trip fees have been refunded."),
+    # a read summary headed by its source (en.yaml time_anchor, sentence)
+    ("time_anchor", "From the tracking page: the parcel was redelivered to the depot."),
+    # a season named with "this" frames a state as "the" does (en.yaml state, after)
+    ("state", "The outdoor pool is closed for this season."),
+    # the user's act, then "then" + its result (en.yaml instruction, sentence)
+    ("instruction", "Press the reset pin for ten seconds, then the router is wiped."),
 ]
 
 # sentences with no claim the grammar used to read as one
@@ -62,6 +72,8 @@ CLAIMS = [
     "The newspaper delivery is paused until the 10th.",
     # a head participle that takes a determiner's noun is a verb with its object, no modifier (placement_en.py)
     "Renewed the bus pass with your debit card.",
+    # a plural noun after a preposition is no subject of the verb after it (placement_en.py)
+    "Signed Mia up for the chess club.",
 ]
 
 # what the new rules must leave alone: still claims
@@ -76,6 +88,8 @@ STILL_CLAIMS = [
     "Just a quick note: I've cancelled the order.",  # a note is no display noun
     "Your table for two is reserved at 7:30.",  # "at" + a time is no record's entry
     "✅ Renewed your passport appointment for the 9th.",  # a mark before a report is no key
+    "From your inbox: I archived the 40 oldest newsletters.",  # the assistant's act: no gated rule
+    "I emailed the school and the trip fees have been refunded.",  # the assistant's own message
 ]
 
 # what the narrowed rules must still set aside
