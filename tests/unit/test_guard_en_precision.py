@@ -51,6 +51,15 @@ RULE_CASES = [
     ("state", "The outdoor pool is closed for this season."),
     # the user's act, then "then" + its result (en.yaml instruction, sentence)
     ("instruction", "Press the reset pin for ten seconds, then the router is wiped."),
+    # "When you …," opens a condition as "If you …," does (en.yaml condition, sentence)
+    ("condition", "When you land, the airport transfer is booked through the hotel."),
+    # a summary named as what is read (en.yaml time_anchor, sentence)
+    ("time_anchor", "Weekly recap of your deliveries: 3 received, 1 refunded."),
+    # a checklist read back (en.yaml success_noun, sentence)
+    ("success_noun", "Moving checklist — done: boxes, van hire."),
+    ("success_noun", "Finished: flights and hotel, missing: car hire."),
+    # "still" + a participle: a state that goes on (en.yaml state, before)
+    ("state", "Your old number is still forwarded to the new phone."),
 ]
 
 # sentences with no claim the grammar used to read as one
