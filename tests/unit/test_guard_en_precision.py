@@ -60,6 +60,14 @@ RULE_CASES = [
     ("success_noun", "Finished: flights and hotel, missing: car hire."),
     # "still" + a participle: a state that goes on (en.yaml state, before)
     ("state", "Your old number is still forwarded to the new phone."),
+    # a trailing attribution; what a thing reads after a colon (en.yaml quotation, sentence)
+    ("quotation", "The boiler has been fixed, the landlord told me."),
+    ("quotation", "The screen reads: 'Card accepted'."),
+    # fully charged is a capacity, as fully booked (en.yaml state, before)
+    ("state", "Your e-bike is fully charged."),
+    # a record's fields with a day-month date; a tally in brackets (en.yaml success_noun)
+    ("success_noun", "Invoice 2231 · Paid · 3 Mar"),
+    ("success_noun", "Forms this week: 6 (2 signed)."),
 ]
 
 # sentences with no claim the grammar used to read as one
@@ -83,6 +91,8 @@ CLAIMS = [
     "Renewed the bus pass with your debit card.",
     # a plural noun after a preposition is no subject of the verb after it (placement_en.py)
     "Signed Mia up for the chess club.",
+    # a bare "Claimed" heads a write, no report of words (en.yaml quotation, before)
+    "Claimed the delay compensation from the rail company.",
 ]
 
 # what the new rules must leave alone: still claims
@@ -99,6 +109,8 @@ STILL_CLAIMS = [
     "✅ Renewed your passport appointment for the 9th.",  # a mark before a report is no key
     "From your inbox: I archived the 40 oldest newsletters.",  # the assistant's act: no gated rule
     "I emailed the school and the trip fees have been refunded.",  # the assistant's own message
+    "I've updated the note so it reads: 'Call Mum at 6'.",  # "it reads:" after the assistant's edit
+    "I claimed the deposit back from the letting agent.",  # I + claimed is a write
 ]
 
 # what the narrowed rules must still set aside
