@@ -87,6 +87,8 @@ def _goes_on_across_a_blank_line(before: str, line: str) -> bool:
         and not _NEW_LINE_UNIT.match(before)
         and not _NEW_LINE_UNIT.match(line)
     )
+
+
 _APOSTROPHE = re.compile(r"(?<=[A-Za-z])[\u2018\u2019\u02bc\u00b4`](?=[A-Za-z])")
 
 
