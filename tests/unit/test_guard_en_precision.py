@@ -63,6 +63,8 @@ RULE_CASES = [
     # a trailing attribution; what a thing reads after a colon (en.yaml quotation, sentence)
     ("quotation", "The boiler has been fixed, the landlord told me."),
     ("quotation", "The screen reads: 'Card accepted'."),
+    # someone's message in single quotes after "texted:" (en.yaml quotation, sentence)
+    ("quotation", "Priya messaged: 'Invoice paid, thanks!'"),
     # fully charged is a capacity, as fully booked (en.yaml state, before)
     ("state", "Your e-bike is fully charged."),
     # a record's fields with a day-month date; a tally in brackets (en.yaml success_noun)
