@@ -219,16 +219,36 @@ def _imperative(c: Candidate) -> bool:
     """A bare head at the sentence's start whose form is also the base form (set, put, reset, cut), joined by
     "and"/"then" to a verb in its base form that is no past form ("Set the oven to 180 and leave it for an hour"):
     an instruction to the user, not a report ("Set the oven to 180 and left it" reports)."""
-    if c.rule != "bare_head" or c.lexicon.grammar != "en" or c.part.start != c.sentence.parts[0].start:
+    if c.rule != "bare_head" or c.lexicon.grammar != "en":
         return False
     text = c.sentence.text
     if text[c.vstart : c.vend].lower() != c.verb.replace("-", ""):
         return False
     lex = c.lexicon
+    if c.part.start != c.sentence.parts[0].start:
+        return _chained_imperative(c, text.lower())
     return any(
         m.group(1) in lex.verb_lemmas and m.group(1) not in lex.verb_forms
         for m in _AND_BASE.finditer(text.lower(), c.vend)
     )
+
+
+_BASE_OPENS = re.compile(r"^\W*(?:(?:please|just|simply|now|then|first)\s+)*([a-z]+)\b")
+_JOINED = re.compile(r"^\W*(?:and|then|and\s+then)\s")
+
+
+def _chained_imperative(c: Candidate, low: str) -> bool:
+    """A bare head that is also the base form, after "and"/"then", when the part before it opens with a verb in
+    its base form that is no past form ("To get the refund issued, attach the receipt and hit Submit"): the next
+    step of an instruction ("I filled in the form and hit Submit" reports)."""
+    parts = c.sentence.parts
+    k = next((n for n, p in enumerate(parts) if p.start == c.part.start), 0)
+    if k == 0 or not _JOINED.match(low[c.part.start : c.vstart]):
+        return False
+    prev = parts[k - 1]
+    m = _BASE_OPENS.match(low[prev.start : prev.end])
+    lex = c.lexicon
+    return m is not None and m.group(1) in lex.verb_lemmas and m.group(1) not in lex.verb_forms
 
 
 def _on_request(c: Candidate, text: str) -> bool:

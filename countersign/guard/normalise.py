@@ -73,6 +73,22 @@ _LINE_END_STOP = re.compile(r"[。！？!?.;；:：…)）」』\"”]\s*$")
 # where the search tries the class at every character of the line
 _LINE_END_CHARS = frozenset('。！？!?.;；:：…)）」』"”')
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+def _goes_on_across_a_blank_line(before: str, line: str) -> bool:
+    """A line with no sentence end, one empty line, then a line that opens in lower case: one sentence a reader
+    reads on ("I haven't\n\ncancelled the order yet."), not two paragraphs (a list item or a heading keeps its line)."""
+    a, b = before.rstrip(), line.lstrip()
+    return bool(
+        a
+        and b
+        and "a" <= b[0] <= "z"
+        and a[-1] not in _LINE_END_CHARS
+        and not _NEW_LINE_UNIT.match(before)
+        and not _NEW_LINE_UNIT.match(line)
+    )
+
+
 _APOSTROPHE = re.compile(r"(?<=[A-Za-z])[\u2018\u2019\u02bc\u00b4`](?=[A-Za-z])")
 
 
@@ -342,6 +358,9 @@ class Normaliser:
         out = [lines[0]]
         for line in lines[1:]:
             prev = out[-1]
+            if not prev.strip() and len(out) > 1 and _goes_on_across_a_blank_line(out[-2], line):
+                out.pop()  # "I haven't\n\ncancelled it": one sentence cut by an empty line reads on
+                prev = out[-1]
             if (
                 not prev.strip()
                 or not line.strip()

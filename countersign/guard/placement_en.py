@@ -13,6 +13,7 @@ _RELATIVE = frozenset({"that", "which", "who", "whom", "whose"})
 _FLOATING = frozenset({"all", "both", "each"})
 _CAUSATIVES = frozenset({"get", "got", "gets", "gotten", "have", "has", "had"})
 _WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
+_POSSESSIVE = frozenset({"'", "’"})  # after a plural noun: its owner ("the kids' tablet"), no subject
 
 
 class Placement(EnglishWords):
@@ -266,11 +267,20 @@ class Placement(EnglishWords):
         rest = tokens[i + 1 :]
         if part.end_mark == ":" and rest and all(t[3] in ("O", "V", "R") for t in rest):
             return frozenset({"label"})
+        if rest and (rest[0][3] == "D" or rest[0][0] in OBJECT_PRONOUNS):
+            return frozenset()  # it takes an object: "Paid the gas bill on Sep 30" (a modifier takes none)
         for k, t in enumerate(rest):
             if t[3] in ("B", "H", "M"):
                 return frozenset({"attributive"})
-            if k > 0 and t[0] in self.lex.verb_lemmas and rest[k - 1][0].endswith("s") and rest[k - 1][3] == "O":
-                return frozenset({"attributive"})
+            if (
+                k > 0
+                and t[0] in self.lex.verb_lemmas
+                and rest[k - 1][0].endswith("s")
+                and rest[k - 1][3] == "O"
+                and part.text[rest[k - 1][2] - part.start : rest[k - 1][2] - part.start + 1] not in _POSSESSIVE
+                and not any(w[0] in self.preps for w in rest[: k - 1])  # "Signed Sam up for the tennis camp"
+            ):
+                return frozenset({"attributive"})  # not a possessive plural: "Turned off autoplay on the kids' tablet"
         return frozenset()
 
     @staticmethod

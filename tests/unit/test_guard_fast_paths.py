@@ -157,6 +157,9 @@ class _Before(Normaliser):
         out = [lines[0]]
         for line in lines[1:]:
             prev = out[-1]
+            if not prev.strip() and len(out) > 1 and nm._goes_on_across_a_blank_line(out[-2], line):
+                out.pop()  # (guard6en: a sentence cut by an empty line reads on; the same in both)
+                prev = out[-1]
             if not prev.strip() or not line.strip() or nm._LINE_END_STOP.search(prev) or nm._NEW_LINE_UNIT.match(line):
                 out.append(line)
                 continue
