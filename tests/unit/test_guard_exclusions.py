@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from countersign.guard import ReplyGuard, segment
 from countersign.guard.claims_zh import _MARKERS
 from countersign.guard.lexicon import EXCLUSION_RULES, Lexicon
-from countersign.guard.needles import NeedleIndex
+from countersign.guard.needles import NeedleIndex, satisfied
 
 
 @pytest.fixture(scope="module")
@@ -497,19 +497,28 @@ _WORDS = [
     "it",
     "was",
     "been",
+    "OK",
+    "oK",
+    "Ok了",
+    "都oK啦",
 ]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.lists(st.one_of(st.sampled_from(_WORDS), st.text(max_size=4)), max_size=30).map("".join))
 def test_needles_never_hide_a_match(guard: ReplyGuard, text: str) -> None:
+    """Every match holds a needle of each set (in the text lower-cased: needles are lower-case, and a zh-style
+    lexicon's regexes match case-insensitively), and the needle index finds them there."""
     for lex in guard.lexicons_by_name.values():
         folded = lex.fold(text)
-        rules = [(c.rx, c.needs) for cues in lex.cues.values() for c in cues]
-        rules += [(rx, need) for _rule, rx, need in guard.grammars[lex.name].phrases.rules]
-        for rx, need in rules:
+        hay = folded.lower()
+        phrases = guard.grammars[lex.name].phrases
+        rules = [(c.rx, c.needs, lex.cue_index) for cues in lex.cues.values() for c in cues]
+        rules += [(rx, need, phrases.needles) for _rule, rx, need in phrases.rules]
+        for rx, need, index in rules:
             if need is not None and rx.search(folded):
-                assert all(any(n in folded for n in group) for group in need), (rx.pattern, text)
+                assert all(any(n in hay for n in group) for group in need), (rx.pattern, text)
+                assert satisfied(need, index.present(folded)), (rx.pattern, text)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -602,13 +611,19 @@ def _indexes(guard: ReplyGuard) -> list[tuple[Lexicon, NeedleIndex]]:
 
 
 def _every_needle(index: NeedleIndex, text: str) -> set[str]:
-    return {n for n in index.needles if n in text}
+    """Every needle the text holds; a caseless index's needles with a cased letter in any case."""
+    low = text.lower()
+    return {n for n in index.needles if n in (low if index.caseless and n != n.upper() else text)}
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     pieces=st.lists(
-        st.one_of(st.sampled_from(_WORDS), st.text(max_size=4), st.sampled_from(["已", "删", "没有", "été", "—"])),
+        st.one_of(
+            st.sampled_from(_WORDS),
+            st.text(max_size=4),
+            st.sampled_from(["已", "删", "没有", "été", "—", "OK", "oK", "Ok"]),
+        ),
         max_size=30,
     )
 )
