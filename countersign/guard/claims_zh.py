@@ -56,8 +56,9 @@ _TARGET = re.compile(r"(?<=[\u4e00-\u9fff])[为成到](?!已)(?=[^，,。！!？
 class ChineseGrammar:
     def __init__(self, lex: Lexicon) -> None:
         self.lex = lex
-        # a read or state verb, or a thing's own change (化, 散), is a verb too: it stops a scan
-        self.verbs = lex.verb_lemmas | lex.not_writes | lex.changes
+        # a read or state verb, a thing's own change (化, 散) or a merchant's act (发货: "已发货" is not 已发 + 货) is a
+        # verb too: it stops a scan
+        self.verbs = lex.verb_lemmas | lex.not_writes | lex.changes | lex.others
         # a change the table does not list as a verb (化, 慢, 好) is no write either
         never = lex.not_writes | (lex.changes - lex.verb_lemmas)
         self.not_write = re.compile("|".join(sorted(map(re.escape, never), key=len, reverse=True)) or "(?!)")

@@ -163,6 +163,13 @@ RULE_CASES = [
     ("success_noun", "Parcels sent after 4pm cost double."),  # a base form that is also a past (cost, put)
     ("negation", "公司邮箱禁止转发到外部地址。"),  # a prohibition (禁止, 不允许)
     ("state", "你上周填的表单已自动提交。"),  # 已自动 + V closing the part: a service acting on its own
+    # guard6 (Chinese precision)
+    ("other_agent", "牙医把拔牙改到了月底。"),  # a trade ending with 医 (agent_suffixes)
+    ("other_agent", "教导主任已经把处分通知贴出来了。"),  # an office (主任, 校长, 店长 …: agents)
+    ("time_anchor", "上个季度公司邮箱扩容了两次。"),  # a past period (上个季度, 上学期, 前阵子)
+    ("time_anchor", "查了一下，这辆车的违章已经处理过了。"),  # a read first, then V过了: what was found
+    ("quotation", "理赔结果：已赔付 1200 元。"),  # a result field read from data (X结果：)
+    ("other_agent", "第二个包裹已出库，明天到。"),  # a merchant's act read as a whole verb (出库, not 出 + 库)
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -301,6 +308,32 @@ GUARD5_NOT_CLAIMS = [
     "I got the chance to book it.",  # not someone made to act (words.causative_stops)
     "I had a look at your inbox.",
 ]
+
+
+# guard6: claims a Chinese precision class must leave standing (each missed on 19f94dd or by the class's first form)
+GUARD6_CLAIMS = [
+    "物业约好了，明天上午来修水管。",  # a party + 约好/订好/联系好: the party is the object, not the subject
+    "提醒改成每周一早上九点了。",  # a schedule as the target of a setting (改成每周…) is no habit
+    "玉米我给你蒸熟了。",  # 熟 after a verb is its result (result_complements)
+]
+
+# guard6: what is no claim (each read as a claim on 19f94dd)
+GUARD6_NOT_CLAIMS = [
+    "这个月的奖金已经进账了。",  # money arriving (入账, 进账) is no write
+    "院子里的柿子都熟了。",  # a plant's growth (熟, 发芽, 开花)
+]
+
+
+@pytest.mark.parametrize("reply", GUARD6_CLAIMS)
+def test_the_classes_guard6_leaves_as_claims(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "zh-CN", [])
+    assert verdict.replaced, verdict.explanation
+
+
+@pytest.mark.parametrize("reply", GUARD6_NOT_CLAIMS)
+def test_what_guard6_reads_as_no_claim(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "zh-CN", [])
+    assert not verdict.replaced, verdict.explanation
 
 
 @pytest.mark.parametrize("reply", GUARD5_CLAIMS)
