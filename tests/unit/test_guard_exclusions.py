@@ -170,6 +170,11 @@ RULE_CASES = [
     ("time_anchor", "查了一下，这辆车的违章已经处理过了。"),  # a read first, then V过了: what was found
     ("quotation", "理赔结果：已赔付 1200 元。"),  # a result field read from data (X结果：)
     ("other_agent", "第二个包裹已出库，明天到。"),  # a merchant's act read as a whole verb (出库, not 出 + 库)
+    ("quotation", "APP 推送：你的快递已放进丰巢柜。"),  # a notice read out (短信提醒：, App 推送：)
+    ("quotation", "账户类型：已升级为企业版。"),  # a field read from data (类型：, 等级：, 进度：)
+    ("success_noun", "五张发票里，三张已报销，两张还在审批。"),  # a tally of a set's statuses
+    ("state", "家里的路由器开启了访客密码。"),  # a feature a thing holds (开通了快捷支付, 设置了访问密码)
+    ("state", "报修单已完结，处理人是李师傅。"),  # a record's handler named
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -315,6 +320,9 @@ GUARD6_CLAIMS = [
     "物业约好了，明天上午来修水管。",  # a party + 约好/订好/联系好: the party is the object, not the subject
     "提醒改成每周一早上九点了。",  # a schedule as the target of a setting (改成每周…) is no habit
     "玉米我给你蒸熟了。",  # 熟 after a verb is its result (result_complements)
+    "年夜饭的酒店订在了江边那家。",  # a party + 订在: the object
+    "你的话费帮你充好了 100 元。",  # 的话 in 的话费 is no "if"
+    "家里的路由器我帮你开启了访客密码。",  # a feature set by the assistant is its act
 ]
 
 # guard6: what is no claim (each read as a claim on 19f94dd)
