@@ -175,6 +175,16 @@ RULE_CASES = [
     ("success_noun", "五张发票里，三张已报销，两张还在审批。"),  # a tally of a set's statuses
     ("state", "家里的路由器开启了访客密码。"),  # a feature a thing holds (开通了快捷支付, 设置了访问密码)
     ("state", "报修单已完结，处理人是李师傅。"),  # a record's handler named
+    ("other_agent", "售后部门已经处理完了。"),  # an organisation that handles (处理, 审核, 受理 …)
+    ("other_agent", "同事的工位号换了，在三楼东侧。"),  # a third party's own thing changed (X的…换了)
+    ("quotation", "缴费明细：已缴物业费 1800 元。"),  # a details heading (明细：, 详情：, 记录：)
+    ("time_anchor", "- 3 月 8 日：已续费 99 元"),  # a dated record heading its line
+    ("state", "期末成绩已出。"),  # results issued by someone else (账单已出, 成绩出来了)
+    ("state", "新手机的省电模式默认打开了。"),  # a default
+    ("state", "验证异常，支付账户已被限制。"),  # a lock after a failure: the system's sanction
+    ("instruction", "开通步骤：下载 App、实名认证，就办好了。"),  # steps to follow, then 就办好了
+    ("offer_plan", "明白，你是想把周会挪到了下午。"),  # 是想把: a wish, not an act
+    ("condition", "等退款到了，我就提醒你。"),  # 等 X 了，再/就 …: a next step after X
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -323,12 +333,14 @@ GUARD6_CLAIMS = [
     "年夜饭的酒店订在了江边那家。",  # a party + 订在: the object
     "你的话费帮你充好了 100 元。",  # 的话 in 的话费 is no "if"
     "家里的路由器我帮你开启了访客密码。",  # a feature set by the assistant is its act
+    "停车的超时费帮你交了。",  # 超时费 is a fee, no failure
 ]
 
 # guard6: what is no claim (each read as a claim on 19f94dd)
 GUARD6_NOT_CLAIMS = [
     "这个月的奖金已经进账了。",  # money arriving (入账, 进账) is no write
     "院子里的柿子都熟了。",  # a plant's growth (熟, 发芽, 开花)
+    "网约车已经驶入小区了。",  # a vehicle moving (驶入, 驶离, 进站)
 ]
 
 

@@ -445,12 +445,12 @@ def test_a_chinese_phrase_rule_with_latin_letters_matches_in_any_case(guard: Rep
 
 @pytest.mark.parametrize("app", ["APP", "App", "app", "aPP"])
 def test_a_chinese_cue_with_latin_letters_sets_aside_in_any_case(tmp_path: Path, app: str) -> None:
-    """A user's zh cue that holds Latin letters ("APP 里的记录：" is read from data) sets aside whatever case the
+    """A user's zh cue that holds Latin letters ("APP 上看到" is read from data) sets aside whatever case the
     reply writes them in (the cue compiles case-insensitively; its needles were tested case-sensitively)."""
-    sentence = f"{app}里的记录：订单已经取消了。"
+    sentence = f"{app}上看到订单已经取消了。"
     assert ReplyGuard.load().check(sentence, "zh-CN", []).replaced  # no packaged cue reads it
     folder = _copy_lexicons(tmp_path)
-    cue = r"APP\s*(?:里|上)的(?:记录|提示)"
+    cue = r"APP\s*(?:里|上)(?:看到|查到)"
     _edit(folder, "zh.yaml", lambda d: d["exclusions"]["quotation"]["sentence"].append(cue))
     v = ReplyGuard.load(folder).check(sentence, "zh-CN", [])
     assert not v.replaced and v.excluded[0][1] == "quotation", v.excluded
