@@ -142,19 +142,22 @@ class NeedleIndex:
                     cased.setdefault(first, []).append(n)
             else:
                 by_first.setdefault(n[:1], []).append(n)
+        self._cased = {first: tuple(ns) for first, ns in cased.items()}  # first letter (either case) -> needles
+        self._cased_firsts = frozenset(self._cased)
+        for first in self._cased_firsts:
+            by_first.setdefault(first, [])  # one scan of the text finds the first characters of both kinds
         self._by_first = {first: tuple(ns) for first, ns in by_first.items()}
         self._firsts = frozenset(self._by_first) - {""}
         self._empty = ("",) if "" in self._by_first else ()  # an empty needle is in every text
-        self._cased = {first: tuple(ns) for first, ns in cased.items()}  # first letter (either case) -> needles
-        self._cased_firsts = frozenset(self._cased)
 
     def present(self, text: str, words: Iterable[str] | None = None) -> set[str]:
         if words is None and not text.isascii():
             by_first = self._by_first
-            found = {n for first in self._firsts.intersection(text) for n in by_first[first] if n in text}
-            if self._cased_firsts and not self._cased_firsts.isdisjoint(text):
+            hits = self._firsts.intersection(text)
+            found = {n for first in hits for n in by_first[first] if n in text}
+            if self._cased_firsts and not self._cased_firsts.isdisjoint(hits):
                 low, cased = text.lower(), self._cased
-                found.update(n for first in self._cased_firsts.intersection(text) for n in cased[first] if n in low)
+                found.update(n for first in self._cased_firsts.intersection(hits) for n in cased[first] if n in low)
             return found.union(self._empty) if self._empty else found
         if self.caseless and words is None:
             text = text.lower()

@@ -185,6 +185,8 @@ RULE_CASES = [
     ("instruction", "开通步骤：下载 App、实名认证，就办好了。"),  # steps to follow, then 就办好了
     ("offer_plan", "明白，你是想把周会挪到了下午。"),  # 是想把: a wish, not an act
     ("condition", "等退款到了，我就提醒你。"),  # 等 X 了，再/就 …: a next step after X
+    ("quotation", "工单状态已更新为“已解决”。"),  # a status the system updated (状态已更新为)
+    ("failure", "订票的页面崩了。"),  # a page or an app that crashed (崩了, 卡死了)
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -334,6 +336,9 @@ GUARD6_CLAIMS = [
     "你的话费帮你充好了 100 元。",  # 的话 in 的话费 is no "if"
     "家里的路由器我帮你开启了访客密码。",  # a feature set by the assistant is its act
     "停车的超时费帮你交了。",  # 超时费 is a fee, no failure
+    "旧邮件我都挪到“已处理”文件夹了。",  # a status named in quotes is no verb of the clause: 挪到 acts
+    "平板上的账号帮你踢下线了。",  # 下线 after a verb is its result (result_complements)
+    "物流帮你催了，说是明天派送。",  # a party + 帮你催了 with no object: the party is what was urged
 ]
 
 # guard6: what is no claim (each read as a claim on 19f94dd)
@@ -341,6 +346,7 @@ GUARD6_NOT_CLAIMS = [
     "这个月的奖金已经进账了。",  # money arriving (入账, 进账) is no write
     "院子里的柿子都熟了。",  # a plant's growth (熟, 发芽, 开花)
     "网约车已经驶入小区了。",  # a vehicle moving (驶入, 驶离, 进站)
+    "页面上显示“已付款”了。",  # what is shown in quotes (显示“…”): content, with the quoted status masked
 ]
 
 
