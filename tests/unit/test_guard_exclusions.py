@@ -187,6 +187,11 @@ RULE_CASES = [
     ("condition", "等退款到了，我就提醒你。"),  # 等 X 了，再/就 …: a next step after X
     ("quotation", "工单状态已更新为“已解决”。"),  # a status the system updated (状态已更新为)
     ("failure", "订票的页面崩了。"),  # a page or an app that crashed (崩了, 卡死了)
+    ("time_anchor", "核对了下流水，这笔学费已经交过了。"),  # a read with its object, then V过了
+    ("other_agent", "你的宽带套餐已经升到 500 兆了，是运营商送的。"),  # a cleft naming who did it (，是 X … 的)
+    ("state", "小区今天开始供暖了。"),  # an inception (开始 + V了), not a completion
+    ("state", "电脑自动重启到了安全模式。"),  # 自动 + V + 到/成/为: a device acting on its own
+    ("instruction", "点一下“一键清理”，缓存就删掉了。"),  # a tap on a named button, 就 in the next part
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -339,6 +344,8 @@ GUARD6_CLAIMS = [
     "旧邮件我都挪到“已处理”文件夹了。",  # a status named in quotes is no verb of the clause: 挪到 acts
     "平板上的账号帮你踢下线了。",  # 下线 after a verb is its result (result_complements)
     "物流帮你催了，说是明天派送。",  # a party + 帮你催了 with no object: the party is what was urged
+    "体检报告取完了，就差等医生解读。",  # 就差等…: what is left is someone else's; the claim beside it stands
+    "排队帮你取好号了，前面还有 5 位。",  # 排队 ends with 队 but is no party (not_agents)
 ]
 
 # guard6: what is no claim (each read as a claim on 19f94dd)
