@@ -351,7 +351,8 @@ GUARD6_CLAIMS = [
 # guard6: what is no claim (each read as a claim on 19f94dd)
 GUARD6_NOT_CLAIMS = [
     "这个月的奖金已经进账了。",  # money arriving (入账, 进账) is no write
-    "院子里的柿子都熟了。",  # a plant's growth (熟, 发芽, 开花)
+    "院子里的柿子已经熟了。",  # a plant's growth (熟, 发芽, 开花)
+    "窗台上的蒜已经发芽了。",
     "网约车已经驶入小区了。",  # a vehicle moving (驶入, 驶离, 进站)
     "页面上显示“已付款”了。",  # what is shown in quotes (显示“…”): content, with the quoted status masked
 ]
