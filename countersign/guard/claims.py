@@ -59,11 +59,14 @@ class Phrases:
         self.lex = lex
         flags = 0 if lex.lower else re.IGNORECASE
         self.rules = [
-            (rule, re.compile(pattern, flags), needs(pattern, lex.lower, lex.stop_words))
+            (rule, re.compile(pattern, flags), needs(pattern, True, lex.stop_words))
             for rule, patterns in lex.claim_patterns.items()
             for pattern in patterns
         ]
-        self.needles = NeedleIndex(n for _r, _rx, need in self.rules if need for group in need for n in group)
+        # lower-case needles; for a case-insensitive lexicon (zh) found in any case ("oK了" is "OK了")
+        self.needles = NeedleIndex(
+            (n for _r, _rx, need in self.rules if need for group in need for n in group), caseless=not lex.lower
+        )
         # "^" and "$" anchor at a part's start and end: such a rule is searched part by part only
         self._anchored = {
             rx: re.compile(rx.pattern, rx.flags | re.M)

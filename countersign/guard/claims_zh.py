@@ -50,14 +50,17 @@ _MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完为到]")  #
 _MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将为成到]|完毕")  # 为成到: V + 为/成/到 + target (_TARGET); one class
 # a change and its target closing the part, no 了: "地址更新为榆树街 22 号", "例会改到周四下午" (the verb before it
 # must be a two-character write verb of the table or one of ``words.target_verbs``: 改, 设, 调 ...)
+_QUOTE_MARKS = re.compile(r"[“”「」『』《》\"]")
+_QUOTED = re.compile(r"“[^”]{0,16}”|「[^」]{0,16}」|『[^』]{0,16}』|《[^》]{0,16}》|\"[^\"]{0,16}\"")
 _TARGET = re.compile(r"(?<=[\u4e00-\u9fff])[为成到](?!已)(?=[^，,。！!？?；;了过吗呢]{1,24}[。！!]?\s*$)")
 
 
 class ChineseGrammar:
     def __init__(self, lex: Lexicon) -> None:
         self.lex = lex
-        # a read or state verb, or a thing's own change (化, 散), is a verb too: it stops a scan
-        self.verbs = lex.verb_lemmas | lex.not_writes | lex.changes
+        # a read or state verb, a thing's own change (化, 散) or a merchant's act (发货: "已发货" is not 已发 + 货) is a
+        # verb too: it stops a scan
+        self.verbs = lex.verb_lemmas | lex.not_writes | lex.changes | lex.others
         # a change the table does not list as a verb (化, 慢, 好) is no write either
         never = lex.not_writes | (lex.changes - lex.verb_lemmas)
         self.not_write = re.compile("|".join(sorted(map(re.escape, never), key=len, reverse=True)) or "(?!)")
@@ -295,6 +298,10 @@ class ChineseGrammar:
         ba = _BA.search(before)
         if ba is not None and text[k] == "了":
             return self._cand("ba_construction", sentence, part, ba.start(), k + 1, "")
+        if sentence.quotes and _QUOTE_MARKS.search(before):
+            # a status named in quotes is no verb of this clause: "都移到“已完成”栏了" (移到 acts, not 完成)
+            before = _QUOTED.sub(lambda q: "□" * len(q.group(0)), before)
+            text = before + text[k:]
         if (
             text[k] in _FINAL
             and not text[k + 1 :].strip("。！!~～…. 哈呀哦喔噢嗷啊哟")

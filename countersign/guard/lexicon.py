@@ -208,7 +208,7 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
     common = frozenset(w.lower() for w in raw.get("stop_words", ()))
     cues = {
         scope: tuple(
-            Cue(rule, re.compile(pattern, 0 if lower else re.IGNORECASE), needs(pattern, lower, common))
+            Cue(rule, re.compile(pattern, 0 if lower else re.IGNORECASE), needs(pattern, True, common))
             for rule in EXCLUSION_RULES
             if rule not in GATED_RULES
             for pattern in (raw_scopes.get(rule) or {}).get(scope, ())
@@ -221,7 +221,7 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
                 Cue(
                     rule,
                     re.compile(pattern, 0 if lower else re.IGNORECASE),
-                    _caseless(needs(pattern, lower, common), lower),
+                    needs(pattern, True, common),
                 )
                 for pattern in patterns
             )
@@ -251,13 +251,17 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
         exclusions=exclusions,
         replacements=dict(raw["replacement"]),
         cues={scope: found for scope, found in cues.items() if found},
+        # needles are lower-case; a lexicon matched case-insensitively (not ``lower``) finds its cased ones in any case
         cue_index=NeedleIndex(
-            n
-            for found in (*cues.values(), *(f for scopes in gated.values() for f in scopes.values()))
-            for cue in found
-            if cue.needs
-            for group in cue.needs
-            for n in group
+            (
+                n
+                for found in (*cues.values(), *(f for scopes in gated.values() for f in scopes.values()))
+                for cue in found
+                if cue.needs
+                for group in cue.needs
+                for n in group
+            ),
+            caseless=not lower,
         ),
         gated=gated,
         claim_patterns={rule: tuple(patterns) for rule, patterns in (raw.get("claims") or {}).items()},
@@ -267,15 +271,6 @@ def compile_lexicon(name: str, raw: Any, root: Traversable) -> Lexicon:
 # a numbered backreference (named groups are refused): inside the scope's alternation its number would count the
 # groups of the patterns before it, so such a scope is searched as the alternation only
 _BACKREFERENCE = re.compile(r"\\[1-9]")
-
-
-def _caseless(found: Needs | None, lower: bool) -> Needs | None:
-    """``found`` as needles of a text matched case-insensitively (a lexicon without ``lower``): a needle set that
-    holds a cased letter ("OK" matches "ok") is no test there, so it is dropped."""
-    if lower or found is None:
-        return found
-    kept = tuple(group for group in found if all(ch.lower() == ch == ch.upper() for n in group for ch in n))
-    return kept or None
 
 
 def _verb_table(name: str, table: str | None, grammar: str, root: Traversable) -> tuple[dict[str, str], set[str]]:

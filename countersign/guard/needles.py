@@ -121,16 +121,31 @@ class NeedleIndex:
       intersection, so a Chinese sentence tests a few dozen of the cue index's ~380 needles, not all of them
       (5x less time on the bench's dense listing than one test per needle; an ASCII needle in a wide string
       costs more than in an ASCII one).
-    ``words``: the text's runs of letters when the caller has them already (lower-cased with the text)."""
+    ``words``: the text's runs of letters when the caller has them already (lower-cased with the text).
 
-    def __init__(self, needles: Iterable[str]) -> None:
+    ``caseless``: the regexes behind the needles match case-insensitively on text that is not lower-cased (a
+    zh-style lexicon: "OK了" is "ok了"); the needles must then be lower-case (``needs(..., lower=True)``) and a
+    needle with a cased letter is looked for in the text lower-cased, only when the text holds its first letter
+    in either case (a Chinese sentence without Latin letters pays one set test)."""
+
+    def __init__(self, needles: Iterable[str], caseless: bool = False) -> None:
         self.needles = tuple(sorted(set(needles)))
+        self.caseless = caseless
         self._letters = tuple(n for n in self.needles if n.isascii() and n.isalpha())
         self._others = tuple(n for n in self.needles if n not in self._letters)
         self._by_word: dict[str, frozenset[str]] = {}
         by_first: dict[str, list[str]] = {}
+        cased: dict[str, list[str]] = {}
         for n in self.needles:
-            by_first.setdefault(n[:1], []).append(n)
+            if caseless and n != n.upper():
+                for first in {n[:1], n[:1].upper()}:
+                    cased.setdefault(first, []).append(n)
+            else:
+                by_first.setdefault(n[:1], []).append(n)
+        self._cased = {first: tuple(ns) for first, ns in cased.items()}  # first letter (either case) -> needles
+        self._cased_firsts = frozenset(self._cased)
+        for first in self._cased_firsts:
+            by_first.setdefault(first, [])  # one scan of the text finds the first characters of both kinds
         self._by_first = {first: tuple(ns) for first, ns in by_first.items()}
         self._firsts = frozenset(self._by_first) - {""}
         self._empty = ("",) if "" in self._by_first else ()  # an empty needle is in every text
@@ -138,8 +153,14 @@ class NeedleIndex:
     def present(self, text: str, words: Iterable[str] | None = None) -> set[str]:
         if words is None and not text.isascii():
             by_first = self._by_first
-            found = {n for first in self._firsts.intersection(text) for n in by_first[first] if n in text}
+            hits = self._firsts.intersection(text)
+            found = {n for first in hits for n in by_first[first] if n in text}
+            if self._cased_firsts and not self._cased_firsts.isdisjoint(hits):
+                low, cased = text.lower(), self._cased
+                found.update(n for first in self._cased_firsts.intersection(hits) for n in cased[first] if n in low)
             return found.union(self._empty) if self._empty else found
+        if self.caseless and words is None:
+            text = text.lower()
         found = {n for n in self._others if n in text}
         memo = self._by_word
         for word in _LETTER_RUNS.findall(text) if words is None else words:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from countersign.guard import ReplyGuard, segment
 from countersign.guard.claims_zh import _MARKERS
 from countersign.guard.lexicon import EXCLUSION_RULES, Lexicon
-from countersign.guard.needles import NeedleIndex
+from countersign.guard.needles import NeedleIndex, satisfied
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +163,35 @@ RULE_CASES = [
     ("success_noun", "Parcels sent after 4pm cost double."),  # a base form that is also a past (cost, put)
     ("negation", "公司邮箱禁止转发到外部地址。"),  # a prohibition (禁止, 不允许)
     ("state", "你上周填的表单已自动提交。"),  # 已自动 + V closing the part: a service acting on its own
+    # guard6 (Chinese precision)
+    ("other_agent", "牙医把拔牙改到了月底。"),  # a trade ending with 医 (agent_suffixes)
+    ("other_agent", "教导主任已经把处分通知贴出来了。"),  # an office (主任, 校长, 店长 …: agents)
+    ("time_anchor", "上个季度公司邮箱扩容了两次。"),  # a past period (上个季度, 上学期, 前阵子)
+    ("time_anchor", "查了一下，这辆车的违章已经处理过了。"),  # a read first, then V过了: what was found
+    ("quotation", "理赔结果：已赔付 1200 元。"),  # a result field read from data (X结果：)
+    ("other_agent", "第二个包裹已出库，明天到。"),  # a merchant's act read as a whole verb (出库, not 出 + 库)
+    ("quotation", "APP 推送：你的快递已放进丰巢柜。"),  # a notice read out (短信提醒：, App 推送：)
+    ("quotation", "账户类型：已升级为企业版。"),  # a field read from data (类型：, 等级：, 进度：)
+    ("success_noun", "五张发票里，三张已报销，两张还在审批。"),  # a tally of a set's statuses
+    ("state", "家里的路由器开启了访客密码。"),  # a feature a thing holds (开通了快捷支付, 设置了访问密码)
+    ("state", "报修单已完结，处理人是李师傅。"),  # a record's handler named
+    ("other_agent", "售后部门已经处理完了。"),  # an organisation that handles (处理, 审核, 受理 …)
+    ("other_agent", "同事的工位号换了，在三楼东侧。"),  # a third party's own thing changed (X的…换了)
+    ("quotation", "缴费明细：已缴物业费 1800 元。"),  # a details heading (明细：, 详情：, 记录：)
+    ("time_anchor", "- 3 月 8 日：已续费 99 元"),  # a dated record heading its line
+    ("state", "期末成绩已出。"),  # results issued by someone else (账单已出, 成绩出来了)
+    ("state", "新手机的省电模式默认打开了。"),  # a default
+    ("state", "验证异常，支付账户已被限制。"),  # a lock after a failure: the system's sanction
+    ("instruction", "开通步骤：下载 App、实名认证，就办好了。"),  # steps to follow, then 就办好了
+    ("offer_plan", "明白，你是想把周会挪到了下午。"),  # 是想把: a wish, not an act
+    ("condition", "等退款到了，我就提醒你。"),  # 等 X 了，再/就 …: a next step after X
+    ("quotation", "工单状态已更新为“已解决”。"),  # a status the system updated (状态已更新为)
+    ("failure", "订票的页面崩了。"),  # a page or an app that crashed (崩了, 卡死了)
+    ("time_anchor", "核对了下流水，这笔学费已经交过了。"),  # a read with its object, then V过了
+    ("other_agent", "你的宽带套餐已经升到 500 兆了，是运营商送的。"),  # a cleft naming who did it (，是 X … 的)
+    ("state", "小区今天开始供暖了。"),  # an inception (开始 + V了), not a completion
+    ("state", "电脑自动重启到了安全模式。"),  # 自动 + V + 到/成/为: a device acting on its own
+    ("instruction", "点一下“一键清理”，缓存就删掉了。"),  # a tap on a named button, 就 in the next part
 ]
 
 # guard4: what the new rules must leave standing, and claims the grammar now reads (each fails without its change)
@@ -301,6 +330,44 @@ GUARD5_NOT_CLAIMS = [
     "I got the chance to book it.",  # not someone made to act (words.causative_stops)
     "I had a look at your inbox.",
 ]
+
+
+# guard6: claims a Chinese precision class must leave standing (each missed on 19f94dd or by the class's first form)
+GUARD6_CLAIMS = [
+    "物业约好了，明天上午来修水管。",  # a party + 约好/订好/联系好: the party is the object, not the subject
+    "提醒改成每周一早上九点了。",  # a schedule as the target of a setting (改成每周…) is no habit
+    "玉米我给你蒸熟了。",  # 熟 after a verb is its result (result_complements)
+    "年夜饭的酒店订在了江边那家。",  # a party + 订在: the object
+    "你的话费帮你充好了 100 元。",  # 的话 in 的话费 is no "if"
+    "家里的路由器我帮你开启了访客密码。",  # a feature set by the assistant is its act
+    "停车的超时费帮你交了。",  # 超时费 is a fee, no failure
+    "旧邮件我都挪到“已处理”文件夹了。",  # a status named in quotes is no verb of the clause: 挪到 acts
+    "平板上的账号帮你踢下线了。",  # 下线 after a verb is its result (result_complements)
+    "物流帮你催了，说是明天派送。",  # a party + 帮你催了 with no object: the party is what was urged
+    "体检报告取完了，就差等医生解读。",  # 就差等…: what is left is someone else's; the claim beside it stands
+    "排队帮你取好号了，前面还有 5 位。",  # 排队 ends with 队 but is no party (not_agents)
+]
+
+# guard6: what is no claim (each read as a claim on 19f94dd)
+GUARD6_NOT_CLAIMS = [
+    "这个月的奖金已经进账了。",  # money arriving (入账, 进账) is no write
+    "院子里的柿子已经熟了。",  # a plant's growth (熟, 发芽, 开花)
+    "窗台上的蒜已经发芽了。",
+    "网约车已经驶入小区了。",  # a vehicle moving (驶入, 驶离, 进站)
+    "页面上显示“已付款”了。",  # what is shown in quotes (显示“…”): content, with the quoted status masked
+]
+
+
+@pytest.mark.parametrize("reply", GUARD6_CLAIMS)
+def test_the_classes_guard6_leaves_as_claims(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "zh-CN", [])
+    assert verdict.replaced, verdict.explanation
+
+
+@pytest.mark.parametrize("reply", GUARD6_NOT_CLAIMS)
+def test_what_guard6_reads_as_no_claim(guard: ReplyGuard, reply: str) -> None:
+    verdict = guard.check(reply, "zh-CN", [])
+    assert not verdict.replaced, verdict.explanation
 
 
 @pytest.mark.parametrize("reply", GUARD5_CLAIMS)
@@ -497,19 +564,28 @@ _WORDS = [
     "it",
     "was",
     "been",
+    "OK",
+    "oK",
+    "Ok了",
+    "都oK啦",
 ]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.lists(st.one_of(st.sampled_from(_WORDS), st.text(max_size=4)), max_size=30).map("".join))
 def test_needles_never_hide_a_match(guard: ReplyGuard, text: str) -> None:
+    """Every match holds a needle of each set (in the text lower-cased: needles are lower-case, and a zh-style
+    lexicon's regexes match case-insensitively), and the needle index finds them there."""
     for lex in guard.lexicons_by_name.values():
         folded = lex.fold(text)
-        rules = [(c.rx, c.needs) for cues in lex.cues.values() for c in cues]
-        rules += [(rx, need) for _rule, rx, need in guard.grammars[lex.name].phrases.rules]
-        for rx, need in rules:
+        hay = folded.lower()
+        phrases = guard.grammars[lex.name].phrases
+        rules = [(c.rx, c.needs, lex.cue_index) for cues in lex.cues.values() for c in cues]
+        rules += [(rx, need, phrases.needles) for _rule, rx, need in phrases.rules]
+        for rx, need, index in rules:
             if need is not None and rx.search(folded):
-                assert all(any(n in folded for n in group) for group in need), (rx.pattern, text)
+                assert all(any(n in hay for n in group) for group in need), (rx.pattern, text)
+                assert satisfied(need, index.present(folded)), (rx.pattern, text)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -602,13 +678,19 @@ def _indexes(guard: ReplyGuard) -> list[tuple[Lexicon, NeedleIndex]]:
 
 
 def _every_needle(index: NeedleIndex, text: str) -> set[str]:
-    return {n for n in index.needles if n in text}
+    """Every needle the text holds; a caseless index's needles with a cased letter in any case."""
+    low = text.lower()
+    return {n for n in index.needles if n in (low if index.caseless and n != n.upper() else text)}
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     pieces=st.lists(
-        st.one_of(st.sampled_from(_WORDS), st.text(max_size=4), st.sampled_from(["已", "删", "没有", "été", "—"])),
+        st.one_of(
+            st.sampled_from(_WORDS),
+            st.text(max_size=4),
+            st.sampled_from(["已", "删", "没有", "été", "—", "OK", "oK", "Ok"]),
+        ),
         max_size=30,
     )
 )

@@ -376,11 +376,10 @@ def gated_scopes(guard: ReplyGuard) -> list[Scope]:
         for rule in GATED_RULES:
             for scope, patterns in (raw["exclusions"].get(rule) or {}).items():
                 flags = 0 if lex.lower else re.IGNORECASE
-                cues = tuple(
-                    Cue(rule, re.compile(p, flags), lexicon_module._caseless(needs(p, lex.lower, common), lex.lower))
-                    for p in patterns
+                cues = tuple(Cue(rule, re.compile(p, flags), needs(p, True, common)) for p in patterns)
+                index = NeedleIndex(
+                    (n for cue in cues if cue.needs for group in cue.needs for n in group), caseless=not lex.lower
                 )
-                index = NeedleIndex(n for cue in cues if cue.needs for group in cue.needs for n in group)
                 out.append((lex, lex.exclusions[rule][scope], cues, index))
     return out
 

@@ -436,6 +436,26 @@ def test_the_lexicon_is_data_an_extra_cue_or_verb_changes_a_verdict(guard: Reply
     assert not extended.check("文档已同步到平板。", "zh-CN", []).replaced
 
 
+@pytest.mark.parametrize("reply", ["都OK了！", "都ok了！", "都oK了！", "都Ok啦！"])
+def test_a_chinese_phrase_rule_with_latin_letters_matches_in_any_case(guard: ReplyGuard, reply: str) -> None:
+    """zh.yaml's rules compile case-insensitively (OK了 is ok了): the needle that lets a rule run must be found
+    in any case too, or the rule is skipped for a text that writes the letters otherwise."""
+    assert guard.check(reply, "zh-CN", []).replaced, reply
+
+
+@pytest.mark.parametrize("app", ["APP", "App", "app", "aPP"])
+def test_a_chinese_cue_with_latin_letters_sets_aside_in_any_case(tmp_path: Path, app: str) -> None:
+    """A user's zh cue that holds Latin letters ("APP 上看到" is read from data) sets aside whatever case the
+    reply writes them in (the cue compiles case-insensitively; its needles were tested case-sensitively)."""
+    sentence = f"{app}上看到订单已经取消了。"
+    assert ReplyGuard.load().check(sentence, "zh-CN", []).replaced  # no packaged cue reads it
+    folder = _copy_lexicons(tmp_path)
+    cue = r"APP\s*(?:里|上)(?:看到|查到)"
+    _edit(folder, "zh.yaml", lambda d: d["exclusions"]["quotation"]["sentence"].append(cue))
+    v = ReplyGuard.load(folder).check(sentence, "zh-CN", [])
+    assert not v.replaced and v.excluded[0][1] == "quotation", v.excluded
+
+
 def test_the_generated_tables_are_found_beside_a_custom_folder_or_in_the_package(tmp_path: Path) -> None:
     folder = _copy_lexicons(tmp_path)
     assert not (folder / "en_verbs.tsv").exists()
