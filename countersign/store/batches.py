@@ -163,10 +163,14 @@ class ScriptBatches:
         self._queue.append((name, keys_, args, waiter))
         return await waiter
 
-    def _exchange_done(self) -> None:
-        self._exchanges -= 1
+    def _take(self) -> list[Queued]:
         batch = [item for item in self._queue if not item[3].done()]  # a caller gone before it was sent: not sent
         self._queue = []
+        return batch
+
+    def _exchange_done(self) -> None:
+        self._exchanges -= 1
+        batch = self._take()
         if batch:
             self._exchanges += 1
             flush = asyncio.ensure_future(self._flush(batch))
@@ -174,7 +178,19 @@ class ScriptBatches:
             flush.add_done_callback(self._flushes.discard)
 
     async def _flush(self, batch: list[Queued]) -> None:
-        """One write of the scripts that waited; each caller gets its own reply (or its own error)."""
+        """The scripts that waited, one write per batch; then, in this same task, the scripts that queued meanwhile
+        (under load a flush follows a flush: one task for the run of them, not one per batch)."""
+        try:
+            while batch:
+                await self._send(batch)
+                batch = self._take()
+        except BaseException:
+            self._exchange_done()  # cancelled (shutdown): what queued meanwhile still gets its answer or error
+            raise
+        self._exchanges -= 1
+
+    async def _send(self, batch: list[Queued]) -> None:
+        """One write of the scripts of ``batch``; each caller gets its own reply (or its own error)."""
         assert self.exchanges is not None
         try:
             try:
@@ -200,4 +216,3 @@ class ScriptBatches:
             for *_, waiter in batch:  # cancelled (shutdown): no caller waits for ever
                 if not waiter.done():
                     waiter.set_exception(ConnectionError("the store call was cancelled"))
-            self._exchange_done()
