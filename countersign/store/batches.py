@@ -7,10 +7,11 @@ CPU than anything the sidecar computes for a Confirm: notes/lean-cpu.md). Each s
 own atomic step, with its own reply or error. A cluster client splits a pipeline by slot, so it keeps one call per
 script through redis-py.
 
-With one exchange at a time, one connection carries them all (``Exchanges``): the EVALSHAs packed by hiredis (connect.py), written
-at once, their replies read in order. redis-py's client would spend, per command, a pool checkout and check-in
-(a lock, its connection-count records), its retry wrapper, an ``asyncio.wait_for`` task around the write and an
-``asyncio.timeout`` around the read (~335k instructions per script call against ~88k here: notes/lean-cpu3.md).
+With one exchange at a time, one connection carries them all (``Exchanges``): the EVALSHAs packed by hiredis
+(connect.py), written at once, their replies read in order. redis-py's client would spend, per command, a pool
+checkout and check-in (a lock, its connection-count records), its retry wrapper, an ``asyncio.wait_for`` task around
+the write and an ``asyncio.timeout`` around the read (~335k instructions per script call against ~88k here:
+notes/lean-cpu3.md).
 The bound stays real: every attempt of an exchange (connect, write, read) has a deadline, connect timeout + socket
 timeout after it started; a watchdog timer armed at most once per deadline (not per exchange) cancels an exchange
 still running past it, which then fails as a timeout (the connection is dropped: redis-py disconnects a

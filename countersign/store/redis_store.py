@@ -62,7 +62,9 @@ class RedisStore(RedisConts, RedisGrants, RedisReads):
     # countersign_redis_duration_seconds histogram here; None: not timed)
     observe: Callable[[str, float], None] | None = None
 
-    def __init__(self, client: Any, *, op_timeout: float, attempt_timeout: float | None = None, retries: int = 0) -> None:
+    def __init__(
+        self, client: Any, *, op_timeout: float, attempt_timeout: float | None = None, retries: int = 0
+    ) -> None:
         self.client = client
         self.op_timeout = op_timeout
         lua = resources.files("countersign.store").joinpath("lua")
