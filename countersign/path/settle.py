@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from countersign.audit import Audit
 from countersign.audit.writer import Entry
@@ -36,6 +36,7 @@ from countersign.store.protocols import SettleStore
 from countersign.v1 import common_pb2
 
 log = logging.getLogger("countersign.settle")
+T = TypeVar("T")
 
 # settle.lua's arguments: action id, claim id, state, outcome, its MAC, reason, receipt status, replay TTL (ms)
 SettleArgs = tuple[str, str, str, bytes, str, str, str, int]
@@ -64,6 +65,32 @@ def spawn(tasks: set[asyncio.Task[Any]], work: Coroutine[Any, Any, Any]) -> asyn
 
 # how often at most the held events are looked at: one is written alone CLAIMED_ALONE_AFTER to that plus this late
 CLAIMED_TICK = 0.05
+
+
+async def shielded(tasks: set[asyncio.Task[Any]], work: Coroutine[Any, Any, T]) -> T:
+    """``work``'s result, run in the background (held in ``tasks``): cancelling the caller does not cancel it; it
+    runs to its end and its result is dropped. asyncio.shield(spawn(...)) with one hop less: the work hands its
+    result to the caller's future itself, where shield waits for the task's done callback to pass it on (~32k
+    instructions less per call, counted: notes/lean-cpu3.md)."""
+    done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    spawn(tasks, _into(done, work))
+    return await done  # cancelled: only this future is, not the work
+
+
+async def _into(done: asyncio.Future[T], work: Coroutine[Any, Any, T]) -> None:
+    try:
+        result = await work
+    except asyncio.CancelledError:  # the work itself was cancelled (shutdown): so is its caller's wait
+        done.cancel()
+        raise
+    except BaseException as exc:  # the caller's, if it still waits; retrieved either way (as shield does)
+        if not done.done():
+            done.set_exception(exc)
+        if not isinstance(exc, Exception):
+            raise
+        return
+    if not done.done():
+        done.set_result(result)
 
 
 class ClaimedEvent:
