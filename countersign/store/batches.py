@@ -12,11 +12,12 @@ With one exchange at a time, one connection carries them all (``Exchanges``): th
 checkout and check-in (a lock, its connection-count records), its retry wrapper, an ``asyncio.wait_for`` task around
 the write and an ``asyncio.timeout`` around the read (~335k instructions per script call against ~88k here:
 notes/lean-cpu3.md).
-The bound stays real: every attempt of an exchange (connect, write, read) has a deadline, connect timeout + socket
-timeout after it started; a watchdog timer armed at most once per deadline (not per exchange) cancels an exchange
-still running past it, which then fails as a timeout (the connection is dropped: redis-py disconnects a
-connection whose read was interrupted). A timed-out or broken attempt is tried again on a new connection, up to
-``retries`` times, as redis-py's ``Retry`` did (its default errors: connection errors and timeouts).
+The bound stays real: every attempt of an exchange (write and read) has a deadline, the socket timeout after it
+started (plus the connect timeout when it must connect first: the connect and its handshake); a watchdog timer
+armed at most once per deadline (not per exchange) cancels an exchange still running past it, which then fails
+as a timeout (the connection is dropped: redis-py disconnects a connection whose read was interrupted). A
+timed-out or broken attempt is tried again on a new connection, up to ``retries`` times, as redis-py's ``Retry``
+did (its default errors: connection errors and timeouts).
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ class Exchanges:
     """One connection for script exchanges (one at a time), outside redis-py's pool: each attempt bounded by a
     deadline that a lazily armed watchdog enforces."""
 
-    def __init__(self, pool: Any, *, attempt_timeout: float, retries: int) -> None:
+    def __init__(self, pool: Any, *, attempt_timeout: float, retries: int, connect_timeout: float = 0.0) -> None:
         # no socket timeout on this connection: redis-py would arm a timer per write and per read; the attempt's
-        # deadline bounds both (and the connect, whose own timeout stays)
+        # deadline bounds both (and the connect and its handshake: connect_timeout more when it must connect)
         self.conn = pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": None})
-        self.attempt_timeout, self.retries = attempt_timeout, retries
+        self.attempt_timeout, self.retries, self.connect_timeout = attempt_timeout, retries, connect_timeout
         self._runner: asyncio.Task[Any] | None = None  # the task of the attempt in flight
         self._deadline = 0.0
         self._expired = False  # the watchdog cancelled the attempt in flight
@@ -80,10 +81,11 @@ class Exchanges:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
-        self._runner, self._deadline, self._expired = task, loop.time() + self.attempt_timeout, False
+        conn = self.conn
+        limit = self.attempt_timeout + (0.0 if conn.is_connected else self.connect_timeout)
+        self._runner, self._deadline, self._expired = task, loop.time() + limit, False
         if self._watch is None:
             self._watch = loop.call_at(self._deadline, self._expire)
-        conn = self.conn
         try:
             if not conn.is_connected:
                 await conn.connect()  # as the pool connects (a Sentinel-managed connection asks for the master)
@@ -98,7 +100,7 @@ class Exchanges:
         except asyncio.CancelledError:
             await conn.disconnect(nowait=True)  # a half-read stream is never used again
             if self._expired and task.uncancel() == 0:  # the watchdog's cancel, not the caller's
-                raise RedisTimeoutError(f"no answer from Redis within {self.attempt_timeout:g} s") from None
+                raise RedisTimeoutError(f"no answer from Redis within {limit:g} s") from None
             raise
         except BaseException:
             await conn.disconnect(nowait=True)  # a half-read stream is never used again
@@ -116,13 +118,19 @@ class ScriptBatches:
         *,
         attempt_timeout: float | None = None,
         retries: int = 0,
+        connect_timeout: float = 0.0,
     ) -> None:
         self.client = client
         self.scripts = scripts
         self.op_timeout = op_timeout
         self.batching = isinstance(client, aioredis.Redis)  # one Redis server behind one client
         self.exchanges = (
-            Exchanges(client.connection_pool, attempt_timeout=attempt_timeout or op_timeout, retries=retries)
+            Exchanges(
+                client.connection_pool,
+                attempt_timeout=attempt_timeout or op_timeout,
+                retries=retries,
+                connect_timeout=connect_timeout,
+            )
             if self.batching
             else None
         )

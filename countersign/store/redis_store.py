@@ -63,7 +63,13 @@ class RedisStore(RedisConts, RedisGrants, RedisReads):
     observe: Callable[[str, float], None] | None = None
 
     def __init__(
-        self, client: Any, *, op_timeout: float, attempt_timeout: float | None = None, retries: int = 0
+        self,
+        client: Any,
+        *,
+        op_timeout: float,
+        attempt_timeout: float | None = None,
+        retries: int = 0,
+        connect_timeout: float = 0.0,
     ) -> None:
         self.client = client
         self.op_timeout = op_timeout
@@ -74,9 +80,15 @@ class RedisStore(RedisConts, RedisGrants, RedisReads):
             source = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
             # one copy of the chain's append (lib/chain.lua) for every script that appends audit events
             self._scripts[name] = client.register_script(chain + source if "chain_append(" in source else source)
-        # scripts: attempts of at most attempt_timeout each (connect + socket timeout), retries as redis-py's Retry
+        # scripts: attempts of at most attempt_timeout each (the socket timeout; + connect_timeout when connecting),
+        # retried as redis-py's Retry did
         self._batches = ScriptBatches(
-            client, self._scripts, op_timeout, attempt_timeout=attempt_timeout or op_timeout, retries=retries
+            client,
+            self._scripts,
+            op_timeout,
+            attempt_timeout=attempt_timeout or op_timeout,
+            retries=retries,
+            connect_timeout=connect_timeout,
         )
 
     @classmethod
@@ -103,8 +115,9 @@ class RedisStore(RedisConts, RedisGrants, RedisReads):
         store = cls(
             client,
             op_timeout=(socket_timeout + connect_timeout) * (retries + 1),
-            attempt_timeout=socket_timeout + connect_timeout,
+            attempt_timeout=socket_timeout,
             retries=retries,
+            connect_timeout=connect_timeout,
         )
         store.wait_replicas, store.wait_timeout_ms = wait_replicas, wait_timeout_ms
         return store
