@@ -210,10 +210,15 @@ async def _read(resp: aiohttp.ClientResponse, cap: int) -> tuple[Any, str]:
         return None, f"the answer announces {resp.content_length} bytes (the cap is {cap})"
     raw = bytearray()
     try:
-        async for chunk in resp.content.iter_chunked(64 * 1024):
-            raw += chunk
-            if len(raw) > cap:
-                return None, f"the answer is larger than {cap} bytes"
+        if resp.content_length is not None and "Content-Encoding" not in resp.headers:
+            # as many bytes as announced, within the cap (above): the parser stops there (a compressed answer is
+            # read chunk by chunk: its decompressed size is capped as it grows)
+            raw += await resp.read()
+        else:
+            async for chunk in resp.content.iter_chunked(64 * 1024):
+                raw += chunk
+                if len(raw) > cap:
+                    return None, f"the answer is larger than {cap} bytes"
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         return None, f"the answer was cut or could not be decoded ({type(exc).__name__})"
     if not raw.strip():

@@ -28,7 +28,7 @@ from countersign.path.approval import Checked, claimed_as_sealed, evidence_event
 from countersign.path.cards import Card, open_card
 from countersign.path.inverse import record_settled
 from countersign.path.receipts import open_action, refused_action, to_action, with_approval
-from countersign.path.settle import ClaimedEvent, Settler, Timing, spawn
+from countersign.path.settle import ClaimedEvent, Settler, Timing, shielded
 from countersign.reasons import Reason
 from countersign.registry import Capability, Registry, Tool
 from countersign.store import CardRecord, RunRecord
@@ -76,7 +76,7 @@ class Executor:
         written by the audit writer now); ``claimed``: more fields of the claimed event (the grant it runs
         under)."""
         work = self._run(registry, context, action_id, claim_id, record, approval, chain_at, claimed)
-        return await asyncio.shield(spawn(self.background, work))
+        return await shielded(self.background, work)
 
     async def _run(
         self,

@@ -62,7 +62,15 @@ class RedisStore(RedisConts, RedisGrants, RedisReads):
     # countersign_redis_duration_seconds histogram here; None: not timed)
     observe: Callable[[str, float], None] | None = None
 
-    def __init__(self, client: Any, *, op_timeout: float) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        op_timeout: float,
+        attempt_timeout: float | None = None,
+        retries: int = 0,
+        connect_timeout: float = 0.0,
+    ) -> None:
         self.client = client
         self.op_timeout = op_timeout
         lua = resources.files("countersign.store").joinpath("lua")
@@ -72,7 +80,16 @@ class RedisStore(RedisConts, RedisGrants, RedisReads):
             source = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
             # one copy of the chain's append (lib/chain.lua) for every script that appends audit events
             self._scripts[name] = client.register_script(chain + source if "chain_append(" in source else source)
-        self._batches = ScriptBatches(client, self._scripts, op_timeout)
+        # scripts: attempts of at most attempt_timeout each (the socket timeout; + connect_timeout when connecting),
+        # retried as redis-py's Retry did
+        self._batches = ScriptBatches(
+            client,
+            self._scripts,
+            op_timeout,
+            attempt_timeout=attempt_timeout or op_timeout,
+            retries=retries,
+            connect_timeout=connect_timeout,
+        )
 
     @classmethod
     def from_url(
@@ -95,11 +112,18 @@ class RedisStore(RedisConts, RedisGrants, RedisReads):
             mode=mode,
             wait_replicas=wait_replicas,
         )
-        store = cls(client, op_timeout=(socket_timeout + connect_timeout) * (retries + 1))
+        store = cls(
+            client,
+            op_timeout=(socket_timeout + connect_timeout) * (retries + 1),
+            attempt_timeout=socket_timeout,
+            retries=retries,
+            connect_timeout=connect_timeout,
+        )
         store.wait_replicas, store.wait_timeout_ms = wait_replicas, wait_timeout_ms
         return store
 
     async def close(self) -> None:
+        await self._batches.close()
         await self.client.aclose()
 
     async def ping(self) -> None:
@@ -113,12 +137,22 @@ class RedisStore(RedisConts, RedisGrants, RedisReads):
         except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}") from exc
 
+    async def _bounded(self, awaitable: Awaitable[T]) -> T:
+        """A script's reply through the batches, whose exchanges bound themselves (batches.py: each attempt's
+        deadline, a watchdog, not a timer per call); a cluster client's scripts keep this call's own timeout."""
+        if self._batches.exchanges is None:
+            return await self._call(awaitable)
+        try:
+            return await awaitable
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+            raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}") from exc
+
     async def _script(self, name: str, keys_: list[str], args: list[Any]) -> tuple[str, dict[str, Any]]:
         if self.observe is None:
-            return decode(name, await self._call(self._batches.run(name, keys_, args)))
+            return decode(name, await self._bounded(self._batches.run(name, keys_, args)))
         start = time.perf_counter()
         try:
-            reply = await self._call(self._batches.run(name, keys_, args))
+            reply = await self._bounded(self._batches.run(name, keys_, args))
         finally:
             self.observe(name, time.perf_counter() - start)
         return decode(name, reply)

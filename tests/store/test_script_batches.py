@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -95,3 +96,83 @@ async def test_a_caller_gone_before_its_script_was_sent_never_has_it_run(store: 
     await asyncio.sleep(0.1)
     assert await store.peek(gone) is None
     assert await store.peek(first) is not None
+
+
+# -- the exchanges' own bound (batches.Exchanges: one connection, a deadline per attempt, a lazily armed watchdog) --
+
+
+async def test_a_stopped_redis_fails_a_script_call_within_its_attempts_deadlines_and_the_next_call_works(
+    tmp_path: Path,
+) -> None:
+    proc = processes.start_redis(tmp_path)
+    s = RedisStore.from_url(proc.info["url"], socket_timeout=0.3, connect_timeout=0.3, retries=1)
+    try:
+        await s.peek(os.urandom(16).hex())  # connected
+        proc.pause()  # SIGSTOP: the socket takes the write, nothing answers
+        try:
+            started = time.monotonic()
+            calls = [s.peek(os.urandom(16).hex()) for _ in range(3)]  # one leads, two wait for it and batch
+            results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 10)  # fails, not hangs
+            took = time.monotonic() - started
+        finally:
+            proc.resume()
+        assert all(isinstance(r, StoreUnavailable) for r in results), results
+        # each attempt ends at its deadline (0.6 s), two attempts per exchange; the waiters' exchange after it
+        assert took < 2 * 2 * 0.6 + 0.5, took
+        assert await s.peek(os.urandom(16).hex()) is None  # a new connection, replies in step again
+        first = os.urandom(16).hex()
+        assert isinstance(await s.issue(first, card(), 60_000), Issued)
+        assert isinstance(await s.peek(first), CardRecord)
+    finally:
+        await s.close()
+        proc.stop()
+
+
+async def test_a_caller_cancelled_during_its_exchange_is_cancelled_not_timed_out_and_the_stream_stays_in_step(
+    store: RedisStore,
+) -> None:
+    await store.peek(os.urandom(16).hex())
+    await store.client.execute_command("CLIENT", "PAUSE", 300, "ALL")
+    leader = asyncio.ensure_future(store.peek(os.urandom(16).hex()))
+    await asyncio.sleep(0.05)
+    leader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    await asyncio.sleep(0.3)
+    action = os.urandom(16).hex()
+    assert isinstance(await store.issue(action, card(), 60_000), Issued)  # not the cancelled call's reply
+    assert isinstance(await store.peek(action), CardRecord)
+
+
+async def test_a_restarted_redis_is_reached_again_by_the_retry(tmp_path: Path) -> None:
+    proc = processes.start_redis(tmp_path)
+    url = proc.info["url"]
+    s = RedisStore.from_url(url, socket_timeout=1, connect_timeout=1, retries=1)
+    again: subprocess.Popen[bytes] | None = None
+    try:
+        await s.peek(os.urandom(16).hex())
+        proc.stop()
+        again = _redis_at(tmp_path, url)
+        action = os.urandom(16).hex()
+        assert isinstance(await s.issue(action, card(), 60_000), Issued)  # the dead connection, then a new one
+    finally:
+        await s.close()
+        if again is not None:
+            again.terminate()
+            again.wait(10)
+
+
+def _redis_at(work: Path, url: str) -> subprocess.Popen[bytes]:
+    """A new redis-server on the unix socket of ``url`` (the one stopped), once it accepts connections."""
+    sock = url.removeprefix("unix://")
+    Path(sock).unlink(missing_ok=True)
+    popen = subprocess.Popen(
+        ["redis-server", "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--dir", str(work)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while not Path(sock).exists():
+        assert time.monotonic() < deadline, "redis-server did not start"
+        time.sleep(0.02)
+    return popen
