@@ -12,7 +12,6 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from countersign.observability import tracing
@@ -130,7 +129,7 @@ class _Timed:
     def __enter__(self) -> None:
         self._start = time.perf_counter()
         if self._span:
-            if tracing.recording and trace.get_current_span().is_recording():
+            if tracing.recording:  # a child span when the trace is recorded (stage_span asks the current span)
                 self._span = tracing.stage_span(self._name)
                 self._span.__enter__()
             else:

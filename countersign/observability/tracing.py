@@ -33,6 +33,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from opentelemetry import context as context_api
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -76,8 +77,21 @@ def resource() -> Resource:
     """service.name countersign and service.version, unless OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES say."""
     from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
+    class HashedOnce(Resource):
+        """The SDK's Resource with its hash computed once. The OTLP encoders group each batch's spans by resource
+        and hash it for every span: json.dumps of its attributes, sorted (43k instructions a span, a fifth of
+        encoding one; bench notes/lean-meter2.md). Its attributes cannot change (the SDK makes them immutable)."""
+
+        def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
+            super().__init__(attributes, schema_url)
+            self._hash = super().__hash__()
+
+        def __hash__(self) -> int:
+            return self._hash
+
     defaults = Resource({"service.name": "countersign", "service.version": version()})
-    return Resource.create(dict(defaults.merge(OTELResourceDetector().detect()).attributes))
+    made = Resource.create(dict(defaults.merge(OTELResourceDetector().detect()).attributes))
+    return HashedOnce(made.attributes, made.schema_url)
 
 
 def exporter_names(environ: dict[str, str] | None = None) -> list[str]:
@@ -158,23 +172,74 @@ class RpcMethod:
         return {"rpc.system": "grpc", "rpc.service": self.service, "rpc.method": self.method}
 
 
-@contextmanager
+class InSpan:
+    """``with`` it: the span is the current one inside the block and ended after it. What the SDK's
+    ``start_as_current_span`` does (its two generator context managers: ``start_as_current_span`` and ``use_span``),
+    in one object. An exception leaving the block sets the span's status to ERROR when ``errors`` (the SDK's
+    ``set_status_on_exception``, same description), and is never recorded as an event (``record_exception=False``
+    on every span of ours)."""
+
+    __slots__ = ("_errors", "_token", "span")
+
+    def __init__(self, span: Span, errors: bool) -> None:
+        self.span = span
+        self._errors = errors
+
+    def __enter__(self) -> Span:
+        self._token = context_api.attach(trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: types.TracebackType | None
+    ) -> None:
+        context_api.detach(self._token)
+        span = self.span
+        if self._errors and isinstance(exc, Exception) and span.is_recording():
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        span.end()
+
+
+class _NoSpan:
+    """``with`` it: nothing is made current (the current span stays what it was) and INVALID_SPAN is given."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Span:
+        return trace.INVALID_SPAN
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+_NO_SPAN = _NoSpan()
+_ROOT = context_api.Context()  # the parent of a server span with no traceparent: none (it is a root)
+
+
 def server_span(
     method: RpcMethod, attributes: dict[str, str], metadata: Iterable[tuple[str, str | bytes]] | None
-) -> Iterator[Span]:
+) -> InSpan | _NoSpan:
     """The span of one RPC, a child of the caller's traceparent when it sent one. ``attributes`` is
-    ``method.attributes()``, made once per method rather than per call."""
+    ``method.attributes()``, made once per method rather than per call.
+
+    Without the SDK (spans not recorded) and without a traceparent there is nothing to make: the downstream then
+    gets a fresh trace (``outgoing_headers``). With a traceparent, its context is made current, so the downstream
+    continues the caller's trace as a hop of the sidecar's own."""
     carrier = {k: v for k, v in (metadata or ()) if isinstance(v, str) and k in ("traceparent", "tracestate")}
-    parent = propagate.extract(carrier) if carrier else None
-    with tracer.start_as_current_span(
+    if carrier:
+        parent = propagate.extract(carrier)
+    elif not recording:
+        return _NO_SPAN
+    else:
+        parent = _ROOT
+    span = tracer.start_span(
         method.full_name,
         context=parent,
         kind=SpanKind.SERVER,
         attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
-    ) as span:
-        yield span
+    )
+    return InSpan(span, errors=False)
 
 
 def end_server_span(span: Span, code: grpc.StatusCode, reason: str = "") -> None:
@@ -248,20 +313,22 @@ def outgoing_headers() -> dict[str, str]:
     return headers
 
 
-@contextmanager
-def stage_span(name: str) -> Iterator[Span]:
-    """A child span for one stage of the path (policy, prepare, issue, claim, execute, settle, ...).
+def stage_span(name: str) -> InSpan | _NoSpan:
+    """A child span for one stage of the path (policy, prepare, issue, claim, execute, settle, ...), named
+    ``countersign.<name>``; an exception leaving the stage makes it an ERROR span (the SDK's default).
 
     Under a span that is not recorded (a trace the sampler dropped) no child is made: every standard
     sampler would drop it too, by parent or by the same trace id, and making it costs as much as half a
     recorded one.
     """
-    parent = trace.get_current_span()
-    if not parent.is_recording():
-        yield parent
-        return
-    with tracer.start_as_current_span(f"countersign.{name}", record_exception=False) as span:
-        yield span
+    if not recording or not trace.get_current_span().is_recording():
+        return _NO_SPAN
+    return InSpan(tracer.start_span(_stage_name(name), record_exception=False), errors=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _stage_name(name: str) -> str:
+    return f"countersign.{name}"
 
 
 def _server(url: str) -> tuple[str, int]:
@@ -305,18 +372,16 @@ def downstream_attributes(kind: str, method: str, url_or_target: str) -> dict[st
     return attrs
 
 
-@contextmanager
-def client_span(tool: str, adapter: str, method: str, url_or_target: str) -> Iterator[Span]:
+def client_span(tool: str, adapter: str, method: str, url_or_target: str) -> InSpan | _NoSpan:
     """The downstream call itself: one CLIENT span (the adapters inject its traceparent), named
-    ``POST /todos`` (HTTP: method and path template) or ``countersign.v1.ToolBackendService/Execute`` (gRPC)."""
+    ``POST /todos`` (HTTP: method and path template) or ``countersign.v1.ToolBackendService/Execute`` (gRPC);
+    an exception leaving the call makes it an ERROR span (the SDK's default)."""
     if not recording or not trace.get_current_span().is_recording():
-        yield trace.INVALID_SPAN  # outgoing_headers still hands the trace on, as a hop of its own
-        return
+        return _NO_SPAN  # INVALID_SPAN; outgoing_headers still hands the trace on, as a hop of its own
     name, attributes = _client_span_shape(tool, adapter, method, url_or_target)
-    with tracer.start_as_current_span(
-        name, kind=SpanKind.CLIENT, record_exception=False, attributes=attributes
-    ) as span:
-        yield span
+    return InSpan(
+        tracer.start_span(name, kind=SpanKind.CLIENT, record_exception=False, attributes=attributes), errors=True
+    )
 
 
 @functools.lru_cache(maxsize=1024)
