@@ -8,8 +8,8 @@ Each mode runs twice under callgrind, with 0 and with N calls after the same 200
 over N is the instructions per Confirm of that mode (start-up cancels out; PYTHONHASHSEED=0). Modes: off
 (--telemetry off), metrics (the default without an endpoint), unsampled (the SDK installed, every trace dropped by
 parentbased_traceidratio 0), traced (every span recorded; exporter none: the export thread is not in this),
-exported (every span recorded, through a BatchSpanProcessor to an exporter that encodes each batch as the OTLP
-exporters do, ExportTraceServiceRequest bytes, and sends nothing: the export thread's Python work without the
+exported (every span recorded, through a BatchSpanProcessor to an exporter that encodes each batch as the sidecar's
+OTLP/gRPC exporter does, ExportTraceServiceRequest bytes, and sends nothing: the export thread's Python work without the
 network), sampled (the same at parentbased_traceidratio 0.1, what the chart sets; trace ids from a seeded
 generator, so both runs sample the same traces). Batches of 64 spans, no timer; flushed before the process ends.
 """
@@ -46,8 +46,16 @@ def touch(mode: str, calls: int) -> None:
         tracing.setup(force=True)
     if mode in EXPORTING:
         random.seed(0)  # the SDK's ids come from random.getrandbits: the same traces sampled in both runs
+        import importlib
+
         from opentelemetry import trace
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        try:  # what the sidecar's OTLP/gRPC exporter encodes with (observability/otlp.py), in a tree that has it
+            encode_spans = importlib.import_module("countersign.observability.otlp").encode
+        except ImportError:
+            encode_spans = importlib.import_module(
+                "opentelemetry.exporter.otlp.proto.common.trace_encoder"
+            ).encode_spans
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
         class Encoding(SpanExporter):

@@ -123,7 +123,13 @@ def _exporter(name: str) -> SpanExporter:
     found = metadata.entry_points(group="opentelemetry_traces_exporter", name=name)
     if not found:
         raise ValueError(f"OTEL_TRACES_EXPORTER names {name!r}, which no installed package provides")
-    exporter: SpanExporter = next(iter(found)).load()()
+    kind = next(iter(found)).load()
+    if name == "otlp_proto_grpc" and kind.__module__ == "opentelemetry.exporter.otlp.proto.grpc.trace_exporter":
+        from countersign.observability import otlp
+
+        grpc_exporter: SpanExporter = otlp.grpc_exporter()  # the same exporter, its requests encoded by otlp.py
+        return grpc_exporter
+    exporter: SpanExporter = kind()
     return exporter
 
 
