@@ -5,6 +5,7 @@ resource to the OTLP encoder."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,7 +71,9 @@ def _confirm_sdk(metadata: Any, fail: bool) -> None:
         set_status_on_exception=False,
     ) as server:
         with t.start_as_current_span("countersign.claim", record_exception=False):
-            tracing.annotate(action_id="a1")
+            current = trace.get_current_span()  # annotate() as it was: the current span, if recorded
+            if current.is_recording():
+                current.set_attributes({"countersign.action_id": "a1"})
         try:
             with t.start_as_current_span("countersign.policy", record_exception=False):
                 if fail:
@@ -160,3 +163,59 @@ def test_the_resource_hashed_once_is_the_sdks_resource(recorded: InMemorySpanExp
     request = encode_spans(spans)
     (group,) = request.resource_spans  # one resource, all spans under it
     assert sum(len(scope.spans) for scope in group.scope_spans) == len(spans) == 8
+
+
+def test_a_root_under_a_ratio_sampler_is_the_span_the_sdk_would_make(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server span with no traceparent, sampled before any span is made (tracing._root_span): the same trace
+    and span ids, flags and sampling decisions as the SDK's own tracer makes from the same random draws."""
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.3")
+    monkeypatch.setattr(tracing, "_roots", None)
+    sampler, ids = tracing._ratio_sampler()
+    exporter = InMemorySpanExporter()
+    ours = TracerProvider(sampler=sampler, id_generator=ids, resource=tracing.resource())
+    ours.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(tracing, "tracer", ours.get_tracer("countersign"))
+    monkeypatch.setattr(tracing, "recording", True)
+    sdk = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.3))).get_tracer("countersign")
+
+    def made(span: Any) -> tuple[int, int, int, bool]:
+        c = span.get_span_context()
+        return c.trace_id, c.span_id, int(c.trace_flags), span.is_recording()
+
+    random.seed(7)
+    got = []
+    for _ in range(300):
+        with tracing.server_span(METHOD, METHOD.attributes(), None) as span:
+            got.append(made(span))
+            assert trace.get_current_span() is span and (tracing._recorded.get() is span) == span.is_recording()
+    random.seed(7)
+    want = [made(sdk.start_span(METHOD.full_name, context=Context(), kind=trace.SpanKind.SERVER)) for _ in range(300)]
+    assert got == want
+    sampled = {trace_id for trace_id, _, _, recorded in got if recorded}
+    assert 50 < len(sampled) < 130  # ~90 of 300
+    assert {s.context.trace_id for s in exporter.get_finished_spans()} == sampled
+    assert ids.handed == 0
+    ours.shutdown()
+
+
+def test_the_recorded_span_follows_the_context_into_tasks_and_back(recorded: InMemorySpanExporter) -> None:
+    import asyncio
+
+    async def child() -> None:  # a task started inside a span sees it; its own spans end inside it
+        with tracing.stage_span("settle"):
+            tracing.annotate(outcome="succeeded")
+
+    async def call() -> None:
+        with tracing.server_span(METHOD, METHOD.attributes(), None) as server:
+            await asyncio.gather(child(), child())
+            assert tracing._recorded.get() is server
+        assert tracing._recorded.get() is None
+
+    asyncio.run(call())
+    spans = recorded.get_finished_spans()
+    assert [s.name for s in spans].count("countersign.settle") == 2
+    assert all(dict(s.attributes or {}) == {"countersign.outcome": "succeeded"} for s in spans if "settle" in s.name)
