@@ -112,6 +112,9 @@ class _NotTimed:
 _NOT_TIMED = _NotTimed()
 
 
+_clock = time.perf_counter
+
+
 class _Timed:
     """One stage of the path: a latency observation, and a child span when the trace is recorded.
 
@@ -127,7 +130,7 @@ class _Timed:
         self._span: Any = span  # True: make a span if the trace is recorded; then the span's context manager
 
     def __enter__(self) -> None:
-        self._start = time.perf_counter()
+        self._start = _clock()
         if self._span:
             if tracing.recording:  # a child span when the trace is recorded (stage_span asks the current span)
                 self._span = tracing.stage_span(self._name)
@@ -140,7 +143,7 @@ class _Timed:
             if self._span:
                 self._span.__exit__(kind, exc, tb)
         finally:
-            self._child.observe(time.perf_counter() - self._start)
+            self._child.observe(_clock() - self._start)
 
 
 class Metrics:
@@ -148,6 +151,7 @@ class Metrics:
         self, tools: frozenset[str] = frozenset(), *, enabled: bool = True, reads: frozenset[str] = frozenset()
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._stages: dict[str, Any] = {}  # timed()'s children by stage name
         self.tools = tools
         self.enabled = enabled
         r = self.registry
@@ -313,4 +317,7 @@ class Metrics:
         """One stage of the path: a child span (when the trace is recorded) and a latency observation."""
         if not self.enabled:
             return _NOT_TIMED
-        return _Timed(self.stage.labels(stage), stage, span)
+        child = self._stages.get(stage)
+        if child is None:
+            child = self._stages[stage] = self.stage.labels(stage)
+        return _Timed(child, stage, span)
