@@ -193,17 +193,16 @@ def _ratio_sampler() -> tuple[Any, Any]:
     span (no traceparent) can be sampled before any span is made (``_root_span``). Any other sampler: (None, None),
     the SDK's own choice from the environment."""
     global _roots
-    name = os.environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    name = os.environ.get("OTEL_TRACES_SAMPLER", "").lower()  # as the SDK reads it (no strip)
     if name not in ("traceidratio", "parentbased_traceidratio"):
         return None, None
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-    try:  # as the SDK reads it (sampling._get_from_env_or_default): a rate that is not a number is 1.0
-        rate = float(os.environ.get("OTEL_TRACES_SAMPLER_ARG", ""))
+    try:  # as the SDK reads it (sampling._get_from_env_or_default): not a number, or outside [0, 1]: 1.0
+        ratio = TraceIdRatioBased(float(os.environ.get("OTEL_TRACES_SAMPLER_ARG", "")))
     except ValueError:
-        log.warning("OTEL_TRACES_SAMPLER_ARG is not a number: sampling every trace")
-        rate = 1.0
-    ratio = TraceIdRatioBased(rate)  # a rate outside [0, 1] fails the start, as with the SDK's own
+        log.warning("OTEL_TRACES_SAMPLER_ARG is not a rate in [0, 1]: sampling every trace")
+        ratio = TraceIdRatioBased(1.0)
     ids = _Ids()
     flags = trace.TraceFlags.DEFAULT | (trace.TraceFlags.RANDOM_TRACE_ID if ids.is_trace_id_random() else 0)
     _roots = (ids, ratio.bound, trace.TraceFlags(flags))

@@ -219,3 +219,36 @@ def test_the_recorded_span_follows_the_context_into_tasks_and_back(recorded: InM
     spans = recorded.get_finished_spans()
     assert [s.name for s in spans].count("countersign.settle") == 2
     assert all(dict(s.attributes or {}) == {"countersign.outcome": "succeeded"} for s in spans if "settle" in s.name)
+
+
+@pytest.mark.parametrize(
+    ("name", "arg"),
+    [
+        ("parentbased_traceidratio", "0.25"),
+        ("traceidratio", "0.5"),
+        ("parentbased_traceidratio", "not a number"),
+        ("traceidratio", "1.5"),  # outside [0, 1]: the SDK samples every trace
+        ("parentbased_traceidratio", None),
+    ],
+)
+def test_the_ratio_sampler_is_the_one_the_sdk_reads_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, name: str, arg: str | None
+) -> None:
+    from opentelemetry.sdk.trace import sampling
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", name)
+    if arg is None:
+        monkeypatch.delenv("OTEL_TRACES_SAMPLER_ARG", raising=False)
+    else:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", arg)
+    monkeypatch.setattr(tracing, "_roots", None)
+    ours, _ = tracing._ratio_sampler()
+    assert ours.get_description() == sampling._get_from_env_or_default().get_description()
+
+
+def test_other_samplers_are_left_to_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracing, "_roots", None)
+    for name in ("always_on", "parentbased_always_off", " traceidratio", ""):
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER", name)
+        assert tracing._ratio_sampler() == (None, None)
+    assert tracing._roots is None
