@@ -7,21 +7,28 @@ traceparent, the counters and histograms, annotate), N times, under valgrind's c
 Each mode runs twice under callgrind, with 0 and with N calls after the same 200 warm-up calls; the difference
 over N is the instructions per Confirm of that mode (start-up cancels out; PYTHONHASHSEED=0). Modes: off
 (--telemetry off), metrics (the default without an endpoint), unsampled (the SDK installed, every trace dropped by
-parentbased_traceidratio 0), traced (every span recorded; exporter none: the export thread is not in this).
+parentbased_traceidratio 0), traced (every span recorded; exporter none: the export thread is not in this),
+exported (every span recorded, through a BatchSpanProcessor to an exporter that encodes each batch as the sidecar's
+OTLP/gRPC exporter does, ExportTraceServiceRequest bytes, and sends nothing: the export thread's Python work without the
+network), sampled (the same at parentbased_traceidratio 0.1, what the chart sets; trace ids from a seeded
+generator, so both runs sample the same traces). Batches of 64 spans, no timer; flushed before the process ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("off", "metrics", "unsampled", "traced")
+MODES = ("off", "metrics", "unsampled", "traced", "sampled", "exported")
+EXPORTING = ("sampled", "exported")
 
 
 def touch(mode: str, calls: int) -> None:
@@ -31,12 +38,37 @@ def touch(mode: str, calls: int) -> None:
     from countersign.observability import tracing
     from countersign.observability.metrics import Metrics
 
-    if mode in ("unsampled", "traced"):
+    if mode != "off" and mode != "metrics":
         os.environ["OTEL_TRACES_EXPORTER"] = "none"
-        if mode == "unsampled":
+        if mode in ("unsampled", "sampled"):
             os.environ["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
-            os.environ["OTEL_TRACES_SAMPLER_ARG"] = "0"
+            os.environ["OTEL_TRACES_SAMPLER_ARG"] = "0" if mode == "unsampled" else "0.1"
         tracing.setup(force=True)
+    if mode in EXPORTING:
+        random.seed(0)  # the SDK's ids come from random.getrandbits: the same traces sampled in both runs
+        import importlib
+
+        from opentelemetry import trace
+
+        try:  # what the sidecar's OTLP/gRPC exporter encodes with (observability/otlp.py), in a tree that has it
+            encode_spans = importlib.import_module("countersign.observability.otlp").encode
+        except ImportError:
+            encode_spans = importlib.import_module(
+                "opentelemetry.exporter.otlp.proto.common.trace_encoder"
+            ).encode_spans
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+        class Encoding(SpanExporter):
+            """What the OTLP exporters do with a batch before the network: the request message and its bytes."""
+
+            def export(self, spans: Any) -> SpanExportResult:
+                encode_spans(spans).SerializeToString()
+                return SpanExportResult.SUCCESS
+
+        provider: Any = trace.get_tracer_provider()
+        provider.add_span_processor(
+            BatchSpanProcessor(Encoding(), schedule_delay_millis=3_600_000, max_export_batch_size=64)
+        )
     m = Metrics(frozenset({"create_todo"}), enabled=mode != "off")
     method = tracing.RpcMethod("countersign.v1.ToolGatewayService", "Confirm")
     attributes = method.attributes()
@@ -69,6 +101,8 @@ def touch(mode: str, calls: int) -> None:
 
     for _ in range(200 + calls):
         one()
+    if mode in EXPORTING:
+        provider.force_flush()
 
 
 def counted(mode: str, calls: int) -> int:
@@ -93,14 +127,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES))
     args = parser.parse_args(argv)
     if args.child:
         touch(args.child, args.calls)
         return 0
-    per = {mode: (counted(mode, args.calls) - counted(mode, 0)) / args.calls for mode in MODES}
+    modes = [m for m in MODES if m in args.modes.split(",")]
+    per = {mode: (counted(mode, args.calls) - counted(mode, 0)) / args.calls for mode in modes}
     print(f"telemetry touch points of one Confirm, instructions per call (callgrind, {args.calls} calls):")
-    for mode in MODES:
-        print(f"  {mode:<10} {per[mode]:12,.0f}   over off {per[mode] - per['off']:+12,.0f}")
+    for mode in modes:
+        over = f"   over off {per[mode] - per['off']:+12,.0f}" if "off" in per else ""
+        print(f"  {mode:<10} {per[mode]:12,.0f}{over}", flush=True)
     return 0
 
 

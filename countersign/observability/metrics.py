@@ -12,10 +12,10 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from opentelemetry import trace
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from countersign.observability import tracing
+from countersign.observability.series import CounterSeries, HistogramSeries
 from countersign.reasons import Reason, label
 
 # The reason label's values: every Reason of the sidecar's own (countersign/reasons.py), and OTHER for anything
@@ -112,6 +112,9 @@ class _NotTimed:
 _NOT_TIMED = _NotTimed()
 
 
+_clock = time.perf_counter
+
+
 class _Timed:
     """One stage of the path: a latency observation, and a child span when the trace is recorded.
 
@@ -127,9 +130,9 @@ class _Timed:
         self._span: Any = span  # True: make a span if the trace is recorded; then the span's context manager
 
     def __enter__(self) -> None:
-        self._start = time.perf_counter()
+        self._start = _clock()
         if self._span:
-            if tracing.recording and trace.get_current_span().is_recording():
+            if tracing.recording:  # a child span when the trace is recorded (stage_span asks the current span)
                 self._span = tracing.stage_span(self._name)
                 self._span.__enter__()
             else:
@@ -140,7 +143,7 @@ class _Timed:
             if self._span:
                 self._span.__exit__(kind, exc, tb)
         finally:
-            self._child.observe(time.perf_counter() - self._start)
+            self._child.observe(_clock() - self._start)
 
 
 class Metrics:
@@ -148,30 +151,33 @@ class Metrics:
         self, tools: frozenset[str] = frozenset(), *, enabled: bool = True, reads: frozenset[str] = frozenset()
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._stages: dict[str, Any] = {}  # timed()'s children by stage name
         self.tools = tools
         self.enabled = enabled
         r = self.registry
-        self.invocations = Counter(
+        self.invocations = CounterSeries(
             "countersign_invocations",
             "Invoke calls by tool, kind and decision",
             ["tool", "kind", "decision"],
             registry=r,
         )
-        self.claims = Counter("countersign_claims", "Confirm claims by result", ["tool", "result"], registry=r)
-        self.replay_hits = Counter(
+        self.claims = CounterSeries("countersign_claims", "Confirm claims by result", ["tool", "result"], registry=r)
+        self.replay_hits = CounterSeries(
             "countersign_replay_hits", "Duplicates answered from a stored outcome", ["tool", "source"], registry=r
         )
-        self.executions = Counter(
+        self.executions = CounterSeries(
             "countersign_executions", "Downstream executions by outcome", ["tool", "outcome"], registry=r
         )
-        self.refusals = Counter("countersign_refusals", "Requests refused, by reason", ["rpc", "reason"], registry=r)
-        self.fail_closed = Counter(
+        self.refusals = CounterSeries(
+            "countersign_refusals", "Requests refused, by reason", ["rpc", "reason"], registry=r
+        )
+        self.fail_closed = CounterSeries(
             "countersign_fail_closed", "Requests refused because the store was unavailable", ["rpc"], registry=r
         )
-        self.reconciliations = Counter(
+        self.reconciliations = CounterSeries(
             "countersign_reconciliations", "Reconciliation attempts by result", ["tool", "result"], registry=r
         )
-        self.compensations = Counter(
+        self.compensations = CounterSeries(
             "countersign_compensations", "Compensations by result", ["tool", "result"], registry=r
         )
         self.audit_write_failures = Counter(
@@ -179,18 +185,18 @@ class Metrics:
             "Audit events that could not be written (counted, never raised)",
             registry=r,
         )
-        self.guard = Counter("countersign_reply_guard", "Reply guard verdicts", ["verdict"], registry=r)
-        self.settle_retries = Counter(
+        self.guard = CounterSeries("countersign_reply_guard", "Reply guard verdicts", ["verdict"], registry=r)
+        self.settle_retries = CounterSeries(
             "countersign_settle_retries", "Settles retried in the background", ["result"], registry=r
         )
-        self.stage = Histogram(
+        self.stage = HistogramSeries(
             "countersign_stage_duration_seconds",
             "Time spent per pipeline stage",
             ["stage"],
             buckets=BUCKETS,
             registry=r,
         )
-        self.downstream = Histogram(
+        self.downstream = HistogramSeries(
             "countersign_downstream_duration_seconds",
             "Downstream call latency",
             ["tool", "adapter"],
@@ -206,7 +212,7 @@ class Metrics:
 
         # ---- RED and USE (issue 16): every RPC by method and gRPC code, saturation against the limit, and the
         # Redis round trip of each script. Observed in one place each: the rpc wrapper, the gate, the store.
-        self.rpc_duration = Histogram(
+        self.rpc_duration = HistogramSeries(
             "countersign_rpc_server_duration_seconds",
             "gRPC calls handled, by method and status code (OTel rpc.server.duration): rate, errors and duration",
             ["method", "code"],
@@ -223,7 +229,7 @@ class Metrics:
             "The configured --max-in-flight: beyond it calls are shed with RESOURCE_EXHAUSTED",
             registry=r,
         )
-        self.redis = Histogram(
+        self.redis = HistogramSeries(
             "countersign_redis_duration_seconds",
             "Redis round trips by script (failed ones included)",
             ["script"],
@@ -234,7 +240,10 @@ class Metrics:
         self._zero_series(tools, reads)
         off: Any = _Off()
         for name, value in list(vars(self).items()):
-            if isinstance(value, (Counter, Gauge, Histogram)):
+            if isinstance(value, (CounterSeries, HistogramSeries)):  # children in a dict of their own already
+                if not enabled:
+                    setattr(self, name, off)
+            elif isinstance(value, (Counter, Gauge)):
                 if not enabled:
                     setattr(self, name, off)
                 elif value._labelnames:  # labelled: its children looked up in a dict of our own
@@ -308,4 +317,7 @@ class Metrics:
         """One stage of the path: a child span (when the trace is recorded) and a latency observation."""
         if not self.enabled:
             return _NOT_TIMED
-        return _Timed(self.stage.labels(stage), stage, span)
+        child = self._stages.get(stage)
+        if child is None:
+            child = self._stages[stage] = self.stage.labels(stage)
+        return _Timed(child, stage, span)

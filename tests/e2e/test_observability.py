@@ -741,3 +741,54 @@ async def test_an_mcp_call_whose_downstream_is_down_is_an_error_span(stack: Stac
     attrs = dict(call.attributes or {})
     assert call.status.status_code == trace.StatusCode.ERROR
     assert (attrs["countersign.reason"], attrs["error.type"]) == ("DOWNSTREAM_UNAVAILABLE", "UNAVAILABLE")
+
+
+def test_a_sidecar_process_exports_over_otlp_grpc_what_a_collector_decodes(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gRPC exporter's requests are encoded by observability/otlp.py: a real gRPC collector receives the
+    Confirm's spans, parented and attributed as recorded."""
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    received: list[trace_service_pb2.ExportTraceServiceRequest] = []
+
+    class Collector(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request: trace_service_pb2.ExportTraceServiceRequest, context: object) -> object:
+            received.append(request)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Collector(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        proc, action_id = _sidecar_process_confirm(
+            stack,
+            monkeypatch,
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+                "OTEL_EXPORTER_OTLP_INSECURE": "true",
+                "OTEL_BSP_SCHEDULE_DELAY": "50",
+            },
+            "otlp grpc",
+        )
+        assert proc.stop() == 0, "the batch is flushed at shutdown"
+    finally:
+        server.stop(0)
+    spans = {}
+    for request in received:
+        for resource_spans in request.resource_spans:
+            service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}["service.name"]
+            assert service == "countersign"
+            for scope in resource_spans.scope_spans:
+                spans.update({span.span_id: span for span in scope.spans})
+    (confirm,) = [s for s in spans.values() if s.name == f"{GATEWAY}/Confirm"]
+    attributes = {a.key: a.value for a in confirm.attributes}
+    assert attributes["countersign.action_id"].string_value == action_id
+    assert attributes["rpc.grpc.status_code"].int_value == 0 and attributes["countersign.replayed"].bool_value is False
+    children = {s.name: s for s in spans.values() if s.trace_id == confirm.trace_id and s.parent_span_id}
+    assert {"countersign.claim", "countersign.policy", "countersign.settle", "POST /todos"} <= set(children)
+    assert all(children[n].parent_span_id == confirm.span_id for n in children if n.startswith("countersign."))
+    client_span = {a.key: a.value for a in children["POST /todos"].attributes}
+    assert client_span["http.response.status_code"].int_value == 201
+    assert confirm.end_time_unix_nano > confirm.start_time_unix_nano > 0
