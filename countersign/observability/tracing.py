@@ -1,16 +1,7 @@
 """OpenTelemetry, by the semantic conventions: one SERVER span per RPC (continuing the caller's traceparent),
 stage spans under it, one CLIENT span per downstream call, and the W3C traceparent handed on to the downstream.
 
-Configuration is the SDK's standard environment, read once at start:
-
-    OTEL_TRACES_EXPORTER          otlp | console | none | any installed exporter's entry point, comma-separated.
-                                  Unset: otlp when an OTLP endpoint is set, else none (spans are not recorded)
-    OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL   grpc (default) | http/protobuf
-    OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, _HEADERS, _INSECURE, ...  read by the exporter itself
-    OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES   win over the defaults (service.name countersign,
-                                  service.version the installed package's)
-    OTEL_TRACES_SAMPLER[_ARG]     read by the SDK's TracerProvider
-    OTEL_SDK_DISABLED=true        nothing is recorded
+Configuration: the SDK's standard environment (observability/trace_config.py).
 
 Server spans are named ``countersign.v1.ToolGatewayService/Invoke`` and carry ``rpc.system``, ``rpc.service``,
 ``rpc.method`` and ``rpc.grpc.status_code``; their status is ERROR only for a server fault (UNKNOWN, INTERNAL,
@@ -26,10 +17,8 @@ import functools
 import logging
 import os
 import types
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -38,9 +27,14 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 if TYPE_CHECKING:  # the SDK is imported only when spans are recorded (setup): a sidecar without tracing skips it
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace.export import SpanExporter
+    pass
 
+from countersign.observability.conventions import downstream_attributes as downstream_attributes
+from countersign.observability.trace_config import exporter as _exporter
+from countersign.observability.trace_config import exporter_names as exporter_names
+from countersign.observability.trace_config import ratio_sampler
+from countersign.observability.trace_config import resource as resource
+from countersign.observability.trace_config import version as version
 from countersign.registry.templates import safe_url as safe_url  # shown in spans; filled in templates
 
 log = logging.getLogger("countersign.tracing")
@@ -63,74 +57,6 @@ SERVER_FAULTS = frozenset(
 # JSON-RPC errors that are the caller's (a malformed message, an unknown method or tool, invalid params); any other
 # error code on an MCP request is the server's.
 JSONRPC_CALLER_ERRORS = frozenset({-32700, -32600, -32601, -32602})
-_PROTOCOLS = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto_http"}
-
-
-def version() -> str:
-    try:
-        return metadata.version("countersign")
-    except metadata.PackageNotFoundError:  # a source tree that was never installed
-        return "0+unknown"
-
-
-def resource() -> Resource:
-    """service.name countersign and service.version, unless OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES say."""
-    from opentelemetry.sdk.resources import OTELResourceDetector, Resource
-
-    class HashedOnce(Resource):
-        """The SDK's Resource with its hash computed once. The OTLP encoders group each batch's spans by resource
-        and hash it for every span: json.dumps of its attributes, sorted (43k instructions a span, a fifth of
-        encoding one; bench notes/lean-meter2.md). Its attributes cannot change (the SDK makes them immutable)."""
-
-        def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
-            super().__init__(attributes, schema_url)
-            self._hash = super().__hash__()
-
-        def __hash__(self) -> int:
-            return self._hash
-
-    defaults = Resource({"service.name": "countersign", "service.version": version()})
-    made = Resource.create(dict(defaults.merge(OTELResourceDetector().detect()).attributes))
-    return HashedOnce(made.attributes, made.schema_url)
-
-
-def exporter_names(environ: dict[str, str] | None = None) -> list[str]:
-    """The entry-point names of the span exporters the environment asks for (empty: record nothing)."""
-    env = os.environ if environ is None else environ
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return []
-    asked = env.get("OTEL_TRACES_EXPORTER", "").strip()
-    if not asked:  # the cheap default: without an endpoint there is nowhere to send spans, so none are made
-        endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        asked = "otlp" if endpoint else "none"
-    names = []
-    for name in (n.strip() for n in asked.split(",")):
-        if name in ("", "none"):
-            continue
-        if name == "otlp":
-            protocol = (
-                env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
-            ).strip()
-            if protocol not in _PROTOCOLS:
-                raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: the sidecar speaks grpc or http/protobuf")
-            name = _PROTOCOLS[protocol]
-        names.append(name)
-    return names
-
-
-def _exporter(name: str) -> SpanExporter:
-    """An exporter by its entry point (opentelemetry_traces_exporter), configured by its own OTEL_* variables."""
-    found = metadata.entry_points(group="opentelemetry_traces_exporter", name=name)
-    if not found:
-        raise ValueError(f"OTEL_TRACES_EXPORTER names {name!r}, which no installed package provides")
-    kind = next(iter(found)).load()
-    if name == "otlp_proto_grpc" and kind.__module__ == "opentelemetry.exporter.otlp.proto.grpc.trace_exporter":
-        from countersign.observability import otlp
-
-        grpc_exporter: SpanExporter = otlp.grpc_exporter()  # the same exporter, its requests encoded by otlp.py
-        return grpc_exporter
-    exporter: SpanExporter = kind()
-    return exporter
 
 
 def setup(*, force: bool = False) -> bool:
@@ -164,49 +90,14 @@ def setup(*, force: bool = False) -> bool:
     return True
 
 
-class _Ids:
-    """The SDK's random ids, and the one trace id a root was just sampled on, handed to the SDK's tracer (which
-    makes a root's trace id itself). Spans are made on the event loop's thread only: the id is handed and taken
-    within one call, with no await between."""
-
-    def __init__(self) -> None:
-        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-
-        self._random = RandomIdGenerator()
-        self.generate_span_id = self._random.generate_span_id
-        self.is_trace_id_random = self._random.is_trace_id_random
-        self.handed = 0
-
-    def generate_trace_id(self) -> int:
-        handed = self.handed
-        if handed:
-            self.handed = 0
-            return handed
-        return self._random.generate_trace_id()
-
-
-_roots: tuple[_Ids, int, trace.TraceFlags] | None = None  # (ids, the ratio's bound, a dropped root's flags)
+_roots: tuple[Any, int, trace.TraceFlags] | None = None  # (ids, the ratio's bound, a dropped root's flags)
 
 
 def _ratio_sampler() -> tuple[Any, Any]:
-    """OTEL_TRACES_SAMPLER=[parentbased_]traceidratio (the chart's): the SDK's samplers, made here so that a root
-    span (no traceparent) can be sampled before any span is made (``_root_span``). Any other sampler: (None, None),
-    the SDK's own choice from the environment."""
+    """The sampler and id generator for the provider (trace_config.ratio_sampler); keeps the roots' draw here."""
     global _roots
-    name = os.environ.get("OTEL_TRACES_SAMPLER", "").lower()  # as the SDK reads it (no strip)
-    if name not in ("traceidratio", "parentbased_traceidratio"):
-        return None, None
-    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-
-    try:  # as the SDK reads it (sampling._get_from_env_or_default): not a number, or outside [0, 1]: 1.0
-        ratio = TraceIdRatioBased(float(os.environ.get("OTEL_TRACES_SAMPLER_ARG", "")))
-    except ValueError:
-        log.warning("OTEL_TRACES_SAMPLER_ARG is not a rate in [0, 1]: sampling every trace")
-        ratio = TraceIdRatioBased(1.0)
-    ids = _Ids()
-    flags = trace.TraceFlags.DEFAULT | (trace.TraceFlags.RANDOM_TRACE_ID if ids.is_trace_id_random() else 0)
-    _roots = (ids, ratio.bound, trace.TraceFlags(flags))
-    return (ParentBased(ratio) if name.startswith("parentbased") else ratio), ids
+    sampler, ids, _roots = ratio_sampler()
+    return sampler, ids
 
 
 def _root_span(name: str, attributes: dict[str, str]) -> Span:
@@ -419,47 +310,6 @@ def stage_span(name: str) -> InSpan | _NoSpan:
 @functools.lru_cache(maxsize=64)
 def _stage_name(name: str) -> str:
     return f"countersign.{name}"
-
-
-def _server(url: str) -> tuple[str, int]:
-    parts = urllib.parse.urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return parts.hostname or "", port or (443 if parts.scheme == "https" else 80)
-
-
-def downstream_attributes(kind: str, method: str, url_or_target: str) -> dict[str, Any]:
-    """The CLIENT span's attributes for one downstream (HTTP, gRPC or an MCP server), by the conventions."""
-    if kind == "mcp":  # an MCP server's tool: the JSON-RPC method over the endpoint URL
-        url = safe_url(url_or_target)
-        host, port = _server(url)
-        return {"mcp.method.name": "tools/call", "server.address": host, "server.port": port, "url.full": url}
-    if kind == "http":
-        url = safe_url(url_or_target)
-        host, port = _server(url)
-        return {
-            "http.request.method": method,
-            "server.address": host,
-            "server.port": port,
-            "url.full": url,
-            "url.template": urllib.parse.urlsplit(url).path,
-        }
-    target = url_or_target
-    attrs: dict[str, Any] = {
-        "rpc.system": "grpc",
-        "rpc.service": "countersign.v1.ToolBackendService",
-        "rpc.method": method,
-    }
-    if target.startswith("unix:"):
-        attrs["server.address"] = target[5:]
-    else:
-        host, _, number = target.rpartition(":")
-        attrs["server.address"] = host.strip("[]") or target
-        if number.isdigit():
-            attrs["server.port"] = int(number)
-    return attrs
 
 
 def client_span(tool: str, adapter: str, method: str, url_or_target: str) -> InSpan | _NoSpan:

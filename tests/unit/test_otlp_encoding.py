@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
-from countersign.observability import otlp, tracing
+from countersign.observability import otlp, trace_config, tracing
 
 
 def _spans(provider: TracerProvider, exporter: InMemorySpanExporter) -> tuple[ReadableSpan, ...]:
@@ -97,7 +97,7 @@ def test_the_attribute_cache_empties_when_full(
 
 
 def test_the_grpc_exporter_sends_it(spans: tuple[ReadableSpan, ...]) -> None:
-    exporter: Any = tracing._exporter("otlp_proto_grpc")  # what OTEL_TRACES_EXPORTER=otlp (gRPC) makes
+    exporter: Any = trace_config.exporter("otlp_proto_grpc")  # what OTEL_TRACES_EXPORTER=otlp (gRPC) makes
     try:
         assert type(exporter).__module__ == otlp.__name__
         assert exporter._translate_data(spans) == encode_spans(spans)
