@@ -14,6 +14,7 @@ _FLOATING = frozenset({"all", "both", "each"})
 _CAUSATIVES = frozenset({"get", "got", "gets", "gotten", "have", "has", "had"})
 _WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
 _POSSESSIVE = frozenset({"'", "’"})
+_TIME_PREPS = frozenset({"after", "before", "by", "until", "till", "at", "from", "since", "past"})
 _DAYS = frozenset(
     "today tomorrow tonight monday tuesday wednesday thursday friday saturday sunday".split()
 )
@@ -210,6 +211,12 @@ class Placement(EnglishWords):
             prev, w = rest[k - 1], rest[k][0]
             if prev[3] not in "O#" or prev[0] in self.preps or rest[k][3] not in "OGRV":
                 continue
+            if (
+                w.endswith("s")
+                and prev[0].replace(",", "").isdigit()
+                and (k < 2 or rest[k - 2][0] not in _TIME_PREPS)
+            ):
+                continue  # a plural after a bare count is a noun: "for the 40 crates" (no "ticket crates")
             if rest[k][3] in "RV" and w not in lemmas:
                 continue  # a past form that is no base form ("… and sent") goes on with the headline
             if plural and (w == "get" or w in lemmas):  # (cost, put, set: a base form that is also a past)
