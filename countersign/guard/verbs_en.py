@@ -50,7 +50,7 @@ class VerbForms:
         return any(
             lemma.startswith(p) and lemma[len(p) :].lstrip("-") in self.lex.not_writes
             for p in self.prefixes
-            if len(lemma) > len(p) + 2
+            if len(lemma) > len(p) + 2 and p != "un"  # un- undoes a state: "unlisted", "unhid" are writes (guard7)
         )
 
     def past_lemma(self, word: str) -> str:
