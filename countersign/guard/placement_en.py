@@ -16,12 +16,12 @@ _WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
 _POSSESSIVE = frozenset({"'", "’"})
 _TIME_PREPS = frozenset({"after", "before", "by", "until", "till", "at", "from", "since", "past"})
 _DAYS = frozenset(
-    "today tomorrow tonight monday tuesday wednesday thursday friday saturday sunday".split()
+    {"today", "tomorrow", "tonight", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
 )
 
 
-def _ONE_OCCASION(after: list[Token]) -> bool:
-    """"for" + one day or "for all N …" after a passive: an occasion ("booked for Sunday"), not a habit."""
+def _one_occasion(after: list[Token]) -> bool:
+    """A "for" + one day or "for all N …" after a passive: an occasion ("booked for Sunday"), not a habit."""
     for n, t in enumerate(after[:-1]):
         if t[0] == "for":
             nxt = after[n + 1]
@@ -211,11 +211,7 @@ class Placement(EnglishWords):
             prev, w = rest[k - 1], rest[k][0]
             if prev[3] not in "O#" or prev[0] in self.preps or rest[k][3] not in "OGRV":
                 continue
-            if (
-                w.endswith("s")
-                and prev[0].replace(",", "").isdigit()
-                and (k < 2 or rest[k - 2][0] not in _TIME_PREPS)
-            ):
+            if w.endswith("s") and prev[0].replace(",", "").isdigit() and (k < 2 or rest[k - 2][0] not in _TIME_PREPS):
                 continue  # a plural after a bare count is a noun: "for the 40 crates" (no "ticket crates")
             if rest[k][3] in "RV" and w not in lemmas:
                 continue  # a past form that is no base form ("… and sent") goes on with the headline
@@ -276,7 +272,7 @@ class Placement(EnglishWords):
             return False
         if any(t[2] - t[1] > len(t[0]) for t in words[:-1]):
             return False  # a possessive determines it: "Grandpa's reminders are set for 8 a.m." is his, no rule
-        if _ONE_OCCASION(after):
+        if _one_occasion(after):
             return False  # "Movers are booked for Sunday", "… for all 14 orders": one occasion, no rule
         # a head noun with a participle after it ("Photos uploaded after midnight are tagged"): the head decides
         cut = next((n for n, t in enumerate(words) if n and t[3] == "V"), len(words))

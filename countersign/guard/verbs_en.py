@@ -57,7 +57,9 @@ class VerbForms:
         """The lemma of a past form or participle ("" when ``word`` is none): the table, else morphology."""
         forms = self.lex.verb_forms
         if word.endswith("eed") and (word not in forms or (word in self.lex.verb_lemmas and forms[word] != word)):
-            return ""  # "seed", "feed", "weed" are nouns or verbs of their own, no past of see/fee/wee ("agreed" is listed)
+            return (
+                ""  # "seed", "feed", "weed": nouns or verbs of their own, no past of see/fee/wee ("agreed" is listed)
+            )
         if word in forms:
             return forms[word]
         for prefix in ("", *self.prefixes):
