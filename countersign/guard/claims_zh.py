@@ -313,7 +313,9 @@ class ChineseGrammar:
             # result complement earlier in the phrase decides first: "照片都加上定位了"
             for cm in _COMPLEMENT_AFTER_VERB.finditer(before):
                 head = self._verb_before(text, cm.start())
-                if head and self._is_write(text[cm.start() - len(head) :]) and k - cm.end() <= 6:
+                # (a target named by 成/为 may be long: 改成周一到周五全天了)
+                near = k - cm.end() <= (10 if text[cm.start()] == "成" else 6)
+                if head and self._is_write(text[cm.start() - len(head) :]) and near:
                     return self._cand("result_complement", sentence, part, cm.start() - len(head), k + 1, head)
             for j in range(k - 1, max(-1, k - 12), -1):
                 verb = self._verb_at(text, j)
@@ -322,6 +324,9 @@ class ChineseGrammar:
                 if verb:  # the nearest verb decides: "会议已经开始十分钟了" is no act
                     if verb in self.complements:  # 挪到后天了: 到 completes 挪
                         head = self._verb_before(text, j)
+                        if not head and j > 1 and text[j - 1] in self.complements:
+                            j -= 1  # 调高到 5 万了: a degree complement between the verb and 到 (guard7)
+                            head = self._verb_before(text, j)
                         if head and self._is_write(text[j - len(head) :]):
                             return self._cand("result_complement", sentence, part, j - len(head), k + 1, head)
                     if self._is_write(text[j:]):

@@ -13,7 +13,22 @@ _RELATIVE = frozenset({"that", "which", "who", "whom", "whose"})
 _FLOATING = frozenset({"all", "both", "each"})
 _CAUSATIVES = frozenset({"get", "got", "gets", "gotten", "have", "has", "had"})
 _WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
-_POSSESSIVE = frozenset({"'", "’"})  # after a plural noun: its owner ("the kids' tablet"), no subject
+_POSSESSIVE = frozenset({"'", "’"})
+_TIME_PREPS = frozenset({"after", "before", "by", "until", "till", "at", "from", "since", "past"})
+_DAYS = frozenset(
+    {"today", "tomorrow", "tonight", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+)
+
+
+def _one_occasion(after: list[Token]) -> bool:
+    """A "for" + one day or "for all N …" after a passive: an occasion ("booked for Sunday"), not a habit."""
+    for n, t in enumerate(after[:-1]):
+        if t[0] == "for":
+            nxt = after[n + 1]
+            return nxt[0] in _DAYS or (
+                nxt[0] in ("all", "the", "these", "those") and n + 2 < len(after) and after[n + 2][3] == "#"
+            )
+    return False  # after a plural noun: its owner ("the kids' tablet"), no subject
 
 
 class Placement(EnglishWords):
@@ -99,7 +114,7 @@ class Placement(EnglishWords):
             subject = tokens[first:k]
             if any(t[3] == "P" for t in subject[:1]) and prev != "N":
                 return None  # "I was asked", "I'm excited": the speaker as the patient is no report
-            flags = frozenset({"generic"}) if self._generic(subject, tokens[k:i]) else frozenset()
+            flags = frozenset({"generic"}) if self._generic(subject, tokens[k:i], tokens[i + 1 :]) else frozenset()
             if lemma in self.lex.states:
                 flags = flags | {"state"}  # "is located on 5th Avenue", "was delayed by an hour"
             elif self._relation(lemma, tokens[k:i], nxt, after):
@@ -196,6 +211,8 @@ class Placement(EnglishWords):
             prev, w = rest[k - 1], rest[k][0]
             if prev[3] not in "O#" or prev[0] in self.preps or rest[k][3] not in "OGRV":
                 continue
+            if w.endswith("s") and prev[0].replace(",", "").isdigit() and (k < 2 or rest[k - 2][0] not in _TIME_PREPS):
+                continue  # a plural after a bare count is a noun: "for the 40 crates" (no "ticket crates")
             if rest[k][3] in "RV" and w not in lemmas:
                 continue  # a past form that is no base form ("… and sent") goes on with the headline
             if plural and (w == "get" or w in lemmas):  # (cost, put, set: a base form that is also a past)
@@ -248,11 +265,15 @@ class Placement(EnglishWords):
             return ASSISTANT
         return OTHER
 
-    def _generic(self, subject: list[Token], aux: list[Token]) -> bool:
+    def _generic(self, subject: list[Token], aux: list[Token], after: list[Token]) -> bool:
         """A present passive of a bare plural subject states a rule ("Cancelled orders are purged"), no act."""
         words = [t for t in subject if t[3] != "A"]
         if not words or words[0][3] in ("D", "P", "U", "T", "#") or words[0][0] in OBJECT_PRONOUNS:
             return False
+        if any(t[2] - t[1] > len(t[0]) for t in words[:-1]):
+            return False  # a possessive determines it: "Grandpa's reminders are set for 8 a.m." is his, no rule
+        if _one_occasion(after):
+            return False  # "Movers are booked for Sunday", "… for all 14 orders": one occasion, no rule
         # a head noun with a participle after it ("Photos uploaded after midnight are tagged"): the head decides
         cut = next((n for n, t in enumerate(words) if n and t[3] == "V"), len(words))
         words = words[:cut]

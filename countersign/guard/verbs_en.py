@@ -50,12 +50,16 @@ class VerbForms:
         return any(
             lemma.startswith(p) and lemma[len(p) :].lstrip("-") in self.lex.not_writes
             for p in self.prefixes
-            if len(lemma) > len(p) + 2
+            if len(lemma) > len(p) + 2 and p != "un"  # un- undoes a state: "unlisted", "unhid" are writes (guard7)
         )
 
     def past_lemma(self, word: str) -> str:
         """The lemma of a past form or participle ("" when ``word`` is none): the table, else morphology."""
         forms = self.lex.verb_forms
+        if word.endswith("eed") and (word not in forms or (word in self.lex.verb_lemmas and forms[word] != word)):
+            return (
+                ""  # "seed", "feed", "weed": nouns or verbs of their own, no past of see/fee/wee ("agreed" is listed)
+            )
         if word in forms:
             return forms[word]
         for prefix in ("", *self.prefixes):
