@@ -18,7 +18,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from countersign.guard import ReplyGuard, segment
+from countersign.guard import ReplyGuard, labels, segment
 from countersign.guard import exclusions as ex
 from countersign.guard import lexicon as lexicon_module
 from countersign.guard import normalise as nm
@@ -256,9 +256,9 @@ def _decided_before(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
             return Exclusion(rule, "an act of a merchant or a carrier")
         if rule == "instruction" and ex._imperative(c):
             return Exclusion(rule, "an imperative: a base form joined to another base form (set … and leave)")
-        if rule == "success_noun" and ex._status_list(c):
+        if rule == "success_noun" and labels.status_list(c):
             return Exclusion(rule, "a status named in a list of statuses")
-        if rule == "success_noun" and (not c.flags.isdisjoint(ex._NOUN_FLAGS) or ex._counted_label(c)):
+        if rule == "success_noun" and (not c.flags.isdisjoint(ex._NOUN_FLAGS) or labels.counted_label(c)):
             return Exclusion(rule, "a participle used as a modifier or a label")
         if rule == "generic_statement" and "generic" in c.flags:
             return Exclusion(rule, "a present passive of a bare plural subject")
