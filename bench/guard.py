@@ -46,6 +46,8 @@ CORPORA = [
         "guard_heldout_dev4.yaml",
         "guard_heldout_dev5.yaml",
         "guard_heldout_dev6.yaml",
+        "guard_heldout_dev7.yaml",
+        "guard_heldout_dev9.yaml",
     )
 ]
 LOCALES = {"zh": "zh-CN", "en": "en-US", "de": "de-DE", "es": "es-ES", "ja": "ja-JP"}

@@ -36,8 +36,9 @@ CORPUS = FIXTURES / "guard_corpus.yaml"
 HELDOUT = FIXTURES / "guard_heldout_dev.yaml"
 # every held-out file, in the order written: dev (issue 14), dev2 (before guard2's changes), dev3 (after them),
 # dev4 (before guard3's changes), dev5 (guard3, after its normalise change, before its precision and CPU changes),
-# dev6 (before guard4's changes)
-HELDOUT_SETS = [HELDOUT, *(FIXTURES / f"guard_heldout_dev{n}.yaml" for n in range(2, 7))]
+# dev6 (before guard4's changes), dev7 (before rounds 6 and 7), dev9 (after them; set 8 was handed to round 7 as a
+# probe batch: notes/guard7-probes)
+HELDOUT_SETS = [HELDOUT, *(FIXTURES / f"guard_heldout_dev{n}.yaml" for n in (2, 3, 4, 5, 6, 7, 9))]
 ZH_NO_RECEIPT = "该操作尚未执行：服务端没有生成可核验的确认或成功回执。"
 ZH_CONTRADICTS = "回复与服务端回执不符：该操作没有按所述完成，请以回执为准。"
 EN_NO_RECEIPT = "That action has not been carried out: the server has no confirmation or success receipt for it."
