@@ -24,15 +24,22 @@ from opentelemetry.exporter.otlp.proto.common._internal.trace_encoder import _en
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
+from opentelemetry.trace.status import StatusCode
 
-_KIND = {kind: kind.value + 1 for kind in SpanKind}  # the API's INTERNAL=0 ... is the proto's SPAN_KIND_INTERNAL=1 ...
+# The API's INTERNAL=0 ... is the proto's SPAN_KIND_INTERNAL=1 ...; keyed by the member's identity (an Enum's hash
+# is a Python call, ~2k instructions a span), and the field's bytes with it.
+_KIND = {id(kind): b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}
+# Span.status (field 15) without a description, by the code's identity: the common case (UNSET, OK, ERROR bare).
+_STATUS = {
+    id(code): b"\x7a" + (bytes((2, 0x18, code.value)) if code.value else b"\x00") for code in StatusCode
+}
 _FLAGS_LOCAL = b"\x85\x01" + struct.pack("<I", 0x100)  # field 16 (fixed32): SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x300)  # ... | SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 _INT64 = 1 << 63
 _fixed64 = struct.Struct("<Q").pack
 _CACHE_LIMIT = 4096  # attribute encodings kept (action ids never repeat: the cache is emptied when full)
 _attributes: dict[tuple[str, type, Any], bytes] = {}
-_names: dict[str, bytes] = {}
+_names: dict[tuple[str, int], bytes] = {}  # (name, id(kind)) -> the name and kind fields' bytes
 
 
 def _varint(n: int) -> bytes:
@@ -96,23 +103,31 @@ def _span(span: ReadableSpan) -> bytes:
     parent = span.parent
     if parent:
         parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
-    name = _names.get(span.name)
-    if name is None:
-        name = _len(b"\x2a", span.name.encode("utf-8", "surrogatepass"))
+    kind = span.kind
+    named = _names.get((span.name, id(kind)))
+    if named is None:
+        kind_field = _KIND.get(id(kind))
+        if kind_field is None:
+            return bytes(_encode_span(span).SerializeToString())
+        named = _len(b"\x2a", span.name.encode("utf-8", "surrogatepass")) + kind_field
         if len(_names) < _CACHE_LIMIT:
-            _names[span.name] = name
-    parts += (name, b"\x30", _varint(_KIND[span.kind]), b"\x39", _fixed64(start), b"\x41", _fixed64(end))
+            _names[(span.name, id(kind))] = named
+    parts += (named, b"\x39", _fixed64(start), b"\x41", _fixed64(end))
     for key, value in (span.attributes or {}).items():
         encoded = _attribute(key, value)
         if encoded is None:
             return bytes(_encode_span(span).SerializeToString())
         parts.append(encoded)
     status = span.status
-    code = status.status_code.value
-    body = (_len(b"\x12", status.description.encode("utf-8", "surrogatepass")) if status.description else b"") + (
-        b"\x18" + _varint(code) if code else b""
-    )
-    parts.append(_len(b"\x7a", body))  # always present (the library sets it, empty or not)
+    plain = None if status.description else _STATUS.get(id(status.status_code))
+    if plain is not None:
+        parts.append(plain)
+    else:
+        code = status.status_code.value
+        body = (_len(b"\x12", status.description.encode("utf-8", "surrogatepass")) if status.description else b"") + (
+            b"\x18" + _varint(code) if code else b""
+        )
+        parts.append(_len(b"\x7a", body))  # always present (the library sets it, empty or not)
     parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
     return b"".join(parts)
 
