@@ -127,7 +127,7 @@ def ratio_sampler() -> tuple[Any, Any, tuple[Ids, int, trace.TraceFlags] | None]
     name = os.environ.get("OTEL_TRACES_SAMPLER", "").lower()  # as the SDK reads it (no strip)
     if name not in ("traceidratio", "parentbased_traceidratio"):
         return None, None, None
-    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+    from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 
     try:  # as the SDK reads it (sampling._get_from_env_or_default): not a number, or outside [0, 1]: 1.0
         ratio = TraceIdRatioBased(float(os.environ.get("OTEL_TRACES_SAMPLER_ARG", "")))
@@ -142,11 +142,11 @@ def ratio_sampler() -> tuple[Any, Any, tuple[Ids, int, trace.TraceFlags] | None]
 
 def _parent_based(root: Any) -> Any:
     """The SDK's ``ParentBased(root)``, its decision for a child of a local sampled span (every stage and CLIENT
-    span of a sampled trace) made in one step: that is ``ALWAYS_ON``'s answer (record and sample, the span's
-    attributes, the parent's trace state), without its second lookup of the parent in the context and, for a span
-    given no attributes under the empty trace state (the stage spans of a root), one shared result (an immutable answer: the SDK only reads it).
-    Every other parent (none, remote, not sampled) is the SDK's ``ParentBased`` as ever. A child costs ~10k
-    instructions less (notes/lean-meter3.md)."""
+    span of a sampled trace) made in one step: ``ALWAYS_ON``'s answer (record and sample, the span's attributes,
+    the parent's trace state) without its second lookup of the parent in the context; for a span given no
+    attributes under the empty trace state (a sampled root's stage spans), one shared result (immutable: the SDK
+    only reads it). Every other parent (none, remote, not sampled) is the SDK's ``ParentBased`` as ever.
+    ~10k instructions less per child (notes/lean-meter3.md)."""
     from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, ParentBased, SamplingResult
 
     record = Decision.RECORD_AND_SAMPLE
