@@ -132,7 +132,7 @@ class _Timed:
     def __enter__(self) -> None:
         self._start = _clock()
         if self._span:
-            if tracing.recording:  # a child span when the trace is recorded (stage_span asks the current span)
+            if tracing.recording and tracing.recorded.get() is not None:  # a child span when the trace is recorded
                 self._span = tracing.stage_span(self._name)
                 self._span.__enter__()
             else:

@@ -11,7 +11,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
@@ -85,6 +85,50 @@ def test_the_request_is_the_librarys_for_every_span_and_every_mix(spans: tuple[R
         _check([span])
     _check(spans[:3] * 3)  # the caches of names and attributes, hit
     _check([])
+
+
+def test_a_span_not_made_by_the_sdk_is_read_through_its_properties(spans: tuple[ReadableSpan, ...]) -> None:
+    """otlp._plain_attributes reads an SDK span's own containers; a ReadableSpan built by hand (plain dict and
+    tuples) goes through the public properties, and its events still go to the library's writer."""
+    made = spans[0]
+    kinds = {
+        "plain": {},
+        "events": {"events": (Event("e", {"k": "v"}, timestamp=made.start_time),)},
+        "links": {"links": (Link(made.get_span_context(), {"l": 1}),)},
+    }
+    for name, extra in kinds.items():
+        span = ReadableSpan(
+            name=f"by hand {name}",
+            context=made.get_span_context(),
+            parent=made.parent,
+            resource=made.resource,
+            attributes={"a": "b", "n": 3, "ok": True},
+            kind=SpanKind.CLIENT,
+            status=Status(StatusCode.ERROR),
+            start_time=made.start_time,
+            end_time=made.end_time,
+            instrumentation_scope=made.instrumentation_scope,
+            **extra,
+        )
+        assert (otlp._plain_attributes(span) is None) == (name != "plain")
+        assert isinstance(otlp._plain_attributes(made), type({}.items()))  # an SDK span: its own containers
+        _check([span])
+        _check([made, span])
+
+
+def test_an_sdk_span_with_an_event_or_a_link_only_goes_to_the_library() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=tracing.resource())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    t = provider.get_tracer("countersign")
+    with t.start_as_current_span("event only", attributes={"a": "b"}) as span:
+        span.add_event("e", {"k": "v"})
+    with t.start_as_current_span("link only", links=[Link(span.get_span_context())]):
+        pass
+    provider.shutdown()
+    made = exporter.get_finished_spans()
+    assert [otlp._plain_attributes(s) for s in made] == [None, None]
+    _check(made)
 
 
 def test_the_attribute_cache_empties_when_full(

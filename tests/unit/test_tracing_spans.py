@@ -252,3 +252,37 @@ def test_other_samplers_are_left_to_the_sdk(monkeypatch: pytest.MonkeyPatch) -> 
         monkeypatch.setenv("OTEL_TRACES_SAMPLER", name)
         assert tracing._ratio_sampler() == (None, None)
     assert tracing._roots is None
+
+
+def test_the_ratio_samplers_parent_based_decides_every_parent_as_the_sdks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """trace_config._parent_based answers a local sampled parent's child in one step; every parent (none, local or
+    remote, sampled or not, with or without a trace state) and attributes or none: the SDK's ParentBased's answer."""
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.5")
+    monkeypatch.setattr(tracing, "_roots", None)
+    ours, _ = tracing._ratio_sampler()
+    sdk = ParentBased(TraceIdRatioBased(0.5))
+    parents: list[Context | None] = [None, Context()]
+    for remote in (False, True):
+        for flags in (0, 1, 3):
+            for state in (trace.DEFAULT_TRACE_STATE, TraceState([("k", "v")])):
+                parent = SpanContext(0xAB << 64 | 0x77, 0xCD, remote, TraceFlags(flags), state)
+                parents.append(trace.set_span_in_context(NonRecordingSpan(parent)))
+    seen = set()
+    for parent_context in parents:
+        for attributes in (None, {"a": "b"}, {}):
+            for trace_id in (1, (1 << 64) - 1, 0xAB << 64 | 0x77):
+                a = ours.should_sample(parent_context, trace_id, "n", trace.SpanKind.INTERNAL, attributes)
+                b = sdk.should_sample(parent_context, trace_id, "n", trace.SpanKind.INTERNAL, attributes)
+                assert (a.decision, dict(a.attributes), a.trace_state) == (
+                    b.decision,
+                    dict(b.attributes),
+                    b.trace_state,
+                )
+                seen.add(a.decision)
+    assert len(seen) == 2
+    assert ours.get_description() == sdk.get_description()
