@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import importlib.util
 import json
 import os
 import subprocess
@@ -28,21 +27,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _bench() -> Any:
-    spec = importlib.util.spec_from_file_location("guard_bench", ROOT / "bench" / "guard.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["guard_bench"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def child(out: str, calls: int) -> None:
     """Under callgrind: count each case's calls in a window of its own; print {case: instructions per call}."""
+    import guard as guard_bench  # bench/guard.py (this script's directory is first on the path)
+
     from countersign.guard import ReplyGuard
 
     guard = ReplyGuard.load()
-    cases = [(name, reply, ev) for name, reply, ev, _n in _bench().cpu_cases(1)]
+    cases = [(name, reply, ev) for name, reply, ev, _n in guard_bench.cpu_cases(1)]
     for _name, reply, ev in cases:
         for _ in range(20):
             guard.check(reply, "zh-CN", ev)

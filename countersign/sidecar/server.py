@@ -9,7 +9,6 @@ argument problems, a google.rpc.BadRequest.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -20,7 +19,6 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
-from opentelemetry import trace
 
 from countersign.errors import DOMAIN, CountersignError, InvalidArgument, ResourceExhausted, StoreUnavailable
 from countersign.observability import tracing
@@ -110,17 +108,6 @@ def _method(name: str) -> tracing.RpcMethod:
     raise LookupError(f"no RPC named {name!r} in the contract")
 
 
-# the span of a call when spans are not recorded and the caller sent no trace: what the no-op tracer's span would be
-# (not recording, no valid context; outgoing_headers then makes a fresh traceparent), without its context attach,
-# detach and the OpenTelemetry API calls around them (~75k instructions per RPC)
-UNTRACED = contextlib.nullcontext(trace.INVALID_SPAN)
-
-
-def _carries_trace(metadata: Any) -> bool:
-    """The caller sent a trace (traceparent or tracestate) that the call's span, recorded or not, continues."""
-    return any(key in ("traceparent", "tracestate") for key, _ in metadata or ())
-
-
 def caller_of(request: Any, context: Ctx) -> tuple[str, str]:
     """Whom a call is for, for the gate's fair shares: tenant and actor of its CallContext, else its peer."""
     call = getattr(request, "context", None)
@@ -153,12 +140,7 @@ def rpc(name: str) -> Callable[[Handler[R]], Handler[R]]:
                     await context.abort_with_status(rich_status(shed))
                     raise AssertionError("unreachable") from None
                 try:
-                    metadata = context.invocation_metadata()
-                    with (
-                        tracing.server_span(method, attributes, metadata)
-                        if tracing.recording or _carries_trace(metadata)
-                        else UNTRACED
-                    ) as span:
+                    with tracing.server_span(method, attributes, context.invocation_metadata()) as span:
                         try:
                             if request is UNDECODABLE:
                                 raise InvalidArgument(

@@ -51,6 +51,8 @@ from countersign.store.results import (
 )
 
 T = TypeVar("T")
+# what a store call that got no answer raises (redis-py, its cluster client, the socket, a deadline): StoreUnavailable
+UNANSWERED = (RedisError, RedisClusterException, OSError, TimeoutError)
 
 
 class RedisStore(RedisConts, RedisGrants, RedisReads):
@@ -86,7 +88,7 @@ class RedisStore(RedisConts, RedisGrants, RedisReads):
             client,
             self._scripts,
             op_timeout,
-            attempt_timeout=attempt_timeout or op_timeout,
+            attempt_timeout=attempt_timeout,
             retries=retries,
             connect_timeout=connect_timeout,
         )
@@ -134,7 +136,7 @@ class RedisStore(RedisConts, RedisGrants, RedisReads):
         try:
             async with asyncio.timeout(self.op_timeout):
                 return await awaitable
-        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+        except UNANSWERED as exc:
             raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}") from exc
 
     async def _bounded(self, awaitable: Awaitable[T]) -> T:
@@ -144,7 +146,7 @@ class RedisStore(RedisConts, RedisGrants, RedisReads):
             return await self._call(awaitable)
         try:
             return await awaitable
-        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+        except UNANSWERED as exc:
             raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}") from exc
 
     async def _script(self, name: str, keys_: list[str], args: list[Any]) -> tuple[str, dict[str, Any]]:
