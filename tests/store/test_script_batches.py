@@ -22,7 +22,7 @@ import pytest
 from redis.exceptions import ResponseError
 
 from countersign.errors import StoreUnavailable
-from countersign.store import CardRecord, Issued, keys
+from countersign.store import CardRecord, Issued, RunRecord, Won, keys
 from countersign.store.redis_store import RedisStore
 from countersign.testing import processes
 
@@ -176,3 +176,67 @@ def _redis_at(work: Path, url: str) -> subprocess.Popen[bytes]:
         assert time.monotonic() < deadline, "redis-server did not start"
         time.sleep(0.02)
     return popen
+
+
+class _LoseOneReply:
+    """A TCP proxy to a redis-server's unix socket that, once armed, forwards the next command and then resets the
+    client's connection instead of passing the reply on: Redis ran the script, its caller never heard."""
+
+    def __init__(self, sock: str) -> None:
+        self.sock, self.armed, self.lost = sock, False, 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        ureader, uwriter = await asyncio.open_unix_connection(self.sock)
+
+        async def up() -> None:
+            while data := await creader.read(65536):
+                uwriter.write(data)
+                await uwriter.drain()
+
+        async def down() -> None:
+            while data := await ureader.read(65536):
+                if self.armed:
+                    self.armed, self.lost = False, self.lost + 1
+                    cwriter.transport.abort()
+                    return
+                cwriter.write(data)
+                await cwriter.drain()
+
+        with contextlib.suppress(OSError, ConnectionError):
+            await asyncio.gather(up(), down())
+        uwriter.close()
+        cwriter.close()
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+async def test_a_claim_whose_reply_was_lost_is_retried_and_still_won_once_by_its_own_claim_id(tmp_path: Path) -> None:
+    """An attack on the exchanges' retry: the connection breaks after Redis ran claim.lua and before its reply
+    arrived. The retry sends the same claim again on a new connection; claim.lua answers the holder of the claim id
+    "won" again (nothing changes twice), and any other claimer still loses."""
+    proc = processes.start_redis(tmp_path)
+    proxy = _LoseOneReply(proc.info["url"].removeprefix("unix://"))
+    port = await proxy.start()
+    s = RedisStore.from_url(f"redis://127.0.0.1:{port}", socket_timeout=2, connect_timeout=2, retries=1)
+    try:
+        action = os.urandom(16).hex()
+        assert isinstance(await s.issue(action, card(), 60_000), Issued)
+        proxy.armed = True
+        assert isinstance(await s.claim(action, B, ",", "claim-1", 30_000), Won)
+        assert proxy.lost == 1, "the first reply was lost on the way"
+        run = await s.peek(action)
+        assert isinstance(run, RunRecord) and run.state == "running"
+        assert await s.client.hget(keys.run_key(action), "claim") == b"claim-1"  # claimed once, by its claim id
+        assert not isinstance(await s.claim(action, B, ",", "claim-2", 30_000), Won)  # a second claimer loses
+    finally:
+        await s.close()
+        await proxy.close()
+        proc.stop()
