@@ -50,6 +50,8 @@ CORPORA = [
         "guard_heldout_dev9.yaml",
     )
 ]
+# the sets written blind for round 8 and later (never spent); dev … dev9 carry a `spent:` time (round 8 read them)
+CORPORA += sorted((ROOT / "tests" / "fixtures").glob("guard_heldout_dev1[0-9]*.yaml"))
 LOCALES = {"zh": "zh-CN", "en": "en-US", "de": "de-DE", "es": "es-ES", "ja": "ja-JP"}
 
 
@@ -123,7 +125,9 @@ def accuracy(guard: ReplyGuard, path: Path, misses: bool) -> dict[str, Score]:
                 f"    {'MISSED' if s.claim else 'FALSE '} [{s.lang} {s.kind}] {shown!r} -> {v.reason}"
                 f" {list(v.matched_claims)[:2] or list(v.excluded)[:2]}"
             )
-    print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {len(items)} sentences")
+    doc: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+    state = f", spent since {doc['spent']}" if doc.get("spent") else ", untuned" if doc.get("frozen") else ""
+    print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {len(items)} sentences{state}")
     for name in sorted(scores, key=lambda k: (k == "all", k == "obfuscated", k)):
         print(scores[name].line(name))
     for lang, (hit, n) in sorted(flagged.items()):

@@ -37,8 +37,10 @@ HELDOUT = FIXTURES / "guard_heldout_dev.yaml"
 # every held-out file, in the order written: dev (issue 14), dev2 (before guard2's changes), dev3 (after them),
 # dev4 (before guard3's changes), dev5 (guard3, after its normalise change, before its precision and CPU changes),
 # dev6 (before guard4's changes), dev7 (before rounds 6 and 7), dev9 (after them; set 8 was handed to round 7 as a
-# probe batch: notes/guard7-probes)
-HELDOUT_SETS = [HELDOUT, *(FIXTURES / f"guard_heldout_dev{n}.yaml" for n in (2, 3, 4, 5, 6, 7, 9))]
+# probe batch: notes/guard7-probes). dev … dev9 are spent (a `spent:` time in each: round 8 read their misses);
+# the sets written blind for round 8 (guard_heldout_dev10*.yaml) are the untuned measure.
+SPENT_SETS = [HELDOUT, *(FIXTURES / f"guard_heldout_dev{n}.yaml" for n in (2, 3, 4, 5, 6, 7, 9))]
+HELDOUT_SETS = [*SPENT_SETS, *sorted(FIXTURES.glob("guard_heldout_dev1[0-9]*.yaml"))]
 ZH_NO_RECEIPT = "该操作尚未执行：服务端没有生成可核验的确认或成功回执。"
 ZH_CONTRADICTS = "回复与服务端回执不符：该操作没有按所述完成，请以回执为准。"
 EN_NO_RECEIPT = "That action has not been carried out: the server has no confirmation or success receipt for it."
@@ -404,9 +406,13 @@ def test_the_held_out_dev_set_is_measured_and_never_tuned_on(guard: ReplyGuard, 
     langs = Counter(i["lang"] for i in items)
     assert langs["zh"] >= 100 and langs["en"] >= 100
     assert not any(i.get("known_miss") for i in items)  # a held-out file is never annotated from its results
+    spent = doc.get("spent")
+    assert (path in SPENT_SETS) == bool(spent), "a spent set says since when; a fresh one is never spent"
+    assert not spent or str(spent) > str(doc["frozen"])
     groups, _wrong = score(guard, items)
-    print(f"\nreply guard, held-out {path.stem} frozen {doc['frozen']} ({len(items)} sentences):")
-    figures("held-out", groups)
+    state = f"spent since {spent}" if spent else "untuned"
+    print(f"\nreply guard, held-out {path.stem} frozen {doc['frozen']}, {state} ({len(items)} sentences):")
+    figures("held-out" if not spent else "spent", groups)
 
 
 # -------------------------------------------------------------------------------------- lexicons as data
