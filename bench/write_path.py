@@ -721,7 +721,7 @@ def sizing_rule(
 def table(cells: dict[tuple[str, int], Cell]) -> str:
     """One line per cell; CPU columns are milliseconds of CPU per call (server = the process under test)."""
     head = (
-        f"{'series':<12}{'c':>3}{'calls':>7}{'err':>4}{'calls/s':>9}{'mean ms':>8}{'p50 ms':>8}{'p99 ms':>8}"
+        f"{'series':<15}{'c':>3}{'calls':>7}{'err':>4}{'calls/s':>9}{'mean ms':>8}{'p50 ms':>8}{'p99 ms':>8}"
         f"{'cpu/call ms: server':>20}{'todo':>6}{'redis':>6}{'bench':>6}{'others%':>8}"
     )
     lines = [head, "-" * len(head)]
@@ -733,13 +733,13 @@ def table(cells: dict[tuple[str, int], Cell]) -> str:
             flag = "  (ran out of cards!)" if cell.starved else ""
             server = f"{SERVER[series]} {cell.cpu_ms_per_call(SERVER[series]):.2f}"
             lines.append(
-                f"{series:<12}{c:>3}{cell.calls:>7}{cell.errors:>4}{cell.throughput:>9.1f}"
+                f"{series:<15}{c:>3}{cell.calls:>7}{cell.errors:>4}{cell.throughput:>9.1f}"
                 f"{cell.mean_ms:>8.2f}{cell.pct(0.5):>8.2f}{cell.pct(0.99):>8.2f}{server:>20}"
                 f"{cell.cpu_ms_per_call('todo'):>6.2f}{cell.cpu_ms_per_call('redis'):>6.2f}"
                 f"{cell.cpu_ms_per_call('bench'):>6.2f}{cell.others_pct:>8.0f}{flag}"
             )
     lines.append("")
-    lines.extend(f"  {series:<12}{DESCRIPTION[series]}" for series in ORDER)
+    lines.extend(f"  {series:<15}{DESCRIPTION[series]}" for series in ORDER)
     lines.append(
         "\nsidecar stage means, ms (its own histograms; 'downstream' is the HTTP call: compare it with the direct "
         "series' mean, not its p50)"
@@ -748,7 +748,7 @@ def table(cells: dict[tuple[str, int], Cell]) -> str:
         for c in CONCURRENCY:
             means = cells[(series, c)].stage_means_ms()
             if means:
-                lines.append(f"  {series:<12}c={c:<3}" + "  ".join(f"{k}={v:.2f}" for k, v in means.items()))
+                lines.append(f"  {series:<15}c={c:<3}" + "  ".join(f"{k}={v:.2f}" for k, v in means.items()))
     return "\n".join(lines)
 
 
