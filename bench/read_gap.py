@@ -248,7 +248,7 @@ async def bench(args: argparse.Namespace, todo_url: str, all_series: list[Series
     finally:
         await session.close()
         for channel in channels.values():
-            await channel.close()
+            await channel.close(None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -91,6 +91,7 @@ def patch(owner: Any, attr: str, name: str, is_async: bool) -> None:
 def sidecar() -> None:
     from countersign.adapters import http
     from countersign.adapters.base import CallMeta
+    from countersign.observability import tracing
     from countersign.path import pipeline, policy
     from countersign.path.quota import Quota
     from countersign.sidecar import server
@@ -99,7 +100,7 @@ def sidecar() -> None:
 
     server.GatewayServicer.Invoke = _entry(server.GatewayServicer.Invoke)  # type: ignore[method-assign]
     patch(Gate, "admit", "admit", False)
-    patch(server.tracing, "server_span", "span", False)
+    patch(tracing, "server_span", "span", False)  # server.py calls it by the module
     patch(pipeline.Pipeline, "invoke", "pipeline", True)  # the handler's first step: admission and span done
     patch(policy, "authorize", "policy", False)
     patch(pipeline, "turn_key", "turn_key", False)
@@ -111,7 +112,7 @@ def sidecar() -> None:
     patch(http, "classify", "classify", False)
     patch(pipeline, "read_summary", "summary", False)
     patch(RedisStore, "remember", "remember", True)
-    patch(pipeline.json, "dumps", "encode", False)  # the first json.dumps after a mark-less one: the answer's
+    patch(pipeline, "_ANSWER", "encode", False)  # the answer's encoder (json.dumps before lean-read)
 
 
 def reference() -> None:
