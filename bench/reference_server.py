@@ -10,7 +10,13 @@ the sidecar's). Each call does exactly the round trips a won Confirm does:
 2. one HTTP POST /todos with a fresh ``Idempotency-Key`` (pooled aiohttp session),
 3. one EVALSHA of a tiny "settle" script (HSET + PEXPIRE),
 
-and nothing else: no policy, no MAC, no card or outcome record, no metrics. Prints one JSON line
+and nothing else: no policy, no MAC, no card or outcome record, no metrics.
+
+A second method, ``/countersign.bench.Reference/Read`` (``InvokeRequest`` in, ``InvokeResponse`` out, as the
+sidecar's Invoke), is the bare gRPC hop of a read: one HTTP GET /todos?status=done as the request's subject
+(the header bench/write_path.py's direct GET sends), its body passed back as ``result_json`` without decoding,
+and nothing else: no policy, no quota, no turn fact in Redis. What a read Invoke costs over a direct GET beyond
+this is the sidecar's own. Prints one JSON line
 ``{"event": "listening", "grpc": "127.0.0.1:N"}`` on stdout when ready; stops on SIGTERM/SIGINT.
 """
 
@@ -31,6 +37,7 @@ from countersign.v1 import common_pb2, gateway_pb2
 
 SERVICE = "countersign.bench.Reference"
 METHOD = f"/{SERVICE}/Confirm"
+READ_METHOD = f"/{SERVICE}/Read"
 
 CLAIM = """
 redis.call('HSET', KEYS[1], 'st', 'running', 'claim', ARGV[1], 'lease', ARGV[2])
@@ -77,17 +84,36 @@ class Reference:
         state = common_pb2.ACTION_STATE_SUCCEEDED if 200 <= status < 300 else common_pb2.ACTION_STATE_FAILED
         return gateway_pb2.ConfirmResponse(action=common_pb2.Action(action_id=action_id, state=state))
 
+    async def read(self, request: gateway_pb2.InvokeRequest, context: Any) -> gateway_pb2.InvokeResponse:
+        assert self.session is not None
+        headers = {"X-Countersign-Subject": request.context.subject_id}
+        async with self.session.get(self.url, params={"status": "done"}, headers=headers) as resp:
+            body = await resp.read()
+            status = resp.status
+        if status != 200:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"GET /todos answered {status}")
+        return gateway_pb2.InvokeResponse(
+            result=gateway_pb2.ToolResult(tool_name=request.tool_name, result_json=body.decode())
+        )
+
 
 async def serve(args: argparse.Namespace) -> None:
     ref = Reference(args.redis_url, args.todo_url)
     await ref.start()
-    handler = grpc.unary_unary_rpc_method_handler(
-        ref.confirm,
-        request_deserializer=gateway_pb2.ConfirmRequest.FromString,
-        response_serializer=gateway_pb2.ConfirmResponse.SerializeToString,
-    )
+    handlers = {
+        "Confirm": grpc.unary_unary_rpc_method_handler(
+            ref.confirm,
+            request_deserializer=gateway_pb2.ConfirmRequest.FromString,
+            response_serializer=gateway_pb2.ConfirmResponse.SerializeToString,
+        ),
+        "Read": grpc.unary_unary_rpc_method_handler(
+            ref.read,
+            request_deserializer=gateway_pb2.InvokeRequest.FromString,
+            response_serializer=gateway_pb2.InvokeResponse.SerializeToString,
+        ),
+    }
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Confirm": handler}),))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     host, _, port = args.listen.rpartition(":")
     bound = server.add_insecure_port(f"{host}:{port}")
     await server.start()

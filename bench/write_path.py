@@ -40,11 +40,12 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 REFERENCE_METHOD = "/countersign.bench.Reference/Confirm"
+REFERENCE_READ = "/countersign.bench.Reference/Read"  # the bare gRPC hop of a read: the same GET, nothing else
 CONCURRENCY = (1, 16)
 # The order of the series inside one round; direct and reference sit right next to the sidecar's.
-ORDER = ("direct", "reference", "invoke", "confirm", "replay", "pair", "read_direct", "read")
-# Series measured at c=1 only (the direct read is there for the read latency target).
-ONLY_C1 = frozenset({"read_direct"})
+ORDER = ("direct", "reference", "invoke", "confirm", "replay", "pair", "read_direct", "read_reference", "read")
+# Series measured at c=1 only (the direct read and the bare hop are there for the read latency target).
+ONLY_C1 = frozenset({"read_direct", "read_reference"})
 RSS_CONCURRENCY = 64  # the resident-memory target under load is read while Confirm runs at this concurrency
 IDLE_SECONDS = 4.0  # how long the idle sidecar's CPU is read
 STARTS = 3  # fresh sidecar processes timed from exec to their "listening" line (median)
@@ -58,6 +59,7 @@ SERVER = {
     "replay": "sidecar",
     "pair": "sidecar",
     "read_direct": "todo",
+    "read_reference": "reference",
     "read": "sidecar",
 }
 DESCRIPTION = {
@@ -68,6 +70,7 @@ DESCRIPTION = {
     "replay": "sidecar Confirm(token) of an already-settled card",
     "pair": "sidecar Invoke then Confirm, back to back",
     "read_direct": "HTTP GET /todos?status=done as a subject with no todos (no sidecar)",
+    "read_reference": "bare grpc.aio: the same GET, its body passed back (the gRPC hop alone: no policy, no fact)",
     "read": "sidecar Invoke(list_todos) of the same GET: policy, one downstream call, the answer",
 }
 
@@ -203,6 +206,11 @@ class Clients:
             request_serializer=gateway_pb2.ConfirmRequest.SerializeToString,
             response_deserializer=gateway_pb2.ConfirmResponse.FromString,
         )
+        self.reference_read_call = self.reference_channel.unary_unary(
+            REFERENCE_READ,
+            request_serializer=gateway_pb2.InvokeRequest.SerializeToString,
+            response_deserializer=gateway_pb2.InvokeResponse.FromString,
+        )
         self.session: aiohttp.ClientSession | None = None
         self.cards: deque[str] = deque()  # tokens of READY cards (Invoke output)
         self.settled: list[str] = []  # tokens already confirmed (replay input)
@@ -299,14 +307,20 @@ class Clients:
             if resp.status != 200:
                 raise RuntimeError(f"GET /todos answered {resp.status}")
 
-    async def read(self) -> None:
+    def read_request(self) -> gateway_pb2.InvokeRequest:
         context = self.context()
         context.actor_id = context.subject_id = READER
-        reply = await self.gateway.Invoke(
-            gateway_pb2.InvokeRequest(context=context, tool_name="list_todos", arguments_json='{"status": "done"}')
-        )
+        return gateway_pb2.InvokeRequest(context=context, tool_name="list_todos", arguments_json='{"status": "done"}')
+
+    async def read(self) -> None:
+        reply = await self.gateway.Invoke(self.read_request())
         if reply.WhichOneof("outcome") != "result":
             raise RuntimeError(f"a read Invoke did not answer with a result: {str(reply)[:200]}")
+
+    async def read_reference(self) -> None:
+        reply = await self.reference_read_call(self.read_request())
+        if reply.WhichOneof("outcome") != "result":
+            raise RuntimeError(f"the reference's read did not answer with a result: {str(reply)[:200]}")
 
     async def stages(self) -> dict[str, float]:
         """The sidecar's stage and downstream histograms (sum and count per label set), from /metrics."""
@@ -450,6 +464,7 @@ async def run_bench(
         "replay": clients.replay,
         "pair": clients.pair,
         "read_direct": clients.read_direct,
+        "read_reference": clients.read_reference,
         "read": clients.read,
     }
     cells = {(s, c): Cell(s, c) for c in CONCURRENCY for s in ORDER}
@@ -582,8 +597,18 @@ def time_starts(work: Path, registry: Path, redis_url: str, keys: Path, referenc
     }
 
 
-def _target(name: str, value: float, target: str, ok: bool, unit: str = "", group: str = "lean") -> dict[str, Any]:
-    return {"name": name, "value": value, "target": target, "ok": bool(ok), "unit": unit, "group": group}
+def _target(
+    name: str, value: float, target: str, ok: bool | None, unit: str = "", group: str = "lean"
+) -> dict[str, Any]:
+    """One line of the verdicts; ok None: a yardstick printed beside a target (no verdict of its own)."""
+    return {
+        "name": name,
+        "value": value,
+        "target": target,
+        "ok": ok if ok is None else bool(ok),
+        "unit": unit,
+        "group": group,
+    }
 
 
 def ratios(
@@ -596,7 +621,7 @@ def ratios(
 
     confirm16, ref16 = g("confirm", 16), g("reference", 16)
     c1, d1, r1, ref1 = g("confirm", 1), g("direct", 1), g("replay", 1), g("reference", 1)
-    read1, read_d1 = g("read", 1), g("read_direct", 1)
+    read1, read_d1, read_ref1 = g("read", 1), g("read_direct", 1), g("read_reference", 1)
     tput = confirm16.throughput / ref16.throughput if ref16.throughput else math.nan
     cpu = confirm16.cpu_ms_per_call("sidecar") / ref16.cpu_ms_per_call("reference")
     out = [
@@ -614,6 +639,14 @@ def ratios(
             read1.pct(0.5) - read_d1.pct(0.5),
             "<= 1.0 ms",
             read1.pct(0.5) - read_d1.pct(0.5) <= 1.0,
+            "ms",
+        ),
+        # beside the target, not one: what the gRPC hop alone costs (a bare grpc.aio server doing the same GET)
+        _target(
+            "  beside it: bare gRPC hop c=1 p50 - direct GET c=1 p50",
+            read_ref1.pct(0.5) - read_d1.pct(0.5),
+            "",
+            None,
             "ms",
         ),
     ]
@@ -688,7 +721,7 @@ def sizing_rule(
 def table(cells: dict[tuple[str, int], Cell]) -> str:
     """One line per cell; CPU columns are milliseconds of CPU per call (server = the process under test)."""
     head = (
-        f"{'series':<12}{'c':>3}{'calls':>7}{'err':>4}{'calls/s':>9}{'mean ms':>8}{'p50 ms':>8}{'p99 ms':>8}"
+        f"{'series':<15}{'c':>3}{'calls':>7}{'err':>4}{'calls/s':>9}{'mean ms':>8}{'p50 ms':>8}{'p99 ms':>8}"
         f"{'cpu/call ms: server':>20}{'todo':>6}{'redis':>6}{'bench':>6}{'others%':>8}"
     )
     lines = [head, "-" * len(head)]
@@ -700,13 +733,13 @@ def table(cells: dict[tuple[str, int], Cell]) -> str:
             flag = "  (ran out of cards!)" if cell.starved else ""
             server = f"{SERVER[series]} {cell.cpu_ms_per_call(SERVER[series]):.2f}"
             lines.append(
-                f"{series:<12}{c:>3}{cell.calls:>7}{cell.errors:>4}{cell.throughput:>9.1f}"
+                f"{series:<15}{c:>3}{cell.calls:>7}{cell.errors:>4}{cell.throughput:>9.1f}"
                 f"{cell.mean_ms:>8.2f}{cell.pct(0.5):>8.2f}{cell.pct(0.99):>8.2f}{server:>20}"
                 f"{cell.cpu_ms_per_call('todo'):>6.2f}{cell.cpu_ms_per_call('redis'):>6.2f}"
                 f"{cell.cpu_ms_per_call('bench'):>6.2f}{cell.others_pct:>8.0f}{flag}"
             )
     lines.append("")
-    lines.extend(f"  {series:<12}{DESCRIPTION[series]}" for series in ORDER)
+    lines.extend(f"  {series:<15}{DESCRIPTION[series]}" for series in ORDER)
     lines.append(
         "\nsidecar stage means, ms (its own histograms; 'downstream' is the HTTP call: compare it with the direct "
         "series' mean, not its p50)"
@@ -715,7 +748,7 @@ def table(cells: dict[tuple[str, int], Cell]) -> str:
         for c in CONCURRENCY:
             means = cells[(series, c)].stage_means_ms()
             if means:
-                lines.append(f"  {series:<12}c={c:<3}" + "  ".join(f"{k}={v:.2f}" for k, v in means.items()))
+                lines.append(f"  {series:<15}c={c:<3}" + "  ".join(f"{k}={v:.2f}" for k, v in means.items()))
     return "\n".join(lines)
 
 
@@ -860,7 +893,8 @@ def main(argv: list[str] | None = None) -> int:
             group = r["group"]
             print({"lean": "targets of the lean sidecar (issue 17):", "write path": "\nwrite-path targets:"}[group])
         unit = f" {r['unit']}" if r["unit"] else ""
-        print(f"  {r['name']:<56} {r['value']:8.3f}{unit:<3}  target {r['target']:<9} {'OK' if r['ok'] else 'MISSED'}")
+        verdict = "(yardstick)" if r["ok"] is None else f"target {r['target']:<9} {'OK' if r['ok'] else 'MISSED'}"
+        print(f"  {r['name']:<56} {r['value']:8.3f}{unit:<3}  {verdict}")
     print(
         "  telemetry targets (metrics <= 3 %, sampled traces <= 8 % beyond the noise floor) and CPU per Confirm in "
         "instructions: bench/telemetry.py --instructions, bench/confirm_ir.py (`make bench` runs them next)"

@@ -66,6 +66,16 @@ class HttpAdapter:
         # the system's CAs, no client certificate. Always verified: a handshake that fails is NOT_SENT.
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}  # one (frozen) ClientTimeout per deadline in use
+
+    def _timeout(self, total: float) -> aiohttp.ClientTimeout:
+        """The call's ClientTimeout (a frozen value: made once per deadline; the registry's tools have a few)."""
+        found = self._timeouts.get(total)
+        if found is None:
+            if len(self._timeouts) >= 64:  # deadlines come from the registry and the settings: a handful
+                self._timeouts.clear()
+            found = self._timeouts[total] = aiohttp.ClientTimeout(total=total)
+        return found
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -93,7 +103,7 @@ class HttpAdapter:
         headers = meta.wire_headers()
         kwargs: dict[str, Any] = {
             "headers": headers,
-            "timeout": aiohttp.ClientTimeout(total=timeout),
+            "timeout": self._timeout(timeout),
             "allow_redirects": False,
         }
         if call.method != "GET" and body is not None:

@@ -42,6 +42,10 @@ from countersign.store import Appended, CardRecord, Issued, Refused, Rejected, R
 from countersign.store.protocols import CardStore, GrantRunStore, RejectStore, TurnStore
 from countersign.v1 import common_pb2, gateway_pb2
 
+# json.dumps(value, ensure_ascii=False) builds this encoder on every call: a read's answer is encoded by one made once
+_ANSWER = json.JSONEncoder(ensure_ascii=False).encode
+_QUOTA_IDS = 10_000  # tenants' quota ids kept (path/quota.py's MAX_TENANTS): beyond it the cache starts again
+
 _CAP_STATUS = {
     "enabled": common_pb2.CAPABILITY_STATUS_ENABLED,
     "planned": common_pb2.CAPABILITY_STATUS_PLANNED,
@@ -75,6 +79,7 @@ class Pipeline:
         self.quota, self.claims, self.executor, self.audit = quota, claims, executor, audit
         self.metrics, self.timing, self.confirm_ttl_ms, self.clock = metrics, timing, confirm_ttl_ms, clock
         self.grants = grants
+        self._quota_ids: dict[str, str] = {}  # tenant id -> its quota id (a keyed hash: the same for the process)
 
     # -- Invoke --------------------------------------------------------------------------------
 
@@ -119,9 +124,7 @@ class Pipeline:
             )
             if outcome.kind is Kind.SUCCEEDED:
                 return gateway_pb2.InvokeResponse(
-                    result=gateway_pb2.ToolResult(
-                        tool_name=tool.name, result_json=json.dumps(outcome.body, ensure_ascii=False)
-                    )
+                    result=gateway_pb2.ToolResult(tool_name=tool.name, result_json=_ANSWER(outcome.body))
                 )
             if outcome.kind is Kind.FAILED and outcome.reason != Reason.NOT_SENT:
                 raise FailedPrecondition(outcome.reason, outcome.message)
@@ -261,7 +264,11 @@ class Pipeline:
     async def _quota(self, context: common_pb2.CallContext, members: list[str]) -> str:
         """Count what this call would keep against the tenant's cap, before anything is stored (QUOTA_EXCEEDED).
         Returns the tenant's quota id."""
-        tenant = self.keyring.derived_id("quota", context.tenant_id)
+        tenant = self._quota_ids.get(context.tenant_id)
+        if tenant is None:
+            if len(self._quota_ids) >= _QUOTA_IDS:
+                self._quota_ids.clear()
+            tenant = self._quota_ids[context.tenant_id] = self.keyring.derived_id("quota", context.tenant_id)
         await self.quota.take(tenant, members)
         return tenant
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from countersign.canonical import canonical
+from countersign.canonical import canonical, compact
 from countersign.keyring import Keyring
 from countersign.path.cards import owner
 from countersign.registry import Tool
@@ -36,8 +36,16 @@ def read_summary(tool: Tool, body: object, message: str = "") -> str:
 
 
 def fact_entry(tool: str, status: str, summary: str) -> bytes:
-    """A read's fact, as the turn's list keeps it."""
-    return canonical({"k": "fact", "tool": tool, "status": status, "summary": summary[:300]})
+    """A read's fact, as the turn's list keeps it: RFC 8785 bytes. Its values are strings and its keys ASCII, so the
+    standard encoder writes canonical()'s bytes (canonical.py) without canonical()'s look at every value first; a lone
+    surrogate takes canonical()'s path (and its ValueError), as before."""
+    entry = {"k": "fact", "tool": tool, "status": status, "summary": summary[:300]}
+    if type(tool) is str and type(status) is str and type(summary) is str:
+        try:
+            return compact(entry).encode("utf-8")
+        except UnicodeEncodeError:
+            pass
+    return canonical(entry)
 
 
 def action_entry(action_id: str) -> bytes:

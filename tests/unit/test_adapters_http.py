@@ -266,6 +266,16 @@ async def test_a_request_the_client_cannot_build_is_failed_not_not_sent(raw: Raw
     assert raw.seen == []
 
 
+async def test_each_call_keeps_its_own_deadline_on_one_adapter(raw: Raw, adapter: http.HttpAdapter) -> None:
+    # one ClientTimeout per deadline is reused: a short deadline must not become a long one's, nor the reverse
+    body = json.dumps({"id": "t_1", "version": 1})
+    raw.script = lambda s: answer(201, body, split=(5,), pause=0.4)
+    thing = tools(raw.url).tools["create_thing"]
+    for deadline, kind in ((2.0, Kind.SUCCEEDED), (0.2, Kind.UNKNOWN), (2.0, Kind.SUCCEEDED), (0.2, Kind.UNKNOWN)):
+        outcome = await adapter.execute(thing, {"title": "t"}, META, deadline)
+        assert outcome.kind is kind, (deadline, outcome)  # past the short deadline the body is cut: UNKNOWN
+
+
 # -- the same, through the sidecar: what the agent and the user see ------------------------------------
 
 

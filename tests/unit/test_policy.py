@@ -582,6 +582,28 @@ def test_a_lone_surrogate_in_a_value_is_args_invalid(text: str) -> None:
     raises(InvalidArgument, "ARGS_INVALID", grpc.StatusCode.INVALID_ARGUMENT, authorize, "create_todo", text)
 
 
+def test_a_literal_lone_surrogate_is_args_invalid_though_no_escape_names_it() -> None:
+    # a str from another front door (not a protobuf string) may hold one as it is; only ASCII text without a \\u
+    # escape skips the surrogate check
+    text = '{"title": "x' + chr(0xD800) + '"}'
+    assert "\\u" not in text
+    with pytest.raises(InvalidArgument, match="lone UTF-16 surrogate"):
+        policy.decode_arguments(text)
+
+
+def test_a_byte_order_mark_is_refused_in_json_loads_words() -> None:
+    with pytest.raises(InvalidArgument, match="BOM"):
+        policy.decode_arguments('\ufeff{"title": "x"}')
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"status": "done"}', '{"a": {"b": [1, 2.5, true, null]}}', '{"t": "\\u00e9\\n"}', '{"t": "é"}', " {} ", ""],
+)
+def test_arguments_decode_as_json_loads_decodes_them(text: str) -> None:
+    assert policy.decode_arguments(text) == json.loads(text or "{}")
+
+
 # -- normalisation never invents a value (docs/design.md §5, required) --------------------------------
 
 
