@@ -141,7 +141,7 @@ def serve(raw: Raw, on_call: Answer) -> Server:
     return Server(raw, on_call)
 
 
-async def create(adapter: mcp.McpAdapter, raw: Raw, tool: str = "create_thing", timeout: float = 2.0) -> Any:
+async def create(adapter: mcp.McpAdapter, raw: Raw, tool: str = "create_thing", timeout: float = 10.0) -> Any:
     return await adapter.execute(tools(raw.url).tools[tool], {"title": "t"}, META, timeout)
 
 
