@@ -46,13 +46,25 @@ _READS = frozenset("看读查听找搜翻")  # one-character read verbs: with a 
 _RESULT_OF_READ = frozenset("过完好到了清懂全对")  # a coverb phrase before the verb
 # a part that goes on with the previous part's subject: 还/又/也/然后 ... with no subject of its own
 _GOES_ON = re.compile(r"^\W*(?:还|又|也|并且|并|然后|接着|随后|之后|再|顺便|顺手)")
-_MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完为到]")  # every marker _part looks for holds one of these
-_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将为成到]|完毕")  # 为成到: V + 为/成/到 + target (_TARGET); one class
+_MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完为到在]")  # every marker _part looks for holds one of these
+_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将为成到在]|完毕")  # 为成到在: V + 为/成/到 + target (_TARGET); one class
 # a change and its target closing the part, no 了: "地址更新为榆树街 22 号", "例会改到周四下午" (the verb before it
 # must be a two-character write verb of the table or one of ``words.target_verbs``: 改, 设, 调 ...)
 _QUOTE_MARKS = re.compile(r"[“”「」『』《》\"]")
 _QUOTED = re.compile(r"“[^”]{0,16}”|「[^」]{0,16}」|『[^』]{0,16}』|《[^》]{0,16}》|\"[^\"]{0,16}\"")
 _TARGET = re.compile(r"(?<=[\u4e00-\u9fff])[为成到](?!已)(?=[^，,。！!？?；;了过吗呢]{1,24}[。！!]?\s*$)")
+# (guard8) V在 + a time closing the part: an arrangement made for that time ("保养预约订在周六上午九点")
+_AT_TIME = re.compile(
+    r"(?<=[\u4e00-\u9fff])在(?=(?:[下这本]周|[下这本]个?月|明天|明早|明晚|后天|今天|今晚|(?:周|星期|礼拜)[一二三四五六日天末]"
+    r"|[0-9０-９一二三四五六七八九十两]+\s*(?:月|号|日|点))(?![^，,。]*(?:生效|开始|结束|举行|进行|到期|截止))"
+    r"[^，,。！!？?；;了过吗呢]{0,20}[。！!]?\s*$)"
+)  # (not a when: 在本周期结束时生效, 定在周五举行)
+_AT_TIME_NOT = frozenset("定放存在")  # 定在/放在: where a thing is or stands, not an act
+
+
+def _names_target(text: str, after: int, verb: str) -> bool:
+    """Whether the verb at ``text[after:]`` names a target after it (改成, 调到, 设为 + X): a 的 in X is the target's."""
+    return verb[-1:] in "成为到" or text[after + len(verb) : after + len(verb) + 1] in ("成", "为", "到")
 
 
 class ChineseGrammar:
@@ -81,7 +93,7 @@ class ChineseGrammar:
         self.label = (
             re.compile(
                 f"(?:{labels})(?:里|中|会|占|有|在|默认|显示|可以|都|只|保留|共|一共|列表|标签|分组|"
-                "文件夹|页|栏|数量|数)"
+                "文件夹|页|栏|数量|数)(?![。！!\\s]*$)"  # (a label has a predicate after it: 已退订邮件列表。 reports)
             )
             if labels
             else re.compile("(?!)")
@@ -205,13 +217,19 @@ class ChineseGrammar:
             # (a skip word after 已 is no verb: 已经在线提交 is read at 提交, not at 在)
             if not disposal and not self._is_write(rest):
                 continue
+            # (a disposal's object is no modifier: 已把这周的课换到周四; nor a target's: 已经改成新的地址)
+            modifier = not disposal and not _names_target(text, after, verb) and _ATTRIBUTIVE.match(text, m.end())
             flags = (
                 frozenset({"attributive"})
-                if _ATTRIBUTIVE.match(text, m.end()) or (verb and self.label.match(text, after + len(verb)))
+                if modifier or (verb and self.label.match(text, after + len(verb)))
                 else frozenset()
             )
             end = after + max(len(verb), 1)
-            out.append(self._cand("completion_aspect", sentence, part, m.start(), end, verb, flags=flags))
+            found = self._cand("completion_aspect", sentence, part, m.start(), end, verb, flags=flags)
+            if disposal:  # the claim is the whole 把 phrase (who acts is read at 把): its object is no cue after it
+                le = text.find("了", after)  # (已经把通知静音到明早八点: 通知 is the object, no next step)
+                found.end = part.start + (le + 1 if le >= 0 else max(end, len(text.rstrip("。！!~～ "))))
+            out.append(found)
         for pm in _PARTICLE.finditer(text):
             found = self._particle(sentence, part, pm.start())
             if found is not None:
@@ -233,6 +251,14 @@ class ChineseGrammar:
                 known = len(verb) == 2 or verb in self.target_verbs
                 if known and moves and self._is_write(text[m.start() - len(verb) :]):
                     # the claim runs to the part's end (the target is part of it): a cue anywhere in it is "before"
+                    end = len(text.rstrip("。！! "))
+                    out.append(self._cand("result_complement", sentence, part, m.start() - len(verb), end, verb))
+                    break
+        if not out and "在" in text:
+            for m in _AT_TIME.finditer(text):
+                verb = self._verb_before(text, m.start())
+                one = verb in self.target_verbs and verb not in _AT_TIME_NOT
+                if (one or len(verb) == 2) and self._is_write(text[m.start() - len(verb) :]):
                     end = len(text.rstrip("。！! "))
                     out.append(self._cand("result_complement", sentence, part, m.start() - len(verb), end, verb))
                     break
