@@ -34,6 +34,7 @@ _ATTRIBUTIVE = re.compile(r"[^，。的你我他她您]{1,3}的(?![。！!，,]*
 _PARTICLE = re.compile("[了啦咯喽嘞啰]")
 _FINAL = frozenset("了啦咯喽嘞啰")  # a sentence-final particle of a changed state: "订单取消咯", "发过去喽" (as 了)
 _BA = re.compile(r"把|将(?![会要在近来于])")
+_BA_CLOSE = re.compile("[了成为到]")  # where a 把 phrase's verb completes or names its target
 _SUCCESS = re.compile(r"成功|完成|完毕")
 _BEI = re.compile("被")
 _HAN = re.compile(r"[\u3400-\u9fff]")
@@ -59,7 +60,9 @@ _AT_TIME = re.compile(
     r"|[0-9０-９一二三四五六七八九十两]+\s*(?:月|号|日|点))(?![^，,。]*(?:生效|开始|结束|举行|进行|到期|截止))"
     r"[^，,。！!？?；;了过吗呢]{0,20}[。！!]?\s*$)"
 )  # (not a when: 在本周期结束时生效, 定在周五举行)
-_AT_TIME_NOT = frozenset("定放存在")  # 定在/放在: where a thing is or stands, not an act
+_AT_TIME_NOT = frozenset("定放存在")
+_PLACE_ENDS = frozenset("面边方头")
+_IN_REPLY = frozenset({"下面", "下方", "上面", "上方", "如下", "这里", "文末", "末尾"})  # places in the reply itself  # 下面, 上边, 下方, 里头: a place noun, its first character no verb  # 定在/放在: where a thing is or stands, not an act
 
 
 def _names_target(text: str, after: int, verb: str) -> bool:
@@ -226,9 +229,12 @@ class ChineseGrammar:
             )
             end = after + max(len(verb), 1)
             found = self._cand("completion_aspect", sentence, part, m.start(), end, verb, flags=flags)
-            if disposal:  # the claim is the whole 把 phrase (who acts is read at 把): its object is no cue after it
-                le = text.find("了", after)  # (已经把通知静音到明早八点: 通知 is the object, no next step)
-                found.end = part.start + (le + 1 if le >= 0 else max(end, len(text.rstrip("。！!~～ "))))
+            if disposal:  # the claim runs over the 把 phrase's object (who acts is read at 把) to its verb's 了 or
+                # target marker: the object is no cue after it (已经把通知静音到明早八点: 通知 is no next step), a target
+                # no cue before it (把权限改成只有你能看: 能 names who may see)
+                close = _BA_CLOSE.search(text, after + 1)
+                if close is not None:
+                    found.end = part.start + close.end()
             out.append(found)
         for pm in _PARTICLE.finditer(text):
             found = self._particle(sentence, part, pm.start())
@@ -247,7 +253,8 @@ class ChineseGrammar:
             for m in _TARGET.finditer(text):
                 verb = self._verb_before(text, m.start())
                 # V到 + a time is "until" unless V moves a time (改到周三, 推迟到): 维护到晚上十点 is a state
-                moves = verb in self.target_verbs or verb[:1] in self.target_verbs or m.group(0) != "到"
+                moves = verb in self.target_verbs or verb[:1] in self.target_verbs or verb[-1:] in self.target_verbs
+                moves = moves or m.group(0) != "到"
                 known = len(verb) == 2 or verb in self.target_verbs
                 if known and moves and self._is_write(text[m.start() - len(verb) :]):
                     # the claim runs to the part's end (the target is part of it): a cue anywhere in it is "before"
@@ -345,9 +352,13 @@ class ChineseGrammar:
                     return self._cand("result_complement", sentence, part, cm.start() - len(head), k + 1, head)
             for j in range(k - 1, max(-1, k - 12), -1):
                 verb = self._verb_at(text, j)
+                if verb and len(verb) == 1 and text[j + 1 : j + 2] in _PLACE_ENDS:
+                    continue  # 列在下面了: 下面 is a place, not 下 (guard8)
                 if j > 0 and len(self._verb_before(text, j + 1)) == 2:
                     j, verb = j - 1, text[j - 1 : j + 1]  # 清空啦: the two-character verb ends here, not 空
                 if verb:  # the nearest verb decides: "会议已经开始十分钟了" is no act
+                    if verb == "在" and text[j + 1 : j + 3] in _IN_REPLY:
+                        return None  # 列在下面了: put in this reply, written nowhere else (guard8)
                     if verb in self.complements:  # 挪到后天了: 到 completes 挪
                         head = self._verb_before(text, j)
                         if not head and j > 1 and text[j - 1] in self.complements:
