@@ -357,8 +357,8 @@ class ChineseGrammar:
                 if j > 0 and len(self._verb_before(text, j + 1)) == 2:
                     j, verb = j - 1, text[j - 1 : j + 1]  # 清空啦: the two-character verb ends here, not 空
                 if verb:  # the nearest verb decides: "会议已经开始十分钟了" is no act
-                    if verb == "在" and text[j + 1 : j + 3] in _IN_REPLY:
-                        return None  # 列在下面了: put in this reply, written nowhere else (guard8)
+                    if verb[-1:] == "在" and text[j + len(verb) : j + len(verb) + 2] in _IN_REPLY:
+                        return None  # 列在下面了, 放在下方了: put in this reply, written nowhere else (guard8)
                     if verb in self.complements:  # 挪到后天了: 到 completes 挪
                         head = self._verb_before(text, j)
                         if not head and j > 1 and text[j - 1] in self.complements:

@@ -53,6 +53,7 @@ _NOT_OBJECT = re.compile(
     r"[到给在成为进回出上下去来]|[。！!？?，,、；;~…吗呢吧啊啦哦呀]"
 )
 _DIRECTIONAL = frozenset("进到给入至回在成为往")
+_MOTION = frozenset("进入出上下回")  # a directional verb a manner of moving may head (漫进, 涌入)
 _DONE = re.compile(r"^\s*[好完掉光齐妥]?[了过]?\s*")  # the result complement and aspect before an object
 _HAN_OR_LATIN = re.compile(r"[\u3400-\u9fffA-Za-z“「《\"]")
 
@@ -96,7 +97,11 @@ class Subjects:
         if not head:
             return _NONE
         disposal = text.startswith(("把", "将"), start) or (coverb is not None and coverb.group(0) in "把将")
-        if (verb in self.changes or verb.rstrip("了啦") in self.changes or disposal) and self.natural.search(head):
+        # (a character the verb table lacks may head a directional verb: 湖水漫进了, the subject is 湖水; guard8)
+        natural = self.natural.search(head) or (
+            verb in _MOTION and len(head) > 2 and self.natural.search(head, 0, len(head) - 1)
+        )
+        if (verb in self.changes or verb.rstrip("了啦") in self.changes or disposal) and natural:
             return Subject("", head, frozenset({"event"}))  # 雨停了; 大风把栅栏吹倒了: weather acts, no one did
         if not self._person(head):
             return _NONE
