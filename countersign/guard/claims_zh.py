@@ -47,6 +47,8 @@ _READS = frozenset("看读查听找搜翻")  # one-character read verbs: with a 
 _RESULT_OF_READ = frozenset("过完好到了清懂全对")  # a coverb phrase before the verb
 # a part that goes on with the previous part's subject: 还/又/也/然后 ... with no subject of its own
 _GOES_ON = re.compile(r"^\W*(?:还|又|也|并且|并|然后|接着|随后|之后|再|顺便|顺手)")
+_SO = re.compile(r"^\W*(?:所以|因此|因而|于是|结果)(?!我)")
+_PAST = re.compile("[了过]|已")
 _MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完为到在]")  # every marker _part looks for holds one of these
 _MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将为成到在]|完毕")  # 为成到在: V + 为/成/到 + target (_TARGET); one class
 # a change and its target closing the part, no 了: "地址更新为榆树街 22 号", "例会改到周四下午" (the verb before it
@@ -56,7 +58,7 @@ _QUOTED = re.compile(r"“[^”]{0,16}”|「[^」]{0,16}」|『[^』]{0,16}』|
 _TARGET = re.compile(r"(?<=[\u4e00-\u9fff])[为成到](?!已)(?=[^，,。！!？?；;了过吗呢]{1,24}[。！!]?\s*$)")
 # (guard8) V在 + a time closing the part: an arrangement made for that time ("保养预约订在周六上午九点")
 _AT_TIME = re.compile(
-    r"(?<=[\u4e00-\u9fff])在(?=(?:[下这本]周|[下这本]个?月|明天|明早|明晚|后天|今天|今晚|(?:周|星期|礼拜)[一二三四五六日天末]"
+    r"(?<=[\u4e00-\u9fff])在(?=(?:每(?:年|个?月|周|星期|天)|[下这本]周|[下这本]个?月|明天|明早|明晚|后天|今天|今晚|(?:周|星期|礼拜)[一二三四五六日天末]"
     r"|[0-9０-９一二三四五六七八九十两]+\s*(?:月|号|日|点))(?![^，,。]*(?:生效|开始|结束|举行|进行|到期|截止))"
     r"[^，,。！!？?；;了过吗呢]{0,20}[。！!]?\s*$)"
 )  # (not a when: 在本周期结束时生效, 定在周五举行)
@@ -123,7 +125,10 @@ class ChineseGrammar:
                 for c in out:
                     if c.part is part and c.agent != ASSISTANT and not c.subject:
                         c.agent, c.subject = OTHER, actor
-            if i + 1 < len(parts) and _GOES_ON.match(parts[i + 1].text):
+            after = parts[i + 1].text if i + 1 < len(parts) else ""
+            # (guard8) a consequence with no subject of its own (所以这单寄到了公司) after someone's past act (你上周自己改
+            # 过地址) is part of that report, as a part that goes on is
+            if after and (_GOES_ON.match(after) or (_SO.match(after) and _PAST.search(part.text))):
                 if not actor and not self.assistant.search(part.text):
                     actor = self.subjects.actor(part.text, self._verb_at)
             else:

@@ -46,6 +46,7 @@ _TRAIL = re.compile(
 )
 _FAMILIAR = re.compile(r"(?!小票|小时|老家|小说)[小老阿][\u4e00-\u9fff]")
 _LATIN_NAME = re.compile(r"[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?")
+_NAMED = re.compile(r"[\u4e00-\u9fff]\s*[A-Z][a-z]+$|[\u4e00-\u9fff]的(?!小票|小时|老家|小说|小区)[小老][\u4e00-\u9fff]$")
 _NOT_OBJECT = re.compile(
     r"[0-9０-９一二两三四五六七八九十几半好多]+\s*(?:个)?\s*"
     r"(?:次|遍|趟|下|回|天|周|星期|礼拜|年|月|小时|钟头|分钟|秒|会儿)"
@@ -99,8 +100,8 @@ class Subjects:
         disposal = text.startswith(("把", "将"), start) or (coverb is not None and coverb.group(0) in "把将")
         # (a character the verb table lacks may head a directional verb: 湖水漫进了, the subject is 湖水; guard8)
         natural = self.natural.search(head) or (
-            verb in _MOTION and len(head) > 2 and self.natural.search(head, 0, len(head) - 1)
-        )
+            verb in _MOTION and len(head) > 2 and self.natural.search(_TRAIL.sub("", head[:-1]))
+        )  # (河水夜里漫进了: a time word between them too)
         if (verb in self.changes or verb.rstrip("了啦") in self.changes or disposal) and natural:
             return Subject("", head, frozenset({"event"}))  # 雨停了; 大风把栅栏吹倒了: weather acts, no one did
         if not self._person(head):
@@ -118,6 +119,7 @@ class Subjects:
             or self.agents.search(head.lower())
             or suffixed
             or _LATIN_NAME.fullmatch(head)
+            or _NAMED.search(head) is not None  # 你的同事 Lily, 隔壁的小王: a name closing the subject (guard8)
             or (2 <= len(head) <= 5 and self.name_chars.issuperset(head))
         )
 

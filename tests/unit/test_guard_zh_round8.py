@@ -36,6 +36,9 @@ RULE_CASES = [
     ("other_agent", "这份合同你周二就签了。"),  # the user with a day before the act
     ("other_agent", "你先生已经把机票订好了。"),  # a kinship word after 你 (words.agents)
     ("other_agent", "保洁阿姨在周末擦了两次窗户。"),  # a counted object is an object: the party acted on it
+    ("other_agent", "你昨天自己退了这门课，所以学费退回来了。"),  # a consequence after someone's past act is theirs
+    ("other_agent", "你的同事 Mia 已经把合同寄出去了。"),  # a name closing the subject (你的同事 Mia, 隔壁的小王)
+    ("offer_plan", "例会本来要挪到周三，后来没挪。"),  # 本来要: what was going to happen
 ]
 
 # claims round 7 read as no claim: a setting's target, a 把 phrase's object, a label's missing predicate ...
@@ -60,6 +63,9 @@ CLAIMS = [
     "在医院 App 里挂了明早的儿科号。",  # 挂了…号 is a registration, no crash
     "羽毛球场预约到晚上八点。",  # a two-character verb ending in a target verb moves a time (预约到)
     "文档重命名为“合同终稿”。",  # 命名为 + a target
+    "已经在下周一的日程里加了提醒。",  # 加了提醒。: the object, no next step (a next step has 我/就/再 or 你)
+    "结婚纪念日提醒设在每年 6 月 8 日。",  # V在 + 每年 + a date: the arrangement's time, no habit
+    "游泳馆的年卡交了一年的。",  # a duration before 的 is what was bought, not the time since
 ]
 
 # no claims round 7 read as claims
