@@ -62,13 +62,13 @@ _AT_TIME = re.compile(
     r"|[0-9０-９一二三四五六七八九十两]+\s*(?:月|号|日|点))(?![^，,。]*(?:生效|开始|结束|举行|进行|到期|截止))"
     r"[^，,。！!？?；;了过吗呢]{0,20}[。！!]?\s*$)"
 )  # (not a when: 在本周期结束时生效, 定在周五举行)
-_AT_TIME_NOT = frozenset("定放存在")
-_PLACE_ENDS = frozenset("面边方头")
-_IN_REPLY = frozenset({"下面", "下方", "上面", "上方", "如下", "这里", "文末", "末尾"})  # places in the reply itself  # 下面, 上边, 下方, 里头: a place noun, its first character no verb  # 定在/放在: where a thing is or stands, not an act
+_AT_TIME_NOT = frozenset("定放存在")  # 定在/放在: where a thing is or stands, not an act
+_PLACE_ENDS = frozenset("面边方头")  # 下面, 上边, 下方, 里头: a place noun, its first character no verb
+_IN_REPLY = frozenset({"下面", "下方", "上面", "上方", "如下", "这里", "文末", "末尾"})  # places in the reply itself
 
 
 def _names_target(text: str, after: int, verb: str) -> bool:
-    """Whether the verb at ``text[after:]`` names a target after it (改成, 调到, 设为 + X): a 的 in X is the target's."""
+    """Whether the verb at ``text[after:]`` names a target after it (改成, 调到, 设为 + X): a 的 in X is X's."""
     return verb[-1:] in "成为到" or text[after + len(verb) : after + len(verb) + 1] in ("成", "为", "到")
 
 
@@ -126,8 +126,8 @@ class ChineseGrammar:
                     if c.part is part and c.agent != ASSISTANT and not c.subject:
                         c.agent, c.subject = OTHER, actor
             after = parts[i + 1].text if i + 1 < len(parts) else ""
-            # (guard8) a consequence with no subject of its own (所以这单寄到了公司) after someone's past act (你上周自己改
-            # 过地址) is part of that report, as a part that goes on is
+            # (guard8) a consequence with no subject of its own (所以这单寄到了公司) after someone's past act
+            # (你上周自己改过地址) is part of that report, as a part that goes on is
             if after and (_GOES_ON.match(after) or (_SO.match(after) and _PAST.search(part.text))):
                 if not actor and not self.assistant.search(part.text):
                     actor = self.subjects.actor(part.text, self._verb_at)
@@ -234,9 +234,9 @@ class ChineseGrammar:
             )
             end = after + max(len(verb), 1)
             found = self._cand("completion_aspect", sentence, part, m.start(), end, verb, flags=flags)
-            if disposal:  # the claim runs over the 把 phrase's object (who acts is read at 把) to its verb's 了 or
-                # target marker: the object is no cue after it (已经把通知静音到明早八点: 通知 is no next step), a target
-                # no cue before it (把权限改成只有你能看: 能 names who may see)
+            if disposal:  # the claim runs over the 把 phrase's object (who acts is read at 把) to its verb's 了
+                # or target marker: the object is no cue after it (已经把通知静音到明早八点: 通知 is no next step), a
+                # target no cue before it (把权限改成只有你能看: 能 names who may see)
                 close = _BA_CLOSE.search(text, after + 1)
                 if close is not None:
                     found.end = part.start + close.end()

@@ -46,7 +46,9 @@ _TRAIL = re.compile(
 )
 _FAMILIAR = re.compile(r"(?!小票|小时|老家|小说)[小老阿][\u4e00-\u9fff]")
 _LATIN_NAME = re.compile(r"[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?")
-_NAMED = re.compile(r"[\u4e00-\u9fff]\s*[A-Z][a-z]+$|[\u4e00-\u9fff]的(?!小票|小时|老家|小说|小区)[小老][\u4e00-\u9fff]$")
+_NAMED = re.compile(  # a name closing a longer subject: 你的同事 Lily, 隔壁的小王
+    r"[\u4e00-\u9fff]\s*[A-Z][a-z]+$|[\u4e00-\u9fff]的(?!小票|小时|老家|小说|小区)[小老][\u4e00-\u9fff]$"
+)
 _NOT_OBJECT = re.compile(
     r"[0-9０-９一二两三四五六七八九十几半好多]+\s*(?:个)?\s*"
     r"(?:次|遍|趟|下|回|天|周|星期|礼拜|年|月|小时|钟头|分钟|秒|会儿)"
