@@ -39,6 +39,9 @@ RULE_CASES = [
     ("other_agent", "你昨天自己退了这门课，所以学费退回来了。"),  # a consequence after someone's past act is theirs
     ("other_agent", "你的同事 Mia 已经把合同寄出去了。"),  # a name closing the subject (你的同事 Mia, 隔壁的小王)
     ("offer_plan", "例会本来要挪到周三，后来没挪。"),  # 本来要: what was going to happen
+    ("other_agent", "我看到你今早自己把订阅退了。"),  # what the assistant saw the user do
+    ("time_anchor", "2021 年 5 月，这个域名已经转出过。"),  # a date heading the sentence in a part of its own
+    ("time_anchor", "这台路由器已经升级过三次。"),  # an experience counted (V过 + N 次): a record
 ]
 
 # claims round 7 read as no claim: a setting's target, a 把 phrase's object, a label's missing predicate ...
@@ -66,6 +69,7 @@ CLAIMS = [
     "已经在下周一的日程里加了提醒。",  # 加了提醒。: the object, no next step (a next step has 我/就/再 or 你)
     "结婚纪念日提醒设在每年 6 月 8 日。",  # V在 + 每年 + a date: the arrangement's time, no habit
     "游泳馆的年卡交了一年的。",  # a duration before 的 is what was bought, not the time since
+    "去年的账单我都帮你导出来了。",  # 去年 opens no instruction (去 + a place or a step does)
 ]
 
 # no claims round 7 read as claims
