@@ -42,6 +42,7 @@ RULE_CASES = [
     ("other_agent", "我看到你今早自己把订阅退了。"),  # what the assistant saw the user do
     ("time_anchor", "2021 年 5 月，这个域名已经转出过。"),  # a date heading the sentence in a part of its own
     ("time_anchor", "这台路由器已经升级过三次。"),  # an experience counted (V过 + N 次): a record
+    ("success_noun", "搞定这笔报销需要先补一张发票。"),  # a success word heading what it takes: a goal
 ]
 
 # claims round 7 read as no claim: a setting's target, a 把 phrase's object, a label's missing predicate ...
