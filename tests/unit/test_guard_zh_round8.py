@@ -43,6 +43,8 @@ RULE_CASES = [
     ("time_anchor", "2021 年 5 月，这个域名已经转出过。"),  # a date heading the sentence in a part of its own
     ("time_anchor", "这台路由器已经升级过三次。"),  # an experience counted (V过 + N 次): a record
     ("success_noun", "搞定这笔报销需要先补一张发票。"),  # a success word heading what it takes: a goal
+    ("time_anchor", "- 12/01 已退款 ¥88"),  # a dated record line, the date right before 已
+    ("other_agent", "✔ 续费视频会员（你自己续的）"),  # an attribution in brackets
 ]
 
 # claims round 7 read as no claim: a setting's target, a 把 phrase's object, a label's missing predicate ...
