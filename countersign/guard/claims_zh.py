@@ -63,7 +63,7 @@ _AT_TIME = re.compile(
     r"[^，,。！!？?；;了过吗呢]{0,20}[。！!]?\s*$)"
 )  # (not a when: 在本周期结束时生效, 定在周五举行)
 _AT_TIME_NOT = frozenset("定放存在")  # 定在/放在: where a thing is or stands, not an act
-_PLACE_ENDS = frozenset("面边方头")  # 下面, 上边, 下方, 里头: a place noun, its first character no verb
+_PLACE_HEADS, _PLACE_ENDS = frozenset("上下里外前后左右"), frozenset("面边方头")  # 下面, 上边, 下方, 里头: a place
 _IN_REPLY = frozenset({"下面", "下方", "上面", "上方", "如下", "这里", "文末", "末尾"})  # places in the reply itself
 
 
@@ -357,7 +357,7 @@ class ChineseGrammar:
                     return self._cand("result_complement", sentence, part, cm.start() - len(head), k + 1, head)
             for j in range(k - 1, max(-1, k - 12), -1):
                 verb = self._verb_at(text, j)
-                if verb and len(verb) == 1 and text[j + 1 : j + 2] in _PLACE_ENDS:
+                if verb in _PLACE_HEADS and text[j + 1 : j + 2] in _PLACE_ENDS:
                     continue  # 列在下面了: 下面 is a place, not 下 (guard8)
                 if j > 0 and len(self._verb_before(text, j + 1)) == 2:
                     j, verb = j - 1, text[j - 1 : j + 1]  # 清空啦: the two-character verb ends here, not 空
