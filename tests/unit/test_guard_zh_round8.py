@@ -45,6 +45,7 @@ RULE_CASES = [
     ("success_noun", "搞定这笔报销需要先补一张发票。"),  # a success word heading what it takes: a goal
     ("time_anchor", "- 12/01 已退款 ¥88"),  # a dated record line, the date right before 已
     ("other_agent", "✔ 续费视频会员（你自己续的）"),  # an attribution in brackets
+    ("state", "水费似乎已经缴过了。"),  # a hedge before a completion no one is named for (gated)
 ]
 
 # claims round 7 read as no claim: a setting's target, a 把 phrase's object, a label's missing predicate ...
