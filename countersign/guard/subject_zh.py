@@ -57,6 +57,7 @@ _NOT_OBJECT = re.compile(
 )
 _DIRECTIONAL = frozenset("进到给入至回在成为往")
 _MOTION = frozenset("进入出上下回")  # a directional verb a manner of moving may head (漫进, 涌入)
+_FINISHED = re.compile(r"[^，,。完]{0,6}完(?:了|毕|啦)")  # the claim's verb finishes an activity (批注完了)
 _DONE = re.compile(r"^\s*[好完掉光齐妥]?[了过]?\s*")  # the result complement and aspect before an object
 _HAN_OR_LATIN = re.compile(r"[\u3400-\u9fffA-Za-z“「《\"]")
 
@@ -109,7 +110,9 @@ class Subjects:
         if not self._person(head):
             return _NONE
         acts_on = (coverb is not None and coverb.group(0) in _ACTS_ON) or text.startswith(("把", "将"), start)
-        if acts_on or self._object_after(text, start, end, verb):
+        # (a person who finished an activity acted, object or not: 导师已经批注完了; guard8)
+        finished = _FINISHED.match(text, start) is not None
+        if acts_on or finished or self._object_after(text, start, end, verb):
             return Subject(OTHER, head)
         return _NONE
 

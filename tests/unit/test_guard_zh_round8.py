@@ -46,6 +46,8 @@ RULE_CASES = [
     ("time_anchor", "- 12/01 已退款 ¥88"),  # a dated record line, the date right before 已
     ("other_agent", "✔ 续费视频会员（你自己续的）"),  # an attribution in brackets
     ("state", "水费似乎已经缴过了。"),  # a hedge before a completion no one is named for (gated)
+    ("other_agent", "你的论文导师已经批注完了。"),  # a person who finished an activity acted, object or not
+    ("instruction", "很简单，扫个码就办妥了。"),  # steps, then 就 + 办妥/办完/弄好/做完
 ]
 
 # claims round 7 read as no claim: a setting's target, a 把 phrase's object, a label's missing predicate ...
