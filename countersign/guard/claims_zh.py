@@ -34,6 +34,7 @@ _ATTRIBUTIVE = re.compile(r"[^，。的你我他她您]{1,3}的(?![。！!，,]*
 _PARTICLE = re.compile("[了啦咯喽嘞啰]")
 _FINAL = frozenset("了啦咯喽嘞啰")  # a sentence-final particle of a changed state: "订单取消咯", "发过去喽" (as 了)
 _BA = re.compile(r"把|将(?![会要在近来于])")
+_BA_CLOSE = re.compile("[了成为到]")  # where a 把 phrase's verb completes or names its target
 _SUCCESS = re.compile(r"成功|完成|完毕")
 _BEI = re.compile("被")
 _HAN = re.compile(r"[\u3400-\u9fff]")
@@ -46,13 +47,29 @@ _READS = frozenset("看读查听找搜翻")  # one-character read verbs: with a 
 _RESULT_OF_READ = frozenset("过完好到了清懂全对")  # a coverb phrase before the verb
 # a part that goes on with the previous part's subject: 还/又/也/然后 ... with no subject of its own
 _GOES_ON = re.compile(r"^\W*(?:还|又|也|并且|并|然后|接着|随后|之后|再|顺便|顺手)")
-_MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完为到]")  # every marker _part looks for holds one of these
-_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将为成到]|完毕")  # 为成到: V + 为/成/到 + target (_TARGET); one class
+_SO = re.compile(r"^\W*(?:所以|因此|因而|于是|结果)(?!我)")
+_PAST = re.compile("[了过]|已")
+_MARKER_CHARS = re.compile("[已刚了啦咯喽嘞啰被把将成完为到在]")  # every marker _part looks for holds one of these
+_MARKERS = re.compile(r"[已刚了啦咯喽嘞啰被把将为成到在]|完毕")  # 为成到在: V + 为/成/到 + target (_TARGET); one class
 # a change and its target closing the part, no 了: "地址更新为榆树街 22 号", "例会改到周四下午" (the verb before it
 # must be a two-character write verb of the table or one of ``words.target_verbs``: 改, 设, 调 ...)
 _QUOTE_MARKS = re.compile(r"[“”「」『』《》\"]")
 _QUOTED = re.compile(r"“[^”]{0,16}”|「[^」]{0,16}」|『[^』]{0,16}』|《[^》]{0,16}》|\"[^\"]{0,16}\"")
 _TARGET = re.compile(r"(?<=[\u4e00-\u9fff])[为成到](?!已)(?=[^，,。！!？?；;了过吗呢]{1,24}[。！!]?\s*$)")
+# (guard8) V在 + a time closing the part: an arrangement made for that time ("保养预约订在周六上午九点")
+_AT_TIME = re.compile(
+    r"(?<=[\u4e00-\u9fff])在(?=(?:每(?:年|个?月|周|星期|天)|[下这本]周|[下这本]个?月|明天|明早|明晚|后天|今天|今晚|(?:周|星期|礼拜)[一二三四五六日天末]"
+    r"|[0-9０-９一二三四五六七八九十两]+\s*(?:月|号|日|点))(?![^，,。]*(?:生效|开始|结束|举行|进行|到期|截止))"
+    r"[^，,。！!？?；;了过吗呢]{0,20}[。！!]?\s*$)"
+)  # (not a when: 在本周期结束时生效, 定在周五举行)
+_AT_TIME_NOT = frozenset("定放存在")  # 定在/放在: where a thing is or stands, not an act
+_PLACE_HEADS, _PLACE_ENDS = frozenset("上下里外前后左右"), frozenset("面边方头")  # 下面, 上边, 下方, 里头: a place
+_IN_REPLY = frozenset({"下面", "下方", "上面", "上方", "如下", "这里", "文末", "末尾"})  # places in the reply itself
+
+
+def _names_target(text: str, after: int, verb: str) -> bool:
+    """Whether the verb at ``text[after:]`` names a target after it (改成, 调到, 设为 + X): a 的 in X is X's."""
+    return verb[-1:] in "成为到" or text[after + len(verb) : after + len(verb) + 1] in ("成", "为", "到")
 
 
 class ChineseGrammar:
@@ -81,7 +98,7 @@ class ChineseGrammar:
         self.label = (
             re.compile(
                 f"(?:{labels})(?:里|中|会|占|有|在|默认|显示|可以|都|只|保留|共|一共|列表|标签|分组|"
-                "文件夹|页|栏|数量|数)"
+                "文件夹|页|栏|数量|数)(?![。！!\\s]*$)"  # (a label has a predicate after it: 已退订邮件列表。 reports)
             )
             if labels
             else re.compile("(?!)")
@@ -108,7 +125,10 @@ class ChineseGrammar:
                 for c in out:
                     if c.part is part and c.agent != ASSISTANT and not c.subject:
                         c.agent, c.subject = OTHER, actor
-            if i + 1 < len(parts) and _GOES_ON.match(parts[i + 1].text):
+            after = parts[i + 1].text if i + 1 < len(parts) else ""
+            # (guard8) a consequence with no subject of its own (所以这单寄到了公司) after someone's past act
+            # (你上周自己改过地址) is part of that report, as a part that goes on is
+            if after and (_GOES_ON.match(after) or (_SO.match(after) and _PAST.search(part.text))):
                 if not actor and not self.assistant.search(part.text):
                     actor = self.subjects.actor(part.text, self._verb_at)
             else:
@@ -205,13 +225,22 @@ class ChineseGrammar:
             # (a skip word after 已 is no verb: 已经在线提交 is read at 提交, not at 在)
             if not disposal and not self._is_write(rest):
                 continue
+            # (a disposal's object is no modifier: 已把这周的课换到周四; nor a target's: 已经改成新的地址)
+            modifier = not disposal and not _names_target(text, after, verb) and _ATTRIBUTIVE.match(text, m.end())
             flags = (
                 frozenset({"attributive"})
-                if _ATTRIBUTIVE.match(text, m.end()) or (verb and self.label.match(text, after + len(verb)))
+                if modifier or (verb and self.label.match(text, after + len(verb)))
                 else frozenset()
             )
             end = after + max(len(verb), 1)
-            out.append(self._cand("completion_aspect", sentence, part, m.start(), end, verb, flags=flags))
+            found = self._cand("completion_aspect", sentence, part, m.start(), end, verb, flags=flags)
+            if disposal:  # the claim runs over the 把 phrase's object (who acts is read at 把) to its verb's 了
+                # or target marker: the object is no cue after it (已经把通知静音到明早八点: 通知 is no next step), a
+                # target no cue before it (把权限改成只有你能看: 能 names who may see)
+                close = _BA_CLOSE.search(text, after + 1)
+                if close is not None:
+                    found.end = part.start + close.end()
+            out.append(found)
         for pm in _PARTICLE.finditer(text):
             found = self._particle(sentence, part, pm.start())
             if found is not None:
@@ -229,10 +258,19 @@ class ChineseGrammar:
             for m in _TARGET.finditer(text):
                 verb = self._verb_before(text, m.start())
                 # V到 + a time is "until" unless V moves a time (改到周三, 推迟到): 维护到晚上十点 is a state
-                moves = verb in self.target_verbs or verb[:1] in self.target_verbs or m.group(0) != "到"
+                moves = verb in self.target_verbs or verb[:1] in self.target_verbs or verb[-1:] in self.target_verbs
+                moves = moves or m.group(0) != "到"
                 known = len(verb) == 2 or verb in self.target_verbs
                 if known and moves and self._is_write(text[m.start() - len(verb) :]):
                     # the claim runs to the part's end (the target is part of it): a cue anywhere in it is "before"
+                    end = len(text.rstrip("。！! "))
+                    out.append(self._cand("result_complement", sentence, part, m.start() - len(verb), end, verb))
+                    break
+        if not out and "在" in text:
+            for m in _AT_TIME.finditer(text):
+                verb = self._verb_before(text, m.start())
+                one = verb in self.target_verbs and verb not in _AT_TIME_NOT
+                if (one or len(verb) == 2) and self._is_write(text[m.start() - len(verb) :]):
                     end = len(text.rstrip("。！! "))
                     out.append(self._cand("result_complement", sentence, part, m.start() - len(verb), end, verb))
                     break
@@ -319,9 +357,13 @@ class ChineseGrammar:
                     return self._cand("result_complement", sentence, part, cm.start() - len(head), k + 1, head)
             for j in range(k - 1, max(-1, k - 12), -1):
                 verb = self._verb_at(text, j)
+                if verb in _PLACE_HEADS and text[j + 1 : j + 2] in _PLACE_ENDS:
+                    continue  # 列在下面了: 下面 is a place, not 下 (guard8)
                 if j > 0 and len(self._verb_before(text, j + 1)) == 2:
                     j, verb = j - 1, text[j - 1 : j + 1]  # 清空啦: the two-character verb ends here, not 空
                 if verb:  # the nearest verb decides: "会议已经开始十分钟了" is no act
+                    if verb[-1:] == "在" and text[j + len(verb) : j + len(verb) + 2] in _IN_REPLY:
+                        return None  # 列在下面了, 放在下方了: put in this reply, written nowhere else (guard8)
                     if verb in self.complements:  # 挪到后天了: 到 completes 挪
                         head = self._verb_before(text, j)
                         if not head and j > 1 and text[j - 1] in self.complements:

@@ -46,12 +46,18 @@ _TRAIL = re.compile(
 )
 _FAMILIAR = re.compile(r"(?!小票|小时|老家|小说)[小老阿][\u4e00-\u9fff]")
 _LATIN_NAME = re.compile(r"[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?")
+_NAMED = re.compile(  # a name closing a longer subject: 你的同事 Lily, 隔壁的小王
+    r"[\u4e00-\u9fff]\s*[A-Z][a-z]+$|[\u4e00-\u9fff]的(?!小票|小时|老家|小说|小区)[小老][\u4e00-\u9fff]$"
+)
 _NOT_OBJECT = re.compile(
     r"[0-9０-９一二两三四五六七八九十几半好多]+\s*(?:个)?\s*"
-    r"(?:次|遍|趟|下|回|天|周|星期|礼拜|年|月|小时|钟头|分钟|秒|会儿)|"
+    r"(?:次|遍|趟|下|回|天|周|星期|礼拜|年|月|小时|钟头|分钟|秒|会儿)"
+    r"(?=[^\u4e00-\u9fff]|[了过的都也还才就吧呢啊啦哦呀吗]|$)|"  # (加了两次训练: a counted object, guard8)
     r"[到给在成为进回出上下去来]|[。！!？?，,、；;~…吗呢吧啊啦哦呀]"
 )
 _DIRECTIONAL = frozenset("进到给入至回在成为往")
+_MOTION = frozenset("进入出上下回")  # a directional verb a manner of moving may head (漫进, 涌入)
+_FINISHED = re.compile(r"[^，,。完]{0,6}完(?:了|毕|啦)")  # the claim's verb finishes an activity (批注完了)
 _DONE = re.compile(r"^\s*[好完掉光齐妥]?[了过]?\s*")  # the result complement and aspect before an object
 _HAN_OR_LATIN = re.compile(r"[\u3400-\u9fffA-Za-z“「《\"]")
 
@@ -95,12 +101,18 @@ class Subjects:
         if not head:
             return _NONE
         disposal = text.startswith(("把", "将"), start) or (coverb is not None and coverb.group(0) in "把将")
-        if (verb in self.changes or verb.rstrip("了啦") in self.changes or disposal) and self.natural.search(head):
+        # (a character the verb table lacks may head a directional verb: 湖水漫进了, the subject is 湖水; guard8)
+        natural = self.natural.search(head) or (
+            verb in _MOTION and len(head) > 2 and self.natural.search(_TRAIL.sub("", head[:-1]))
+        )  # (河水夜里漫进了: a time word between them too)
+        if (verb in self.changes or verb.rstrip("了啦") in self.changes or disposal) and natural:
             return Subject("", head, frozenset({"event"}))  # 雨停了; 大风把栅栏吹倒了: weather acts, no one did
         if not self._person(head):
             return _NONE
         acts_on = (coverb is not None and coverb.group(0) in _ACTS_ON) or text.startswith(("把", "将"), start)
-        if acts_on or self._object_after(text, start, end, verb):
+        # (a person who finished an activity acted, object or not: 导师已经批注完了; guard8)
+        finished = _FINISHED.match(text, start) is not None
+        if acts_on or finished or self._object_after(text, start, end, verb):
             return Subject(OTHER, head)
         return _NONE
 
@@ -112,6 +124,7 @@ class Subjects:
             or self.agents.search(head.lower())
             or suffixed
             or _LATIN_NAME.fullmatch(head)
+            or _NAMED.search(head) is not None  # 你的同事 Lily, 隔壁的小王: a name closing the subject (guard8)
             or (2 <= len(head) <= 5 and self.name_chars.issuperset(head))
         )
 
