@@ -217,4 +217,6 @@ def field_of(body: Any, path: str) -> str:
         value = value[part]
     if value is None:
         return ""
+    if type(value) is int:  # what json.dumps writes for one, without its set-up (a version: every receipt has one)
+        return str(value)
     return value if isinstance(value, str) else json.dumps(value)

@@ -25,7 +25,7 @@ from countersign.observability.logs import decision
 from countersign.observability.metrics import Metrics
 from countersign.path import policy
 from countersign.path.approval import Checked, claimed_as_sealed, evidence_event, evidence_proto
-from countersign.path.cards import Card, open_card
+from countersign.path.cards import Card, Opened, open_card
 from countersign.path.inverse import record_settled
 from countersign.path.receipts import open_action, refused_action, to_action, with_approval
 from countersign.path.settle import ClaimedEvent, Settler, Timing, shielded
@@ -55,6 +55,7 @@ class Executor:
         self.store, self.keyring, self.adapters, self.settler = store, keyring, adapters, settler
         self.timing, self.metrics, self.audit, self.clock = timing, metrics, audit, clock
         self.background: set[asyncio.Task[Any]] = set()
+        self.opened = Opened()  # the cards Invoke sealed here, for their claim (path/cards.py)
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -112,7 +113,7 @@ class Executor:
         held: ClaimedEvent | None,
     ) -> common_pb2.Action:
         try:
-            card = open_card(self.keyring, action_id, record)
+            card = open_card(self.keyring, action_id, record, self.opened)
             # a write run under a standing grant was approved by the grant (signed by an issuer, verified at
             # CreateGrant, its use taken by grant_use.lua); its MAC'd card names it. Any other claim must carry
             # the approval its card demands.
@@ -212,22 +213,27 @@ class Executor:
         """Policy again, against the registry in force at claim time (docs/design.md §5): and a tool that needs a
         signed approval now runs only with one (claim.lua refuses that first, leaving the card READY; this is the
         second line, for a registry that changed between the claim and here)."""
-        changed = FailedPrecondition(
-            Reason.POLICY_CHANGED, "the registry changed since the card was issued; the action was not executed"
-        )
         try:
-            allowed = policy.authorize(registry, context, card.tool, card.arguments, policy.Phase.EXECUTE, claimed=True)
+            # the context is the one the claim checked (check_context), or Invoke's under a grant (authorize)
+            allowed = policy.authorize(
+                registry, context, card.tool, card.arguments, policy.Phase.EXECUTE, claimed=True, context_checked=True
+            )
         except CountersignError as exc:
-            changed.message = f"{changed.message} ({exc.reason})"
-            return changed
+            return _policy_changed(f" ({exc.reason})")
         if isinstance(allowed, Capability) or not allowed.tool.is_write:
-            return changed
+            return _policy_changed()
         tool = allowed.tool
         if card.policy_version != registry.policy_version and (
             (tool.risk, tool.confirmation, tool.capability) != (card.risk, card.confirmation, card.capability)
         ):
-            return changed
+            return _policy_changed()
         if tool.approval == "signed" and not approved:
-            changed.message = f"{changed.message} (it needs the user's signed approval now)"
-            return changed
+            return _policy_changed(" (it needs the user's signed approval now)")
         return tool
+
+
+def _policy_changed(detail: str = "") -> FailedPrecondition:
+    """POLICY_CHANGED (made only when the re-check refuses: an error object costs ~7k instructions)."""
+    return FailedPrecondition(
+        Reason.POLICY_CHANGED, f"the registry changed since the card was issued; the action was not executed{detail}"
+    )

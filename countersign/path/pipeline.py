@@ -204,9 +204,9 @@ class Pipeline:
         self.metrics.invocations.labels(label, "write", "card").inc()
         decision(action_id, tool.name, "card", "CONFIRMATION_REQUIRED", args_hmac=args_hmac)
         await self.store.remember(turn, action_entry(action_id), self.timing.replay_ttl_ms)
-        return gateway_pb2.InvokeResponse(
-            confirmation=cards.to_proto(self.keyring, cards.open_card(self.keyring, action_id, record))
-        )
+        card = cards.open_card(self.keyring, action_id, record)
+        self.executor.opened.keep(record, card)  # for its claim: the same bytes are not opened twice
+        return gateway_pb2.InvokeResponse(confirmation=cards.to_proto(self.keyring, card))
 
     async def _issue(self, action_id: str, record: CardRecord, issued: Entry) -> Issued | CardRecord | RunRecord:
         """issue.lua with the issued event, chained again as long as the chain moves (8 times; then the card is

@@ -156,9 +156,12 @@ def authorize(
     phase: Phase,
     *,
     claimed: bool = False,
+    context_checked: bool = False,
 ) -> Allowed | Capability:
-    """Run every policy step for one call; return what may proceed, or the capability's refusal."""
-    check_context(context)
+    """Run every policy step for one call; return what may proceed, or the capability's refusal.
+    ``context_checked``: this call's context passed check_context already (the claim's), and is not checked again."""
+    if not context_checked:
+        check_context(context)
     found = resolve(registry, tool_name)
     if isinstance(found, Capability):
         return found

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 
 from countersign import registry as registry_mod
 from countersign.adapters.base import ANSWER_HEADROOM, MAX_ANSWER_BYTES, Adapter
@@ -48,6 +47,7 @@ from countersign.sidecar.server import (
     ContinuationServicer,
     GatewayServicer,
     ReplyGuardServicer,
+    add_health_and_reflection,
     register,
 )
 from countersign.sidecar.settings import GC_THRESHOLDS, LEASE_MARGIN, Settings
@@ -319,10 +319,7 @@ async def _start(
         server,
     )
     health = Health(gate)
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable_server_reflection(
-        (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
-    )
+    add_health_and_reflection(server, health)
 
     credentials = server_credentials(settings)
     if settings.listen.startswith("unix:"):

@@ -18,6 +18,9 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from grpc_reflection.v1alpha._async import ReflectionServicer
 from grpc_status import rpc_status
 
 from countersign.errors import DOMAIN, CountersignError, InvalidArgument, ResourceExhausted, StoreUnavailable
@@ -230,7 +233,8 @@ def _tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
 
 
 def register(add: Callable[[Any, Any], None], servicer: Any, server: grpc.aio.Server) -> None:
-    """Add a generated servicer, with request decoding that cannot turn bad bytes into UNKNOWN."""
+    """Add a generated servicer, with request decoding that cannot turn bad bytes into UNKNOWN, by its generic
+    handler only (see GenericOnly)."""
 
     class Capture:
         service, handlers = "", {}
@@ -252,7 +256,30 @@ def register(add: Callable[[Any, Any], None], servicer: Any, server: grpc.aio.Se
         for name, h in capture.handlers.items()
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(capture.service, wrapped),))
-    server.add_registered_method_handlers(capture.service, wrapped)  # type: ignore[attr-defined]
+
+
+class GenericOnly:
+    """A server as a generated ``add_*_to_server`` sees it: the service's generic handler is added, its registered
+    method handlers are not (register() adds none either). For each registered method grpc.aio keeps a request
+    pending, and for every call that arrives it waits on all of them again (``asyncio.wait`` over one future per
+    method, 18 here: ~92k instructions per call, counted: notes/lean-cpu4.md); a generic handler is one pending
+    request for every method, each found by its name, with the same handlers."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self.server = server
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        self.server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        pass  # served by the generic handler added with them
+
+
+def add_health_and_reflection(server: grpc.aio.Server, health: Any) -> None:
+    """The standard health service and server reflection (of every service here), by generic handlers only."""
+    health_pb2_grpc.add_HealthServicer_to_server(health, GenericOnly(server))
+    names = (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(ReflectionServicer(names), GenericOnly(server))
 
 
 def _token(token: str) -> str:

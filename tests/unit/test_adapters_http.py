@@ -280,3 +280,13 @@ async def test_each_call_keeps_its_own_deadline_on_one_adapter(raw: Raw, adapter
 
 
 # -- siblings of reading whole: what the sidecar keeps and sends must still fit ----------------------------
+
+
+@pytest.mark.parametrize("value", [3, -7, 2**70, 0, True, False, 1.5, [1, "a"], {"b": 2}, "v-3", ""])
+def test_a_receipt_field_reads_as_json_writes_it_unless_it_is_a_string(value: object) -> None:
+    from countersign.adapters.base import field_of
+
+    expected = value if isinstance(value, str) else json.dumps(value)
+    assert field_of({"version": value}, "version") == expected
+    assert field_of({"a": {"version": value}}, "a.version") == expected
+    assert field_of({"version": None}, "version") == field_of({}, "version") == ""

@@ -8,8 +8,9 @@ import grpc
 import pytest
 
 from countersign.canonical import canonical
+from countersign.errors import DataLoss
 from countersign.keyring import Keyring
-from countersign.path.cards import binding_of, open_card, owner, refusal_error, tenant_binding, to_proto
+from countersign.path.cards import Opened, binding_of, open_card, owner, refusal_error, tenant_binding, to_proto
 from countersign.store import CardRecord, Refused
 from countersign.testing.calls import ctx
 from countersign.v1 import common_pb2
@@ -129,3 +130,43 @@ def test_a_card_opens_with_every_field_it_was_sealed_with() -> None:
     assert (card.approval, card.approval_digest) == ("signed", "dig")
     assert card.tenant_binding == KEYS.binding("k1", ["tenant", "t1"]) != tenant_binding(KEYS, "k1", "t2")
     assert to_proto(KEYS, card).approval == common_pb2.APPROVAL_REQUIREMENT_SIGNED
+
+
+def test_a_card_kept_at_invoke_is_the_card_its_claim_opens_and_any_changed_byte_is_still_tampered() -> None:
+    """Opened: the record a claim reads back, identical to the one sealed here, is the card kept for it (not
+    verified and decoded again); once only. A record that differs in any field the MAC or open_card checks is
+    opened as before: a changed body, MAC, key id, tool or binding is CONFIRMATION_TAMPERED."""
+    record = sealed(OLD_BODY)
+    opened = Opened()
+    card = open_card(KEYS, A, record)
+    opened.keep(record, card)
+    same = CardRecord(record.kid, record.tool, bytes(record.body), record.mac, "owner")  # as the claim reads it
+    assert open_card(KEYS, A, same, opened) is card
+    assert open_card(KEYS, A, same, opened) == card and open_card(KEYS, A, same, opened) is not card  # taken once
+
+    other = sealed({**OLD_BODY, "args": {"title": "other"}})  # another valid card, under the same MAC key
+    changed = [
+        CardRecord("k1", "create_todo", record.body.replace(b"x", b"y", 1), record.mac, "owner"),
+        CardRecord("k1", "create_todo", record.body, other.mac, "owner"),
+        CardRecord("k1", "create_todo", other.body, other.mac, "owner"),  # valid, but not this action's sealed one
+        CardRecord("k1", "delete_todo", record.body, record.mac, "owner"),
+        CardRecord("k1", "create_todo", record.body, record.mac, "someone else"),
+        CardRecord("k9", "create_todo", record.body, record.mac, "owner"),
+    ]
+    for bad in changed[:2] + changed[3:]:
+        opened.keep(record, card)
+        with pytest.raises(DataLoss) as err:
+            open_card(KEYS, A, bad, opened)
+        assert err.value.reason == "CONFIRMATION_TAMPERED", bad
+    opened.keep(record, card)
+    assert open_card(KEYS, A, changed[2], opened).arguments == {"title": "other"}  # opened and verified anew
+
+
+def test_the_kept_cards_are_the_newest_size() -> None:
+    opened = Opened(size=2)
+    records = {}
+    for n in range(3):
+        action_id = f"{n:032x}"
+        records[action_id] = sealed({**OLD_BODY, "action_id": action_id})
+        opened.keep(records[action_id], open_card(KEYS, action_id, records[action_id]))
+    assert [opened.take(a, r) is not None for a, r in records.items()] == [False, True, True]

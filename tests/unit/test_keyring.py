@@ -553,3 +553,17 @@ def test_a_mac_that_is_not_unicode_text_is_refused_never_raised(mac: str) -> Non
     assert info.value.reason == "CONFIRMATION_TOKEN_INVALID"
     assert not r.verify("k1", "card", b"{}", mac)
     assert not r.digest_matches("k1." + mac, "outcome", b"x")
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 16, 31, 32, 33, 64])
+def test_macs_tokens_and_digests_are_base64url_without_padding_of_the_hmac(size: int) -> None:
+    """The encoding of every MAC, token and digest is base64url (RFC 4648 §5, '-' and '_') with the '=' padding
+    cut, byte for byte what base64.urlsafe_b64encode writes; every byte value of every position included."""
+    from countersign.keyring import _b64
+
+    for start in range(0, 256, 7):
+        data = bytes((start + i * 37) % 256 for i in range(size))
+        assert _b64(data) == base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+    keys = ring()
+    raw = hmac.digest(K1, b"record:card:" + b"body", "sha256")
+    assert keys.mac("k1", "card", b"body") == base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
