@@ -39,13 +39,19 @@ _NOW = frozenset({"now"})  # a change, not a standing state: "Your alarm now rep
 
 
 _REMEDY = frozenset({"so", "therefore", "instead", "thus"})
-_MAKE = frozenset({"got", "had", "get"})  # causatives with a base form after their object
+_MAKE = frozenset({"got", "had", "get"})
+_INTO = frozenset({"in", "into", "on", "onto", "to"})
+_ACTS = frozenset({"past", "perfect"})
+_RECORD = frozenset({"record"})
+_NEGATED = re.compile(r"n't\b|\b(?:not|never|no)\b", re.IGNORECASE)  # causatives with a base form after their object
 
 
 class EnglishGrammar(Placement):
     def __init__(self, lex: Lexicon) -> None:
         super().__init__(lex)
         self.phrases = Phrases(lex)
+        self._placing = lex.word("placing_verbs")
+        self._targets = lex.word("write_targets")
 
     def may_claim(self, text: str, words: Sequence[str] = ()) -> bool:
         """A cheap test: could ``text`` hold a claim at all (a past form, an -ed word, a phrase rule)?
@@ -83,7 +89,19 @@ class EnglishGrammar(Placement):
             out.extend(self.phrases.candidates(sentence, part, rules=rules))
             if subject_agent:
                 inherited = subject_agent
+        if len(out) > 1 and any(self._someones_act(c) for c in out):
+            for c in out:  # a present state beside the user's or a third party's act is its record (guard8en)
+                if c.rule == "passive" and "present" in c.flags and "now" not in c.flags:
+                    c.flags = c.flags | _RECORD  # "You paid it on the 3rd; the receipt is attached to the record"
         return out
+
+    def _someones_act(self, c: Candidate) -> bool:
+        """An act the user did, as the part says it (no negation): "You already paid it on the 3rd" (not "you
+        haven't approved it yet"; not a third party's answer to the assistant's request: "The airline confirmed
+        my request and the refund is issued" reports)."""
+        if c.agent != OTHER or c.rule not in _ACTS or _NEGATED.search(c.part.text):
+            return False
+        return c.subject.split()[:1] == ["you"]
 
     # -- one part ----------------------------------------------------------------------------------
 
@@ -107,6 +125,8 @@ class EnglishGrammar(Placement):
                 )
             ):
                 tag = "V"  # "checked in", "sorted you out", "left the group", "sorted the receipts into folders"
+            elif tag == "R" and lemma in self._placing and self._placed(tokens, i):
+                tag = "V"  # a read verb with a place it puts things: "Noted the date in your garden log" (guard8en)
             if tag == "d":  # emphatic past: "I did rebook the hotel", "the email did go out"
                 nxt = next((j for j in range(i + 1, len(tokens)) if tokens[j][3] != "A"), None)
                 if nxt is None:
@@ -190,6 +210,16 @@ class EnglishGrammar(Placement):
             elif acts == "passive":
                 subject_agent = NOBODY  # "The plan was started in 2021 and renewed twice": the plan, not me
         return out, subject_agent
+
+    def _placed(self, tokens: list[Token], i: int) -> bool:
+        """Whether a place that holds what is written follows the verb at ``i`` in its part: a preposition of
+        ``_INTO`` and, within four words, a noun of ``words.write_targets`` ("noted the date in your garden log",
+        "listed the armour on the auction house", "pulled the clauses into a note"; not "noted a fee in your
+        statement", "listed the items in the email": a source, read)."""
+        for n in range(i + 2, len(tokens) - 1):
+            if tokens[n][0] in _INTO:
+                return any(t[0] in self._targets for t in tokens[n + 1 : n + 5])
+        return False
 
     def _made_to_act(
         self, sentence: Sentence, part: Part, tokens: list[Token], first: int, inherited: str

@@ -36,6 +36,7 @@ from typing import Any
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate
 from countersign.guard.labels import counted_label, status_list
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue, first_match
+from countersign.guard.reported_en import after_attempt, quoted_message_sent, source_reports
 from countersign.guard.schema import GATED_RULES
 
 
@@ -135,8 +136,11 @@ DECIDED_RULES = ("quotation", "instruction", "other_agent", "state", "success_no
 def _decided(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
     """The rules the grammar's findings decide, in the order of EXCLUSION_RULES (quotes, the agent, flags); one
     test after the other, not a loop over the fourteen rules (this runs for every candidate)."""
-    if "quotation" not in disabled and c.sentence.quotes and c.sentence.quoted(c.vstart, c.vend):
-        return Exclusion("quotation", "inside quotes")
+    if "quotation" not in disabled:
+        if c.sentence.quotes and c.sentence.quoted(c.vstart, c.vend):
+            return Exclusion("quotation", "inside quotes")
+        if c.lexicon.grammar == "en" and c.agent != ASSISTANT and (why := _reported(c)):
+            return Exclusion("quotation", why)
     if "instruction" not in disabled and _imperative(c):
         return Exclusion("instruction", "an imperative: a base form joined to another base form (set … and leave)")
     if "other_agent" not in disabled:
@@ -186,6 +190,8 @@ def _consequence(c: Candidate) -> bool:
     if c.rule not in _CHANGE_RULES and not present:
         return False
     head = c.sentence.text[part.start : c.vstart]
+    if present and after_attempt(c, c.lexicon.fold(c.sentence.text[: part.start])):
+        return True  # "I tried to move it, but the room is booked": the obstacle, after a contrast too (guard8en)
     if _CONTRAST.match(head.lower()):
         return False
     if c.lexicon.grammar == "en":
@@ -205,11 +211,19 @@ def _consequence(c: Candidate) -> bool:
     )
 
 
+def _reported(c: Candidate) -> str:
+    """What a source reports or a quoted message's delivery (reported_en.py), as the cue that decided; ""."""
+    if c.subject and (verb := source_reports(c)):
+        return f"what a source reports ({verb})"
+    return "a quoted message's own delivery" if quoted_message_sent(c) else ""
+
+
 _NOUN_FLAGS = frozenset({"attributive", "label"})
 _STATE_FLAGS = {
     "state": "a passive that names a property",
     "event": "a thing's own change (no one acted)",
     "relation": "a standing relation read from data (is connected to, is stored in)",
+    "record": "a present state beside someone else's act: its record (claims_en.py)",
 }
 
 

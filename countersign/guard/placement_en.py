@@ -298,6 +298,7 @@ class Placement(EnglishWords):
                 and t[0] in self.lex.verb_lemmas
                 and rest[k - 1][0].endswith("s")
                 and rest[k - 1][3] == "O"
+                and rest[k - 1][0] not in self.preps  # "set as default": "as" is no plural noun (guard8en)
                 and part.text[rest[k - 1][2] - part.start : rest[k - 1][2] - part.start + 1] not in _POSSESSIVE
                 and not any(w[0] in self.preps for w in rest[: k - 1])  # "Signed Sam up for the tennis camp"
             ):
