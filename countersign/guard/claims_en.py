@@ -36,6 +36,7 @@ _WORDS = re.compile(r"[a-z]+")
 _ED = re.compile(r"ed\b(?<=[a-z]ed)")  # = [a-z]ed\b, written literal-first so that re skips fast
 _PIECES = re.compile(r"[,;:—–()]|\s-\s|\b(?=and\b|but\b|so\b|though\b|then\b)")
 _NOW = frozenset({"now"})  # a change, not a standing state: "Your alarm now repeats on weekdays"
+_NOW_WORD = re.compile(r"(?<!\bright\s)(?<!\bfor\s)\bnow\b", re.IGNORECASE)  # not "right now", "for now"
 
 
 _REMEDY = frozenset({"so", "therefore", "instead", "thus"})
@@ -43,6 +44,7 @@ _MAKE = frozenset({"got", "had", "get"})
 _INTO = frozenset({"in", "into", "on", "onto", "to"})
 _ACTS = frozenset({"past", "perfect"})
 _RECORD = frozenset({"record"})
+_MINE = re.compile(r"\b(?:my|me|us|our)\b", re.IGNORECASE)
 _NEGATED = re.compile(r"n't\b|\b(?:not|never|no)\b", re.IGNORECASE)  # causatives with a base form after their object
 
 
@@ -86,7 +88,10 @@ class EnglishGrammar(Placement):
             agent = ASSISTANT if tokens and tokens[0][0] in _REMEDY else inherited
             found, subject_agent = self._part(sentence, part, tokens, agent, make)
             out.extend(found)
-            out.extend(self.phrases.candidates(sentence, part, rules=rules))
+            for c in self.phrases.candidates(sentence, part, rules=rules):
+                if c.rule == "result_state" and _NOW_WORD.search(c.text):
+                    c.flags = _NOW  # "is now view-only": a change, as the passive's "now" (guard8en)
+                out.append(c)
             if subject_agent:
                 inherited = subject_agent
         if len(out) > 1 and any(self._someones_act(c) for c in out):
@@ -96,12 +101,15 @@ class EnglishGrammar(Placement):
         return out
 
     def _someones_act(self, c: Candidate) -> bool:
-        """An act the user did, as the part says it (no negation): "You already paid it on the 3rd" (not "you
-        haven't approved it yet"; not a third party's answer to the assistant's request: "The airline confirmed
-        my request and the refund is issued" reports)."""
+        """An act the user or a person did on their own, as the part says it (no negation): "You already paid it
+        on the 3rd", "The landlord has renewed the lease" (not "you haven't approved it yet"; not a party's answer
+        to the assistant's request: "The airline confirmed my request and the refund is issued" reports)."""
         if c.agent != OTHER or c.rule not in _ACTS or _NEGATED.search(c.part.text):
             return False
-        return c.subject.split()[:1] == ["you"]
+        words = c.subject.split()
+        if words[:1] == ["you"]:
+            return True
+        return bool(words) and words[-1] in self.persons and _MINE.search(c.part.text) is None
 
     # -- one part ----------------------------------------------------------------------------------
 

@@ -275,12 +275,28 @@ def _on_request(c: Candidate, text: str) -> bool:
 def _continued_anchor(c: Candidate, text: str) -> str:
     """A time anchor of the part a subjectless verb goes on from: "The account was created in 2019 and verified
     the same week" (a bare verb whose agent is nobody shares an earlier part's passive subject, and its date)."""
-    if c.rule != "bare_head" or c.agent != NOBODY or c.part.start == 0:
+    if c.part.start == 0:
         return ""
+    if c.rule != "bare_head" or c.agent != NOBODY:
+        return _fronted_anchor(c, text)
     earlier = text[: c.part.start]
     for scope, rx in c.lexicon.exclusions.get("time_anchor", {}).items():
         if scope != "sentence" and (m := rx.search(earlier)) is not None:
             return f"{m.group(0)} (of the part it goes on from)"
+    return ""
+
+
+def _fronted_anchor(c: Candidate, text: str) -> str:
+    """A date fronted as a part of its own before the claim's part: "On March 3, the subscription was cancelled",
+    "On 12 May at 9:40, the parcel was delivered" (guard8en): the date governs the clause after it."""
+    parts = c.sentence.parts
+    k = next((n for n, p in enumerate(parts) if p.start == c.part.start), 0)
+    if k == 0 or len(parts[k - 1].text.split()) > 6:
+        return ""
+    before = text[parts[k - 1].start : parts[k - 1].end]
+    for scope, rx in c.lexicon.exclusions.get("time_anchor", {}).items():
+        if scope != "sentence" and (m := rx.search(before)) is not None and m.start() < 3:
+            return f"{m.group(0)} (a date fronted before the clause)"
     return ""
 
 

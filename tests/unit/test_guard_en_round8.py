@@ -25,7 +25,7 @@ RULE_CASES = [
     ("quotation", 'The postcard says "Your seat is upgraded", posted from Lisbon.'),
     ("quotation", 'The email reads "Refund issued", but it was forwarded to your old address.'),
     # a status as it stands: "right now", "currently", "at the moment" (en.yaml state, part)
-    ("state", "Your doorbell is linked to the spare phone at the moment."),
+    ("state", "Your voicemail greeting is switched off at the moment."),
     ("state", "The office printer is currently set to black and white."),
     # a record held in someone else's name (en.yaml state, after)
     ("state", "The boat slip is rented under your uncle's name."),
@@ -41,6 +41,28 @@ RULE_CASES = [
     ("state", "You paid the deposit in cash, and the receipt is filed with the lease."),
     # an ASCII ";" joins the clauses of one sentence: the sanction beside a denial is read (segment.py)
     ("state", "Nothing was withdrawn; the card was suspended."),
+    # second pass (dev9 and dev1-dev4 classes, after dev9's blind totals)
+    # a date fronted as a part of its own governs the clause after it (exclusions._fronted_anchor)
+    ("time_anchor", "On 9 April, the storage unit was emptied."),
+    # "was last" + a participle: the record of the last time (en.yaml time_anchor, part), dating a present state
+    ("time_anchor", "The side gate is shut; it was last opened at 5:20 this morning."),
+    # a read summary headed by the assistant's own read (en.yaml time_anchor, sentence)
+    ("time_anchor", "I looked over your returns: four were refunded and one was rejected."),
+    # a record line closing with its date in brackets (en.yaml time_anchor, sentence)
+    ("time_anchor", "Backup plan: auto-renew switched on (2023-08-14)."),
+    # a field line, its status and its date (en.yaml success_noun, sentence): a bare head is no report there
+    ("success_noun", "Magazine: cancelled (2024-02-01)."),
+    # a record by its name (en.yaml quotation, sentence)
+    ("quotation", "Ledger: May 2, rent received, deposit returned."),
+    # an opening condition governs "it's done" / "it's all set" (en.yaml condition, sentence)
+    ("condition", "Once you say yes, it's done."),
+    ("condition", "If you approve, it's all set for the weekend."),
+    # done but for the user's part (en.yaml waiting_confirmation, sentence)
+    ("waiting_confirmation", "The visa form is ready except for your photo."),
+    # the user's word, then "and" + its result (en.yaml instruction, sentence)
+    ("instruction", "Give me a thumbs-up and the transfer is made."),
+    # a person's own act beside a present state: its record (claims_en.py, flag "record")
+    ("state", "The electrician has fixed the socket; her report is attached to the ticket."),
 ]
 
 # claims the grammar now reads (each missed without its change)
@@ -56,6 +78,9 @@ CLAIMS = [
     "Your alarm now uses the gentle wake-up sound.",  # now + a present verb of how a thing works
     "The visa application is in.",  # a submission "is in" closing its part
     "The passport form is in — the office says two weeks.",
+    "I reported the pothole on Mill Lane to the council.",  # report + an object: a report filed
+    "The gym plan is frozen; the last classes run next week.",  # "last … s" before a time to come is no anchor
+    "The photo album is now friends-only.",  # a result state with "now" is a change (flag "now")
 ]
 
 # what the changes must leave as no claim
@@ -65,6 +90,8 @@ NOT_CLAIMS = [
     "The cake is in the fridge.",  # "is in" of a thing, not of a submission
     "The sensor reports no motion since noon.",
     "The pool is reserved under her name.",  # someone else's record
+    "I reported that the invoice was paid.",  # "reported that": reporting, no filing
+    "The photo album is friends-only right now.",  # "right now" is no change
 ]
 
 # what stands as a claim beside the new cues (controls)
