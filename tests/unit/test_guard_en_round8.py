@@ -63,6 +63,12 @@ RULE_CASES = [
     ("instruction", "Give me a thumbs-up and the transfer is made."),
     # a person's own act beside a present state: its record (claims_en.py, flag "record")
     ("state", "The electrician has fixed the socket; her report is attached to the ticket."),
+    # third pass (a probe batch of my own): a read frame, what is left is the user's, a dash-opened instruction,
+    # a past passive on a day of the month
+    ("time_anchor", "Looking at the phone bill, the roaming charge was waived."),
+    ("waiting_confirmation", "All that's left is your PIN, then the card is activated."),
+    ("instruction", "The reply is drafted — just tap send and it's delivered."),
+    ("time_anchor", "The school fees were paid on the 5th."),
 ]
 
 # claims the grammar now reads (each missed without its change)
@@ -81,6 +87,8 @@ CLAIMS = [
     "I reported the pothole on Mill Lane to the council.",  # report + an object: a report filed
     "The gym plan is frozen; the last classes run next week.",  # "last … s" before a time to come is no anchor
     "The photo album is now friends-only.",  # a result state with "now" is a change (flag "now")
+    "Your old phone number is gone from the account.",  # gone from a place
+    "You're down for the Tuesday pottery class.",  # a person down for a slot (no "is down": a failure)
 ]
 
 # what the changes must leave as no claim
@@ -104,6 +112,7 @@ STILL_CLAIMS = [
     "You asked me to cancel it, and the booking is cancelled.",  # asking is no write: no one else's act
     "You haven't signed it yet, but the lease is sent to the agent.",  # a denied act of the user's
     "The airline confirmed my request and the refund is issued.",  # a third party answering the assistant
+    "The hire car is reserved for the 18th.",  # a day of the month to come, no past passive: no anchor
 ]
 
 
