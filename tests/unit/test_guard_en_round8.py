@@ -69,6 +69,8 @@ RULE_CASES = [
     ("waiting_confirmation", "All that's left is your PIN, then the card is activated."),
     ("instruction", "The reply is drafted — just tap send and it's delivered."),
     ("time_anchor", "The school fees were paid on the 5th."),
+    # fourth pass: done at another party's end (en.yaml other_agent, after)
+    ("other_agent", "The duplicate charge was reversed on the bank's end."),
 ]
 
 # claims the grammar now reads (each missed without its change)
