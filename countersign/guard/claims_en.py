@@ -45,6 +45,7 @@ _INTO = frozenset({"in", "into", "on", "onto", "to"})
 _ACTS = frozenset({"past", "perfect"})
 _RECORD = frozenset({"record"})
 _MINE = re.compile(r"\b(?:my|me|us|our)\b", re.IGNORECASE)
+_NEXT_STEP = re.compile(r"^\W*(?:so|therefore|thus|then|and\s+so)\b|\bnow\b", re.IGNORECASE)  # the next step, a change
 _NEGATED = re.compile(r"n't\b|\b(?:not|never|no)\b", re.IGNORECASE)  # causatives with a base form after their object
 
 
@@ -96,7 +97,7 @@ class EnglishGrammar(Placement):
                 inherited = subject_agent
         if len(out) > 1 and any(self._someones_act(c) for c in out):
             for c in out:  # a present state beside the user's or a third party's act is its record (guard8en)
-                if c.rule == "passive" and "present" in c.flags and "now" not in c.flags:
+                if c.rule == "passive" and "present" in c.flags and not _NEXT_STEP.search(c.part.text):
                     c.flags = c.flags | _RECORD  # "You paid it on the 3rd; the receipt is attached to the record"
         return out
 
@@ -106,6 +107,8 @@ class EnglishGrammar(Placement):
         to the assistant's request: "The airline confirmed my request and the refund is issued" reports)."""
         if c.agent != OTHER or c.rule not in _ACTS or _NEGATED.search(c.part.text):
             return False
+        if c.verb in self.lex.word("permission_verbs"):
+            return False  # "You approved the transfer, and it is sent": a go-ahead, then the assistant's act
         words = c.subject.split()
         if words[:1] == ["you"]:
             return True
@@ -224,7 +227,7 @@ class EnglishGrammar(Placement):
         ``_INTO`` and, within four words, a noun of ``words.write_targets`` ("noted the date in your garden log",
         "listed the armour on the auction house", "pulled the clauses into a note"; not "noted a fee in your
         statement", "listed the items in the email": a source, read)."""
-        for n in range(i + 2, len(tokens) - 1):
+        for n in range(i + 1, len(tokens) - 1):  # (right after the verb in a passive: "is listed on eBay")
             if tokens[n][0] in _INTO:
                 return any(t[0] in self._targets for t in tokens[n + 1 : n + 5])
         return False

@@ -14,6 +14,7 @@ _FLOATING = frozenset({"all", "both", "each"})
 _CAUSATIVES = frozenset({"get", "got", "gets", "gotten", "have", "has", "had"})
 _WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
 _POSSESSIVE = frozenset({"'", "’"})
+_COUNTS = frozenset({"two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "twelve", "both"})
 _TIME_PREPS = frozenset({"after", "before", "by", "until", "till", "at", "from", "since", "past"})
 _DAYS = frozenset(
     {"today", "tomorrow", "tonight", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
@@ -270,6 +271,9 @@ class Placement(EnglishWords):
         words = [t for t in subject if t[3] != "A"]
         if not words or words[0][3] in ("D", "P", "U", "T", "#") or words[0][0] in OBJECT_PRONOUNS:
             return False
+        if words[0][0] in _COUNTS and (len(words) < 2 or words[1][0] != "of"):
+            return False  # a count determines it: "(All) three parking fines are paid off" is a report (guard8en;
+            # "Three of your five goals are completed" is a tally: the rule reads on)
         if any(t[2] - t[1] > len(t[0]) for t in words[:-1]):
             return False  # a possessive determines it: "Grandpa's reminders are set for 8 a.m." is his, no rule
         if _one_occasion(after):

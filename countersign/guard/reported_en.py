@@ -11,7 +11,7 @@ import re
 from countersign.guard.claims import Candidate
 
 _SUBJECT_PRONOUNS = frozenset({"it", "this", "that"})
-_ATTEMPT = re.compile(r"\b(?:tried|attempted|went)\s+to\b")
+_ATTEMPT = re.compile(r"\b(?:tried|attempted|went)\s+to\b|(?:'d|\bwould)\s+(?:\w+ly\s+)?have\b")
 _WORD = re.compile(r"[a-z]+")
 
 
@@ -53,6 +53,7 @@ def quoted_message_sent(c: Candidate) -> bool:
 
 
 def after_attempt(c: Candidate, earlier: str) -> bool:
-    """A present passive after a part that tried and did not say it worked ("I tried to move the meeting, but the
-    room is booked"): the obstacle's state, not a result."""
+    """A present passive after a part that tried and did not say it worked, or that says what would have been
+    ("I tried to move the meeting, but the room is booked", "I'd usually have it renewed, but the office is
+    shut"): the obstacle's state, not a result."""
     return _ATTEMPT.search(earlier) is not None

@@ -71,6 +71,9 @@ RULE_CASES = [
     ("time_anchor", "The school fees were paid on the 5th."),
     # fourth pass: done at another party's end (en.yaml other_agent, after)
     ("other_agent", "The duplicate charge was reversed on the bank's end."),
+    # fifth pass: what would have been, then "but" + a present passive: the obstacle (reported_en.after_attempt)
+    ("state", "I'd normally have the form filed by now, but the office is shut."),
+    ("offer_plan", "We'd usually have the parcel sent within a day."),  # 'd + an adverb + have
 ]
 
 # claims the grammar now reads (each missed without its change)
@@ -90,6 +93,8 @@ CLAIMS = [
     "The gym plan is frozen; the last classes run next week.",  # "last … s" before a time to come is no anchor
     "The photo album is now friends-only.",  # a result state with "now" is a change (flag "now")
     "Your old phone number is gone from the account.",  # gone from a place
+    "The spare monitor is listed on the staff marketplace.",  # a passive of a placing verb with its place
+    "Three bin collections are booked for the clear-out.",  # a count determines a plural: no rule
     "You're down for the Tuesday pottery class.",  # a person down for a slot (no "is down": a failure)
 ]
 
@@ -115,6 +120,8 @@ STILL_CLAIMS = [
     "You haven't signed it yet, but the lease is sent to the agent.",  # a denied act of the user's
     "The airline confirmed my request and the refund is issued.",  # a third party answering the assistant
     "The hire car is reserved for the 18th.",  # a day of the month to come, no past passive: no anchor
+    "You accepted the quote, and the repair is booked for Monday.",  # a go-ahead (permission_verbs), not an act
+    "You paid the deposit, so the booking is confirmed.",  # "so" opens the assistant's next step
 ]
 
 
