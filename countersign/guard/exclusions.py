@@ -86,6 +86,8 @@ def exclude(
             continue
         if rule == "time_anchor" and "fact" in c.flags:
             return Exclusion(rule, "a past event of the user's")
+        if rule == "time_anchor" and "dated" in c.flags:
+            return Exclusion(rule, "a past passive on a day of the month")
         if rule == "time_anchor" and (anchor := _continued_anchor(c, text)):
             return Exclusion(rule, anchor)
         one_by_one = c.lexicon.gated.get(rule, {})
@@ -286,14 +288,22 @@ def _continued_anchor(c: Candidate, text: str) -> str:
     return ""
 
 
+_TIME_OPENERS = frozenset({"on", "in", "since", "back", "yesterday", "last", "earlier", "two", "three", "a", "an"})
+
+
 def _fronted_anchor(c: Candidate, text: str) -> str:
     """A date fronted as a part of its own before the claim's part: "On March 3, the subscription was cancelled",
     "On 12 May at 9:40, the parcel was delivered" (guard8en): the date governs the clause after it."""
+    if c.lexicon.grammar != "en":
+        return ""
     parts = c.sentence.parts
     k = next((n for n, p in enumerate(parts) if p.start == c.part.start), 0)
-    if k == 0 or len(parts[k - 1].text.split()) > 6:
+    if k == 0:
         return ""
     before = text[parts[k - 1].start : parts[k - 1].end]
+    words = before.split()
+    if not words or len(words) > 6 or words[0] not in _TIME_OPENERS:
+        return ""
     for scope, rx in c.lexicon.exclusions.get("time_anchor", {}).items():
         if scope != "sentence" and (m := rx.search(before)) is not None and m.start() < 3:
             return f"{m.group(0)} (a date fronted before the clause)"
@@ -354,6 +364,8 @@ def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
                 continue
             if rule == "time_anchor" and "fact" in c.flags:
                 return Exclusion(rule, "a past event of the user's")
+            if rule == "time_anchor" and "dated" in c.flags:
+                return Exclusion(rule, "a past passive on a day of the month")
             if rule == "time_anchor" and (anchor := _continued_anchor(c, text)):
                 return Exclusion(rule, anchor)
             for scope, rx in c.lexicon.exclusions.get(rule, {}).items():

@@ -14,6 +14,7 @@ _FLOATING = frozenset({"all", "both", "each"})
 _CAUSATIVES = frozenset({"get", "got", "gets", "gotten", "have", "has", "had"})
 _WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
 _POSSESSIVE = frozenset({"'", "’"})
+_ORDINALS = frozenset({"st", "nd", "rd", "th"})
 _COUNTS = frozenset({"two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "twelve", "both"})
 _TIME_PREPS = frozenset({"after", "before", "by", "until", "till", "at", "from", "since", "past"})
 _DAYS = frozenset(
@@ -30,6 +31,14 @@ def _one_occasion(after: list[Token]) -> bool:
                 nxt[0] in ("all", "the", "these", "those") and n + 2 < len(after) and after[n + 2][3] == "#"
             )
     return False  # after a plural noun: its owner ("the kids' tablet"), no subject
+
+
+def _on_a_day(after: list[Token]) -> bool:
+    """ "on the 9th" among a past passive's next words (guard8en): a day of the month dates a record."""
+    return any(
+        t[0] == "on" and after[n + 1][0] == "the" and after[n + 2][0][-2:] in _ORDINALS and after[n + 2][3] == "#"
+        for n, t in enumerate(after[:-2])
+    )
 
 
 class Placement(EnglishWords):
@@ -124,6 +133,8 @@ class Placement(EnglishWords):
                 flags = flags | {"attributive"}  # "2 todos that have been completed": a description
             if subject and subject[0][3] == "U" and any(t[0] in ("was", "were") for t in tokens[k:i]):
                 flags = flags | {"fact"}  # "You were charged twice": an event of the user's, read from data
+            elif any(t[0] in ("was", "were") for t in tokens[k:i]) and _on_a_day(tokens[i + 1 :]):
+                flags = flags | {"dated"}  # "The fee was refunded on the 9th": a record (not "is booked for the 9th")
             aux = [t[0] for t in tokens[k:i] if t[3] != "X"]
             if any(t[0] == "now" for t in tokens[k:i]):
                 flags = flags | {"now"}  # "is now shared with the team": a change, not a standing state
