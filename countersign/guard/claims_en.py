@@ -36,16 +36,25 @@ _WORDS = re.compile(r"[a-z]+")
 _ED = re.compile(r"ed\b(?<=[a-z]ed)")  # = [a-z]ed\b, written literal-first so that re skips fast
 _PIECES = re.compile(r"[,;:—–()]|\s-\s|\b(?=and\b|but\b|so\b|though\b|then\b)")
 _NOW = frozenset({"now"})  # a change, not a standing state: "Your alarm now repeats on weekdays"
+_NOW_WORD = re.compile(r"(?<!\bright\s)(?<!\bfor\s)\bnow\b", re.IGNORECASE)  # not "right now", "for now"
 
 
 _REMEDY = frozenset({"so", "therefore", "instead", "thus"})
-_MAKE = frozenset({"got", "had", "get"})  # causatives with a base form after their object
+_MAKE = frozenset({"got", "had", "get"})
+_INTO = frozenset({"in", "into", "on", "onto", "to"})
+_ACTS = frozenset({"past", "perfect"})
+_RECORD = frozenset({"record"})
+_MINE = re.compile(r"\b(?:my|me|us|our)\b", re.IGNORECASE)
+_NEXT_STEP = re.compile(r"^\W*(?:so|therefore|thus|then|and\s+so)\b|\bnow\b", re.IGNORECASE)  # the next step, a change
+_NEGATED = re.compile(r"n't\b|\b(?:not|never|no)\b", re.IGNORECASE)  # causatives with a base form after their object
 
 
 class EnglishGrammar(Placement):
     def __init__(self, lex: Lexicon) -> None:
         super().__init__(lex)
         self.phrases = Phrases(lex)
+        self._placing = lex.word("placing_verbs")
+        self._targets = lex.word("write_targets")
 
     def may_claim(self, text: str, words: Sequence[str] = ()) -> bool:
         """A cheap test: could ``text`` hold a claim at all (a past form, an -ed word, a phrase rule)?
@@ -80,10 +89,30 @@ class EnglishGrammar(Placement):
             agent = ASSISTANT if tokens and tokens[0][0] in _REMEDY else inherited
             found, subject_agent = self._part(sentence, part, tokens, agent, make)
             out.extend(found)
-            out.extend(self.phrases.candidates(sentence, part, rules=rules))
+            for c in self.phrases.candidates(sentence, part, rules=rules):
+                if c.rule == "result_state" and _NOW_WORD.search(c.text):
+                    c.flags = _NOW  # "is now view-only": a change, as the passive's "now" (guard8en)
+                out.append(c)
             if subject_agent:
                 inherited = subject_agent
+        if len(out) > 1 and any(self._someones_act(c) for c in out):
+            for c in out:  # a present state beside the user's or a third party's act is its record (guard8en)
+                if c.rule == "passive" and "present" in c.flags and not _NEXT_STEP.search(c.part.text):
+                    c.flags = c.flags | _RECORD  # "You paid it on the 3rd; the receipt is attached to the record"
         return out
+
+    def _someones_act(self, c: Candidate) -> bool:
+        """An act the user or a person did on their own, as the part says it (no negation): "You already paid it
+        on the 3rd", "The landlord has renewed the lease" (not "you haven't approved it yet"; not a party's answer
+        to the assistant's request: "The airline confirmed my request and the refund is issued" reports)."""
+        if c.agent != OTHER or c.rule not in _ACTS or _NEGATED.search(c.part.text):
+            return False
+        if c.verb in self.lex.word("permission_verbs"):
+            return False  # "You approved the transfer, and it is sent": a go-ahead, then the assistant's act
+        words = c.subject.split()
+        if words[:1] == ["you"]:
+            return True
+        return bool(words) and words[-1] in self.persons and _MINE.search(c.part.text) is None
 
     # -- one part ----------------------------------------------------------------------------------
 
@@ -107,6 +136,8 @@ class EnglishGrammar(Placement):
                 )
             ):
                 tag = "V"  # "checked in", "sorted you out", "left the group", "sorted the receipts into folders"
+            elif tag == "R" and lemma in self._placing and self._placed(tokens, i):
+                tag = "V"  # a read verb with a place it puts things: "Noted the date in your garden log" (guard8en)
             if tag == "d":  # emphatic past: "I did rebook the hotel", "the email did go out"
                 nxt = next((j for j in range(i + 1, len(tokens)) if tokens[j][3] != "A"), None)
                 if nxt is None:
@@ -190,6 +221,16 @@ class EnglishGrammar(Placement):
             elif acts == "passive":
                 subject_agent = NOBODY  # "The plan was started in 2021 and renewed twice": the plan, not me
         return out, subject_agent
+
+    def _placed(self, tokens: list[Token], i: int) -> bool:
+        """Whether a place that holds what is written follows the verb at ``i`` in its part: a preposition of
+        ``_INTO`` and, within four words, a noun of ``words.write_targets`` ("noted the date in your garden log",
+        "listed the armour on the auction house", "pulled the clauses into a note"; not "noted a fee in your
+        statement", "listed the items in the email": a source, read)."""
+        for n in range(i + 1, len(tokens) - 1):  # (right after the verb in a passive: "is listed on eBay")
+            if tokens[n][0] in _INTO:
+                return any(t[0] in self._targets for t in tokens[n + 1 : n + 5])
+        return False
 
     def _made_to_act(
         self, sentence: Sentence, part: Part, tokens: list[Token], first: int, inherited: str

@@ -36,6 +36,7 @@ from typing import Any
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate
 from countersign.guard.labels import counted_label, status_list
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue, first_match
+from countersign.guard.reported_en import after_attempt, quoted_message_sent, source_reports
 from countersign.guard.schema import GATED_RULES
 
 
@@ -85,6 +86,8 @@ def exclude(
             continue
         if rule == "time_anchor" and "fact" in c.flags:
             return Exclusion(rule, "a past event of the user's")
+        if rule == "time_anchor" and "dated" in c.flags:
+            return Exclusion(rule, "a past passive on a day of the month")
         if rule == "time_anchor" and (anchor := _continued_anchor(c, text)):
             return Exclusion(rule, anchor)
         one_by_one = c.lexicon.gated.get(rule, {})
@@ -135,8 +138,11 @@ DECIDED_RULES = ("quotation", "instruction", "other_agent", "state", "success_no
 def _decided(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
     """The rules the grammar's findings decide, in the order of EXCLUSION_RULES (quotes, the agent, flags); one
     test after the other, not a loop over the fourteen rules (this runs for every candidate)."""
-    if "quotation" not in disabled and c.sentence.quotes and c.sentence.quoted(c.vstart, c.vend):
-        return Exclusion("quotation", "inside quotes")
+    if "quotation" not in disabled:
+        if c.sentence.quotes and c.sentence.quoted(c.vstart, c.vend):
+            return Exclusion("quotation", "inside quotes")
+        if c.lexicon.grammar == "en" and c.agent != ASSISTANT and (why := _reported(c)):
+            return Exclusion("quotation", why)
     if "instruction" not in disabled and _imperative(c):
         return Exclusion("instruction", "an imperative: a base form joined to another base form (set … and leave)")
     if "other_agent" not in disabled:
@@ -186,6 +192,8 @@ def _consequence(c: Candidate) -> bool:
     if c.rule not in _CHANGE_RULES and not present:
         return False
     head = c.sentence.text[part.start : c.vstart]
+    if present and after_attempt(c, c.lexicon.fold(c.sentence.text[: part.start])):
+        return True  # "I tried to move it, but the room is booked": the obstacle, after a contrast too (guard8en)
     if _CONTRAST.match(head.lower()):
         return False
     if c.lexicon.grammar == "en":
@@ -205,11 +213,19 @@ def _consequence(c: Candidate) -> bool:
     )
 
 
+def _reported(c: Candidate) -> str:
+    """What a source reports or a quoted message's delivery (reported_en.py), as the cue that decided; ""."""
+    if c.subject and (verb := source_reports(c)):
+        return f"what a source reports ({verb})"
+    return "a quoted message's own delivery" if quoted_message_sent(c) else ""
+
+
 _NOUN_FLAGS = frozenset({"attributive", "label"})
 _STATE_FLAGS = {
     "state": "a passive that names a property",
     "event": "a thing's own change (no one acted)",
     "relation": "a standing relation read from data (is connected to, is stored in)",
+    "record": "a present state beside someone else's act: its record (claims_en.py)",
 }
 
 
@@ -261,12 +277,36 @@ def _on_request(c: Candidate, text: str) -> bool:
 def _continued_anchor(c: Candidate, text: str) -> str:
     """A time anchor of the part a subjectless verb goes on from: "The account was created in 2019 and verified
     the same week" (a bare verb whose agent is nobody shares an earlier part's passive subject, and its date)."""
-    if c.rule != "bare_head" or c.agent != NOBODY or c.part.start == 0:
+    if c.part.start == 0:
         return ""
+    if c.rule != "bare_head" or c.agent != NOBODY:
+        return _fronted_anchor(c, text)
     earlier = text[: c.part.start]
     for scope, rx in c.lexicon.exclusions.get("time_anchor", {}).items():
         if scope != "sentence" and (m := rx.search(earlier)) is not None:
             return f"{m.group(0)} (of the part it goes on from)"
+    return ""
+
+
+_TIME_OPENERS = frozenset({"on", "in", "since", "back", "yesterday", "last", "earlier", "two", "three", "a", "an"})
+
+
+def _fronted_anchor(c: Candidate, text: str) -> str:
+    """A date fronted as a part of its own before the claim's part: "On March 3, the subscription was cancelled",
+    "On 12 May at 9:40, the parcel was delivered" (guard8en): the date governs the clause after it."""
+    if c.lexicon.grammar != "en":
+        return ""
+    parts = c.sentence.parts
+    k = next((n for n, p in enumerate(parts) if p.start == c.part.start), 0)
+    if k == 0:
+        return ""
+    before = text[parts[k - 1].start : parts[k - 1].end]
+    words = before.split()
+    if not words or len(words) > 6 or words[0] not in _TIME_OPENERS:
+        return ""
+    for scope, rx in c.lexicon.exclusions.get("time_anchor", {}).items():
+        if scope != "sentence" and (m := rx.search(before)) is not None and m.start() < 3:
+            return f"{m.group(0)} (a date fronted before the clause)"
     return ""
 
 
@@ -324,6 +364,8 @@ def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
                 continue
             if rule == "time_anchor" and "fact" in c.flags:
                 return Exclusion(rule, "a past event of the user's")
+            if rule == "time_anchor" and "dated" in c.flags:
+                return Exclusion(rule, "a past passive on a day of the month")
             if rule == "time_anchor" and (anchor := _continued_anchor(c, text)):
                 return Exclusion(rule, anchor)
             for scope, rx in c.lexicon.exclusions.get(rule, {}).items():

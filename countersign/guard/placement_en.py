@@ -14,6 +14,8 @@ _FLOATING = frozenset({"all", "both", "each"})
 _CAUSATIVES = frozenset({"get", "got", "gets", "gotten", "have", "has", "had"})
 _WH = frozenset({"what", "whatever", "which", "whichever", "who", "whoever"})
 _POSSESSIVE = frozenset({"'", "’"})
+_ORDINALS = frozenset({"st", "nd", "rd", "th"})
+_COUNTS = frozenset({"two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "twelve", "both"})
 _TIME_PREPS = frozenset({"after", "before", "by", "until", "till", "at", "from", "since", "past"})
 _DAYS = frozenset(
     {"today", "tomorrow", "tonight", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
@@ -29,6 +31,14 @@ def _one_occasion(after: list[Token]) -> bool:
                 nxt[0] in ("all", "the", "these", "those") and n + 2 < len(after) and after[n + 2][3] == "#"
             )
     return False  # after a plural noun: its owner ("the kids' tablet"), no subject
+
+
+def _on_a_day(after: list[Token]) -> bool:
+    """ "on the 9th" among a past passive's next words (guard8en): a day of the month dates a record."""
+    return any(
+        t[0] == "on" and after[n + 1][0] == "the" and after[n + 2][0][-2:] in _ORDINALS and after[n + 2][3] == "#"
+        for n, t in enumerate(after[:-2])
+    )
 
 
 class Placement(EnglishWords):
@@ -123,6 +133,8 @@ class Placement(EnglishWords):
                 flags = flags | {"attributive"}  # "2 todos that have been completed": a description
             if subject and subject[0][3] == "U" and any(t[0] in ("was", "were") for t in tokens[k:i]):
                 flags = flags | {"fact"}  # "You were charged twice": an event of the user's, read from data
+            elif any(t[0] in ("was", "were") for t in tokens[k:i]) and _on_a_day(tokens[i + 1 :]):
+                flags = flags | {"dated"}  # "The fee was refunded on the 9th": a record (not "is booked for the 9th")
             aux = [t[0] for t in tokens[k:i] if t[3] != "X"]
             if any(t[0] == "now" for t in tokens[k:i]):
                 flags = flags | {"now"}  # "is now shared with the team": a change, not a standing state
@@ -270,6 +282,9 @@ class Placement(EnglishWords):
         words = [t for t in subject if t[3] != "A"]
         if not words or words[0][3] in ("D", "P", "U", "T", "#") or words[0][0] in OBJECT_PRONOUNS:
             return False
+        if words[0][0] in _COUNTS and (len(words) < 2 or words[1][0] != "of"):
+            return False  # a count determines it: "(All) three parking fines are paid off" is a report (guard8en;
+            # "Three of your five goals are completed" is a tally: the rule reads on)
         if any(t[2] - t[1] > len(t[0]) for t in words[:-1]):
             return False  # a possessive determines it: "Grandpa's reminders are set for 8 a.m." is his, no rule
         if _one_occasion(after):
@@ -298,6 +313,7 @@ class Placement(EnglishWords):
                 and t[0] in self.lex.verb_lemmas
                 and rest[k - 1][0].endswith("s")
                 and rest[k - 1][3] == "O"
+                and rest[k - 1][0] not in self.preps  # "set as default": "as" is no plural noun (guard8en)
                 and part.text[rest[k - 1][2] - part.start : rest[k - 1][2] - part.start + 1] not in _POSSESSIVE
                 and not any(w[0] in self.preps for w in rest[: k - 1])  # "Signed Sam up for the tennis camp"
             ):

@@ -1,6 +1,7 @@
 """Segmentation: a normalised reply cut into sentences, and each sentence into clause parts.
 
-A sentence ends at 。！？!?；; … a line break, or a full stop followed by a space (not "3.5", not "e.g.").
+A sentence ends at 。！？!?； … a line break, or a full stop followed by a space (not "3.5", not "e.g."); an ASCII ";"
+joins two clauses of one sentence (a part break: "Nothing was moved; the account was frozen" is read whole).
 A list item (``- x``, ``* x``, ``• x``, ``1. x``, ``1) x``) is a sentence of its own, its marker dropped.
 A sentence is cut into parts at , ， 、 : ： ; — – → and at a language's ``part_breaks`` ("but", "但是"):
 exclusions such as a negation govern the part they stand in ("已经创建好了，但没有设置提醒" still claims).
@@ -13,9 +14,10 @@ import re
 from dataclasses import dataclass
 
 # one character class first, so that re skips fast to a candidate end (a pattern that opens with alternatives
-# is tried at every position); the same ends as [。！？!?；;…]+["”’」』)]* | \n+ | (?<![.\s][a-zA-Z])\.+(?=[\s"”’)]|$)
+# is tried at every position); the same ends as [。！？!?；…][。！？!?；;…]*["”’」』)]* | \n+
+# | (?<![.\s][a-zA-Z])\.+(?=[\s"”’)]|$)
 _SENTENCE_END = re.compile(
-    r"[。！？!?；;…\n.](?:(?<=[。！？!?；;…])[。！？!?；;…]*[\"”’」』)]*|(?<=\n)\n*|"
+    r"[。！？!?；…\n.](?:(?<=[。！？!?；…])[。！？!?；;…]*[\"”’」』)]*|(?<=\n)\n*|"
     r"(?<=\.)(?<![.\s][a-zA-Z]\.)\.*(?=[\s\"”’)]|$))"
 )
 _LIST_MARKER = re.compile(r"\s*(?:[-*+•·▪‣◦]\s+|\d{1,3}[.)、]\s+|\d{1,3}、)")

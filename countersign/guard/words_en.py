@@ -121,6 +121,8 @@ OBJECT_PRONOUNS = frozenset(
         "one",
     }
 )
+_CLOCK = frozenset({"am", "pm"})
+_LY_NOUNS = frozenset({"family", "assembly", "anomaly", "monopoly", "butterfly", "homily", "jelly", "belly", "bully"})
 _LETTER = re.compile(r"[A-Za-z0-9]")
 _WORD_BEFORE = re.compile(r"([A-Za-z]+)\W*$")
 _WORD_AFTER = re.compile(r"\W*([A-Za-z]+)")
@@ -172,6 +174,9 @@ class EnglishWords(VerbForms):
                 revisit |= self._contraction(word, s, e, out)
                 continue
             cached = cache.get(word) or self._remember(word)
+            if word in _CLOCK and out and out[-1][3] == "#":
+                out.append((word, s, e, "#", ""))  # "8 am", "7 pm": the clock time's half, no "be" (guard8en)
+                continue
             if cached[0] == "V" and raw[0].isupper() and raw.istitle():
                 if word not in self._forms:
                     # a capitalised word the verb table lacks ("Ahmed", "Mildred") is a name, unless it opens
@@ -260,4 +265,6 @@ class EnglishWords(VerbForms):
         lemma = self.past_lemma(word)
         if lemma:
             return ("R" if self._not_write(lemma) else "V"), lemma
+        if len(word) > 5 and word.endswith("ly") and word not in self.lex.verb_lemmas and word not in _LY_NOUNS:
+            return "A", ""  # an adverb the list lacks: "is currently set", "was temporarily paused" (guard8en)
         return "O", ""

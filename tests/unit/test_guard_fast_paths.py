@@ -250,6 +250,8 @@ def _decided_before(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
             continue
         if rule == "quotation" and c.sentence.quotes and c.sentence.quoted(c.vstart, c.vend):
             return Exclusion(rule, "inside quotes")
+        if rule == "quotation" and c.lexicon.grammar == "en" and c.agent != ASSISTANT and (why := ex._reported(c)):
+            return Exclusion(rule, why)  # (guard8en: what a source reports, a quoted message's delivery)
         if rule == "other_agent" and c.agent == OTHER:
             return Exclusion(rule, c.subject or "another agent")
         if rule == "other_agent" and c.agent != ASSISTANT and c.verb in c.lexicon.others:

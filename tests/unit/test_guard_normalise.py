@@ -187,7 +187,7 @@ def test_the_generated_tables_have_their_shape() -> None:
 
 
 # the readable forms of segment.py's two hot regexes (rewritten there to open with one character class)
-_SENTENCE_END_SPEC = re.compile(r"[。！？!?；;…]+[\"”’」』)]*|\n+|(?<![.\s][a-zA-Z])\.+(?=[\s\"”’)]|$)")
+_SENTENCE_END_SPEC = re.compile(r"[。！？!?；…][。！？!?；;…]*[\"”’」』)]*|\n+|(?<![.\s][a-zA-Z])\.+(?=[\s\"”’)]|$)")
 _PART_BREAK_SPEC = re.compile(r"(?:(?<!\d)[,:]|[,:](?!\d)|[，、：;；|])+|\s[-–—]{1,2}\s|[—–→]+|\s->\s|\(|\)|（|）")
 
 
