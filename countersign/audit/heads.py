@@ -15,6 +15,7 @@ from __future__ import annotations
 from itertools import islice
 
 _SEQ_BYTES = 4
+_SEQ_LIMIT = 1 << (8 * _SEQ_BYTES)
 
 Head = tuple[int, str]  # (seq, head MAC) of a chain; (0, "") is no chain yet
 
@@ -30,15 +31,15 @@ def _key(action_id: str) -> bytes | str:
 
 def _pack(head: Head) -> bytes | Head:
     seq, mac = head
-    if 0 <= seq < 1 << (8 * _SEQ_BYTES) and mac.isascii():
-        return seq.to_bytes(_SEQ_BYTES, "big") + mac.encode("ascii")
+    if 0 <= seq < _SEQ_LIMIT and mac.isascii():
+        return seq.to_bytes(_SEQ_BYTES) + mac.encode()
     return head
 
 
 def _unpack(packed: bytes | Head) -> Head:
     if isinstance(packed, tuple):
         return packed
-    return int.from_bytes(packed[:_SEQ_BYTES], "big"), packed[_SEQ_BYTES:].decode("ascii")
+    return int.from_bytes(packed[:_SEQ_BYTES]), packed[_SEQ_BYTES:].decode()
 
 
 class Heads:
