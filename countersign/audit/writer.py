@@ -92,7 +92,7 @@ class Audit:
         try:
             # Optimistic: chain to the head we last wrote (or to nothing, for a new action); on a conflict the
             # script answers the real head and we chain again.
-            state = self._heads.pop(action_id, None) or (0, "")
+            state = self._heads.pop(action_id) or (0, "")
             for _ in range(8):
                 chain = self.chained(action_id, state, batch)
                 appended = await self.store.audit_append(
