@@ -3,9 +3,9 @@ an append chains right the first time (a wrong or missing guess costs one more r
 the script answers the real head).
 
 Kept compact, because a pod keeps up to ``cap`` of them for as long as it runs: as an OrderedDict of str to
-(int, str) an entry cost ~295 bytes (the id's str, the MAC's str, the tuple, the node), ~3 MB at the 10,000 a pod
-reaches after 10,000 writes; here, in a plain dict, the id is its 16 bytes and seq + MAC one bytes object, ~160
-bytes (~1.3 us more per put and get). An id that is not 32 hex digits, a head that is not ASCII or a seq beyond
+(int, str) an entry cost ~306 bytes (the id's str, the MAC's str, the tuple, the node), ~3 MB at the 10,000 a pod
+reaches after 10,000 writes; here, in a plain dict, the id is its 16 bytes and seq + MAC one bytes object, ~170
+bytes (tracemalloc), for ~21k instructions more per write's puts and gets (callgrind; notes/lean-mem2.md). An id that is not 32 hex digits, a head that is not ASCII or a seq beyond
 32 bits is kept as it came. Two ids that differ only in the case of their hex digits share an entry: a guess, so
 at worst one round trip more (action ids are lowercase: keyring.action_id, and tokens are checked against it).
 """
@@ -45,7 +45,7 @@ def _unpack(packed: bytes | Head) -> Head:
 class Heads:
     """At most ``cap`` heads; past it the sixteenth remembered longest ago is dropped, in one pass (``pop`` and
     ``put`` again makes an entry the newest, ``put`` over a kept one leaves its place). One at a time would walk
-    the dict's deleted slots from its start at each put (~15 us a put at 10,000, against ~3 in one pass; measured at load 7)."""
+    the dict's deleted slots from its start at each put: 14-18 us a put at 10,000, against ~3 in one pass."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
