@@ -5,9 +5,10 @@ the script answers the real head).
 Kept compact, because a pod keeps up to ``cap`` of them for as long as it runs: as an OrderedDict of str to
 (int, str) an entry cost ~306 bytes (the id's str, the MAC's str, the tuple, the node), ~3 MB at the 10,000 a pod
 reaches after 10,000 writes; here, in a plain dict, the id is its 16 bytes and seq + MAC one bytes object, ~170
-bytes (tracemalloc), for ~21k instructions more per write's puts and gets (callgrind; notes/lean-mem2.md). An id that is not 32 hex digits, a head that is not ASCII or a seq beyond
-32 bits is kept as it came. Two ids that differ only in the case of their hex digits share an entry: a guess, so
-at worst one round trip more (action ids are lowercase: keyring.action_id, and tokens are checked against it).
+bytes (tracemalloc), for ~21k instructions more per write's puts and gets (callgrind; notes/lean-mem2.md). An id
+that is not 32 hex digits, a head that is not ASCII or a seq beyond 32 bits is kept as it came. Two ids that
+differ only in the case of their hex digits share an entry: a guess, so at worst one round trip more (action ids
+are lowercase: keyring.action_id, and tokens are checked against it).
 """
 
 from __future__ import annotations
