@@ -11,10 +11,10 @@ import asyncio
 import json
 import logging
 import time
-from collections import OrderedDict
 from typing import Any
 
 from countersign.audit.chain import anchor_mac, encode, expiry, signed
+from countersign.audit.heads import Heads
 from countersign.errors import CountersignError
 from countersign.keyring import Keyring
 from countersign.observability.metrics import Metrics
@@ -24,6 +24,7 @@ from countersign.store.protocols import AuditStore
 log = logging.getLogger("countersign.audit")
 
 Entry = tuple[str, int, dict[str, Any]]  # one event before it is chained: its kind, when (ms), its fields
+HEADS = 10_000  # chain heads the writer remembers (audit/heads.py: ~160 bytes each)
 
 
 class Audit:
@@ -33,7 +34,7 @@ class Audit:
         self.store, self.keyring, self.metrics, self.audit_ttl_ms = store, keyring, metrics, audit_ttl_ms
         self.pending: set[asyncio.Task[Any]] = set()
         self._queues: dict[str, list[Entry]] = {}
-        self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()  # the last chain state we wrote
+        self._heads = Heads(HEADS)  # the last chain state we wrote
         self.batch_delay = 0.02
 
     @staticmethod
@@ -55,9 +56,7 @@ class Audit:
 
     def remember(self, action_id: str, head: tuple[int, str]) -> None:
         """Where an action's chain ends after a script appended to it (the writer's next guess for it)."""
-        self._heads[action_id] = head
-        while len(self._heads) > 10_000:
-            self._heads.popitem(last=False)
+        self._heads.put(action_id, head)
 
     def head(self, action_id: str) -> tuple[int, str]:
         """The writer's guess of where an action's chain ends (what this process last appended; else none)."""
@@ -93,7 +92,7 @@ class Audit:
         try:
             # Optimistic: chain to the head we last wrote (or to nothing, for a new action); on a conflict the
             # script answers the real head and we chain again.
-            state = self._heads.pop(action_id, None) or (0, "")
+            state = self._heads.pop(action_id) or (0, "")
             for _ in range(8):
                 chain = self.chained(action_id, state, batch)
                 appended = await self.store.audit_append(
