@@ -249,13 +249,14 @@ def seal(
 
 
 class Opened:
-    """The cards this process sealed and opened at Invoke, kept (the newest ``size``) for the Confirm that claims
-    them, so that work is not done twice for one card: a claimed record whose key id, tool, body and MAC are byte
-    for byte the ones kept is the card as sealed here, and is not verified and decoded again (~88k instructions of a
+    """The cards this process sealed and opened at Invoke, kept (the newest ``size``: 256, ~2.65 KB each, so at
+    most ~0.7 MB; minutes of cards at one agent's pace, seconds at 100 writes/s) for the Confirm that claims them,
+    so that work is not done twice for one card: a claimed record whose key id, tool, body and MAC are byte for
+    byte the ones kept is the card as sealed here, and is not verified and decoded again (~88k instructions of a
     Confirm, counted: notes/lean-cpu4.md). Any other record (a byte changed, a card another replica sealed, one
     dropped or taken before) is opened as before, so a changed record is still CONFIRMATION_TAMPERED (I2)."""
 
-    def __init__(self, size: int = 1024) -> None:
+    def __init__(self, size: int = 256) -> None:
         self.size = size
         self._cards: OrderedDict[str, tuple[CardRecord, Card]] = OrderedDict()
 
