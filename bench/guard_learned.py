@@ -3,6 +3,7 @@
     .venv/bin/python bench/guard_learned.py                   # leave-one-file-out, rules of this tree
     .venv/bin/python bench/guard_learned.py --rules-tree DIR  # the rule verdicts of another tree (its countersign/)
         [--bits 18] [--c 1.0] [--test-only dev7,guard6-probes]  # hash size, 1/regularisation, left-out file prefixes
+        [--by folder] [--in-sample OLD_CORPUS.yaml]              # a probe folder as one writer; an older corpus
 
 Needs scikit-learn in the venv (`.venv/bin/python -m pip install scikit-learn`; not a project dependency).
 Each corpus file is one writer. For each language (zh, en) and each file holding that language but the in-sample
@@ -14,7 +15,9 @@ corpus, train on every other file (the in-sample corpus always among them), test
   veto-cond  veto-rule's features, trained only on the sentences the rules replaced (p(claim | rules fired))
 t is chosen on the training files alone: out-of-fold probabilities over them (4 group folds by file), the
 largest t (<= 0.5) below which at most --max-lost (default 0.5 %) of the true claims the rules replaced there fall.
-Results (pooled per language over the left-out files, and per file) go to bench/results/guard-learned-*.json.
+--by folder takes each probe folder (notes/guard6-probes/ ...: one round's helper wrote all its batches) as one
+writer instead of each file. Results (pooled per language over the left-out files, and per file or folder) go to
+bench/results/guard-learned-*.json.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def corpus_files() -> list[str]:
     return files + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "notes").glob("guard*-probes/*.yaml"))
 
 
-def dump_rules(files: Sequence[str]) -> list[dict[str, Any]]:
+def dump_rules(files: Sequence[str], in_sample: str | None) -> list[dict[str, Any]]:
     """Every zh/en sentence with the rule verdict and what fired; runs with whichever countersign is imported."""
     import yaml
 
@@ -56,7 +59,8 @@ def dump_rules(files: Sequence[str]) -> list[dict[str, Any]]:
     guard = ReplyGuard.load()
     rows = []
     for name in files:
-        doc = yaml.safe_load((ROOT / name).read_text(encoding="utf-8"))  # the format of bench/guard.py's read_corpus
+        path = Path(in_sample) if in_sample and name == IN_SAMPLE else ROOT / name
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))  # the format of bench/guard.py's read_corpus
         filler = str(doc.get("filler") or "")
         for item in doc["sentences"]:
             n = int(item.get("repeat_filler") or 0)
@@ -172,7 +176,7 @@ def run_lang(rows: list[dict[str, Any]], lang: str, args: argparse.Namespace) ->
     np, _, _ = learn()
     rows = [r for r in rows if r["lang"] == lang]
     y = np.array([r["claim"] for r in rows])
-    groups = [r["file"] for r in rows]
+    groups = [r["file"] if args.by == "file" or "fixtures" in r["file"] else str(Path(r["file"]).parent) for r in rows]
     x_text, x_rule = matrix(rows, False, args.bits), matrix(rows, True, args.bits)
     tests = [
         f
@@ -206,7 +210,9 @@ def run_lang(rows: list[dict[str, Any]], lang: str, args: argparse.Namespace) ->
 
 
 def short(name: str) -> str:
-    return Path(name).stem.replace("guard_heldout_", "") if "fixtures" in name else "/".join(Path(name).parts[-2:])
+    if "fixtures" in name:
+        return Path(name).stem.replace("guard_heldout_", "")
+    return "/".join(Path(name).parts[-2:]) if name.endswith(".yaml") else Path(name).name
 
 
 # -- the weights a shipped version would carry, and its CPU per sentence ---------------------------------------
@@ -255,18 +261,22 @@ def main() -> None:
     ap.add_argument("--bits", type=int, default=18)
     ap.add_argument("--c", type=float, default=1.0)
     ap.add_argument("--max-lost", type=float, default=0.005)
+    ap.add_argument("--in-sample", help="read the in-sample corpus from this file (e.g. an older version of it)")
+    ap.add_argument("--by", choices=("file", "folder"), default="file", help="folder: a probe folder is one writer")
     ap.add_argument("--test-only", type=lambda s: set(s.split(",")), default=set())
     ap.add_argument("--out", help="results file (default bench/results/guard-learned-<time>.json)")
     args = ap.parse_args()
     if args.dump_rules:
-        json.dump(dump_rules(corpus_files()), sys.stdout)
+        json.dump(dump_rules(corpus_files(), args.in_sample), sys.stdout)
         return
     tree = Path(args.rules_tree).resolve() if args.rules_tree else ROOT
     env = os.environ | {"PYTHONPATH": str(tree)}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--dump-rules"]
+    cmd += ["--in-sample", str(Path(args.in_sample).resolve())] if args.in_sample else []
     rows: list[dict[str, Any]] = json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True).stdout)
     print(f"{len(rows)} zh/en sentences in {len({r['file'] for r in rows})} files; rules from {tree}")
     result: dict[str, Any] = {"rules_tree": str(tree), "bits": args.bits, "c": args.c, "max_lost": args.max_lost}
+    result |= {"by": args.by, "test_only": sorted(args.test_only), "in_sample": args.in_sample or IN_SAMPLE}
     rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     result["rules_commit"] = rev.stdout.strip() or "(not a git tree)"
     for lang in LANGS:
