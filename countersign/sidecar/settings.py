@@ -157,6 +157,12 @@ class Settings:
                 raise SettingsError(f"--{_flag(f.name)} must be positive, not {value}")
         if self.redis_retries < 0 or self.redis_wait_replicas < 0:
             raise SettingsError("--redis-retries and --redis-wait-replicas must be 0 or more")
+        if self.redis_wait_replicas and self.redis_wait_timeout >= self.redis_timeout:
+            raise SettingsError(
+                f"--redis-wait-timeout ({self.redis_wait_timeout:g} s) must be shorter than --redis-timeout "
+                f"({self.redis_timeout:g} s): the WAIT runs on the script's connection, and one that outlasts the "
+                "socket timeout fails the write as STORE_UNAVAILABLE instead of refusing it with the card put back"
+            )
         if self.redis_mode not in ("auto", "standalone", "sentinel", "cluster"):
             raise SettingsError("--redis-mode must be auto, standalone, sentinel or cluster")
         if self.lease < self.downstream_deadline + LEASE_MARGIN:

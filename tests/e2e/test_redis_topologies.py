@@ -334,7 +334,11 @@ def test_a_claim_no_replica_acknowledged_gives_the_card_back_and_runs_once_when_
     env = None
     try:
         env = _env(tmp_path, f"redis://{topo.HOST}:{port}", sidecars=0)
-        stub = env.stub(proc=env.start_sidecar("--redis-wait-replicas", "1", "--redis-wait-timeout", "100ms"))
+        # 1 s, not 100 ms: the final Confirm needs its replica's ack in time on a loaded CI machine (two such
+        # Confirms failed REPLICAS_NOT_ACKNOWLEDGED with the replica attached); the refusals stay refusals
+        stub = env.stub(
+            proc=env.start_sidecar("--redis-wait-replicas", "1", "--redis-wait-timeout", "1s", "--redis-timeout", "3s")
+        )
         card = _invoke(stub, f"无副本-{uuid.uuid4().hex[:8]}")
         for _ in range(2):  # refused as often as asked, never stranded
             with pytest.raises(grpc.RpcError) as info:
@@ -365,7 +369,10 @@ def test_sentinel_a_claim_refused_by_wait_is_ready_after_a_failover_and_runs_onc
     env = None
     try:
         env = _env(tmp_path, setup.url, sidecars=0)
-        stub = env.stub(proc=env.start_sidecar("--redis-wait-replicas", "1", "--redis-wait-timeout", "100ms"))
+        # 1 s: the Confirm after the failover needs the new replica's ack in time on a loaded machine
+        stub = env.stub(
+            proc=env.start_sidecar("--redis-wait-replicas", "1", "--redis-wait-timeout", "1s", "--redis-timeout", "3s")
+        )
         card = _invoke(stub, f"故障转移-{uuid.uuid4().hex[:8]}")
         old, replica = setup.master_port(), setup.replica_port()
         setup.servers[replica].pause()

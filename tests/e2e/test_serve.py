@@ -49,6 +49,24 @@ def test_settings_come_from_flags_then_environment_then_defaults() -> None:
         settings_mod.from_args(parser.parse_args(["--registry", "r", "--lease", "soon"]), {})
 
 
+def test_a_replica_wait_must_end_before_the_redis_timeout_it_runs_under() -> None:
+    # the script's WAIT runs on the store's connection: a WAIT as long as the socket timeout would turn every
+    # unacknowledged claim into STORE_UNAVAILABLE (and every slow ack into a failed write) instead of
+    # REPLICAS_NOT_ACKNOWLEDGED with the card put back; refused at start, naming both flags
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    settings_mod.add_arguments(parser)
+    base = ["--registry", "r", "--redis-wait-replicas", "1"]
+    for flags in (["--redis-wait-timeout", "1s"], ["--redis-wait-timeout", "500ms", "--redis-timeout", "500ms"]):
+        with pytest.raises(settings_mod.SettingsError, match=r"--redis-wait-timeout .* shorter than --redis-timeout"):
+            settings_mod.from_args(parser.parse_args([*base, *flags]), {})
+    ok = settings_mod.from_args(parser.parse_args([*base, "--redis-wait-timeout", "1s", "--redis-timeout", "3s"]), {})
+    assert (ok.redis_wait_timeout, ok.redis_timeout) == (1.0, 3.0)
+    # without a replica wait the wait timeout is never used: not checked
+    settings_mod.from_args(parser.parse_args(["--registry", "r", "--redis-wait-timeout", "1s"]), {})
+
+
 def test_an_audit_chain_may_not_expire_before_the_records_it_accounts_for() -> None:
     # audit verify reports a record without its chain: a chain kept shorter than the records would make every
     # settled action a finding once its chain expired
