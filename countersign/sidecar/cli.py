@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         except SettingsError as exc:
             print(f"countersign: {exc}", file=sys.stderr)
             return 2
+        from countersign.sidecar import arenas
+
+        arenas.cap(settings.malloc_arena_max)  # before gRPC, the probes server or a guard build start a thread
         _logging(settings.log_level)
         from countersign.sidecar import app
 

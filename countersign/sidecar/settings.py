@@ -113,6 +113,12 @@ class Settings:
         "(replace it unless a receipt succeeded)",
     )
     log_level: str = _setting("info", "debug, info, warning or error")
+    malloc_arena_max: int = _setting(
+        0,
+        "glibc malloc arenas the process may use (mallopt M_ARENA_MAX, set at start before any thread): 1 or 2 "
+        "keep gRPC's threads' arenas out of resident memory; 0: glibc's own limit (8 per core, or MALLOC_ARENA_MAX)",
+        kind="count",
+    )
     approvals: str = _setting(
         "",
         "the approval issuers (YAML, or JSON: issuers, their JWKS, step_up; docs/approvals.md): parties the agent "
@@ -155,8 +161,8 @@ class Settings:
             value = getattr(self, f.name)
             if f.metadata["kind"] in ("duration", "int") and value <= 0 and f.name != "redis_retries":
                 raise SettingsError(f"--{_flag(f.name)} must be positive, not {value}")
-        if self.redis_retries < 0 or self.redis_wait_replicas < 0:
-            raise SettingsError("--redis-retries and --redis-wait-replicas must be 0 or more")
+        if self.redis_retries < 0 or self.redis_wait_replicas < 0 or self.malloc_arena_max < 0:
+            raise SettingsError("--redis-retries, --redis-wait-replicas and --malloc-arena-max must be 0 or more")
         if self.redis_wait_replicas and self.redis_wait_timeout >= self.redis_timeout:
             raise SettingsError(
                 f"--redis-wait-timeout ({self.redis_wait_timeout:g} s) must be shorter than --redis-timeout "
