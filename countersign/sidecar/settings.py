@@ -161,8 +161,9 @@ class Settings:
             value = getattr(self, f.name)
             if f.metadata["kind"] in ("duration", "int") and value <= 0 and f.name != "redis_retries":
                 raise SettingsError(f"--{_flag(f.name)} must be positive, not {value}")
-        if self.redis_retries < 0 or self.redis_wait_replicas < 0 or self.malloc_arena_max < 0:
-            raise SettingsError("--redis-retries, --redis-wait-replicas and --malloc-arena-max must be 0 or more")
+        for name in ("redis_retries", "redis_wait_replicas", "malloc_arena_max"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"--{_flag(name)} must be 0 or more, not {getattr(self, name)}")
         if self.redis_wait_replicas and self.redis_wait_timeout >= self.redis_timeout:
             raise SettingsError(
                 f"--redis-wait-timeout ({self.redis_wait_timeout:g} s) must be shorter than --redis-timeout "
