@@ -320,7 +320,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--against", type=Path, help="another tree (e.g. a worktree of main): its CPU beside this one's")
     ap.add_argument("--samples", type=int, help=argparse.SUPPRESS)  # a child of --against: print samples as JSON
-    ap.add_argument("--veto", choices=("off", "on", "both"), default="off", help="the learned veto (--guard-veto)")
+    ap.add_argument("--veto", choices=("off", "on", "both"), default="both", help="the learned veto (--guard-veto)")
     ap.add_argument("--totals", action="store_true", help="pooled totals only (no per-file, kind or sentence lines)")
     args = ap.parse_args()
     if args.totals and args.misses:
@@ -347,7 +347,8 @@ def main() -> None:
         t0 = time.perf_counter()
         guards[mode] = ReplyGuard.load(args.lexicon, use_veto=mode == "on")
         took = (time.perf_counter() - t0) * 1000
-        print(f"veto {mode}: lexicons {', '.join(guards[mode].lexicons)} loaded in {took:.0f} ms; {guards[mode].veto_digest}")
+        names = ", ".join(guards[mode].lexicons)
+        print(f"veto {mode}: lexicons {names} loaded in {took:.0f} ms; {guards[mode].veto_digest}")
     pooled: dict[str, dict[str, Score]] = {m: defaultdict(Score) for m in modes}
     for path in args.corpus or CORPORA:
         for mode in modes:

@@ -113,7 +113,7 @@ class Settings:
         "(replace it unless a receipt succeeded)",
     )
     guard_veto: str = _setting(
-        "off",
+        "on",
         "on: a claim the reply-guard rules replace with no receipt passes when the learned veto's p(claim) is "
         "under its threshold (countersign/guard/veto.py, notes/guard-veto2.md); off: the rules alone",
     )

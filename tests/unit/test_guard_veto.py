@@ -66,6 +66,8 @@ def test_a_changed_byte_refuses_to_start(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_guard_veto_takes_on_or_off_only() -> None:
+    assert Settings(registry="r.yaml").validate().guard_veto == "on"  # it lifted dev10 precision (notes/guard-veto2.md)
+    assert load_guard(Settings(registry="r.yaml")).use_veto
     with pytest.raises(SettingsError, match="--guard-veto must be on or off"):
         Settings(registry="r.yaml", guard_veto="yes").validate()
 
