@@ -5,6 +5,9 @@
     .venv/bin/python bench/guard.py --misses             # also list every sentence it got wrong
     .venv/bin/python bench/guard.py --no-cpu             # accuracy only
     .venv/bin/python bench/guard.py --against TREE       # CPU of the guard in TREE (before) and here (after)
+    .venv/bin/python bench/guard.py --veto both          # every figure with the learned veto off and on, side by side
+    .venv/bin/python bench/guard.py --totals --corpus A --corpus B   # pooled P/R per language and obfuscated only:
+                                                         # no per-file, per-kind or sentence output (held-out sets)
 
 A sentence counts as "detected" when the guard, with no receipt, replaces the reply; in a language without
 a lexicon (de, es, ja ...) also when it flags it (reason UNSUPPORTED_LANGUAGE: not passed silently).
@@ -101,7 +104,9 @@ class Score:
         return f"  {name:<22} n={n:<4} precision {p}  recall {r}   {counts}"
 
 
-def accuracy(guard: ReplyGuard, path: Path, misses: bool) -> dict[str, Score]:
+def accuracy(guard: ReplyGuard, path: Path, misses: bool, quiet: bool = False) -> dict[str, Score]:
+    """Scores of one corpus file; ``quiet`` prints nothing (for --totals: a held-out set's sentences and kinds are
+    never shown)."""
     items = read_corpus(path)
     scores: dict[str, Score] = defaultdict(Score)
     kinds: dict[str, Score] = defaultdict(Score)
@@ -125,6 +130,8 @@ def accuracy(guard: ReplyGuard, path: Path, misses: bool) -> dict[str, Score]:
                 f"    {'MISSED' if s.claim else 'FALSE '} [{s.lang} {s.kind}] {shown!r} -> {v.reason}"
                 f" {list(v.matched_claims)[:2] or list(v.excluded)[:2]}"
             )
+    if quiet:
+        return scores
     doc: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
     state = f", spent since {doc['spent']}" if doc.get("spent") else ", untuned" if doc.get("frozen") else ""
     print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {len(items)} sentences{state}")
@@ -313,7 +320,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--against", type=Path, help="another tree (e.g. a worktree of main): its CPU beside this one's")
     ap.add_argument("--samples", type=int, help=argparse.SUPPRESS)  # a child of --against: print samples as JSON
+    ap.add_argument("--veto", choices=("off", "on", "both"), default="both", help="the learned veto (--guard-veto)")
+    ap.add_argument("--totals", action="store_true", help="pooled totals only (no per-file, kind or sentence lines)")
     args = ap.parse_args()
+    if args.totals and args.misses:
+        raise SystemExit("--totals never prints sentences: drop --misses")
     if args.samples:
         samples = cpu_samples(ReplyGuard.load(), args.samples, 1)
         print(sys.modules[ReplyGuard.__module__].__file__)  # which tree's guard ran
@@ -330,13 +341,31 @@ def main() -> None:
             total += i
         yardstick.append(time.process_time() - c0)
     print(f"yardstick: a 10k-iteration Python loop takes {min(yardstick) * 1e6:.0f} us of CPU here")
-    t0 = time.perf_counter()
-    guard = ReplyGuard.load(args.lexicon)
-    print(f"lexicons {', '.join(guard.lexicons)} loaded in {(time.perf_counter() - t0) * 1000:.0f} ms")
+    modes = ("off", "on") if args.veto == "both" else (args.veto,)
+    guards = {}
+    for mode in modes:
+        t0 = time.perf_counter()
+        guards[mode] = ReplyGuard.load(args.lexicon, use_veto=mode == "on")
+        took = (time.perf_counter() - t0) * 1000
+        names = ", ".join(guards[mode].lexicons)
+        print(f"veto {mode}: lexicons {names} loaded in {took:.0f} ms; {guards[mode].veto_digest}")
+    pooled: dict[str, dict[str, Score]] = {m: defaultdict(Score) for m in modes}
     for path in args.corpus or CORPORA:
-        accuracy(guard, path, args.misses)
+        for mode in modes:
+            if len(modes) > 1 and not args.totals:
+                print(f"-- veto {mode}")
+            for name, sc in accuracy(guards[mode], path, args.misses, args.totals).items():
+                into = pooled[mode][name]
+                into.tp, into.fp, into.fn, into.tn = into.tp + sc.tp, into.fp + sc.fp, into.fn + sc.fn, into.tn + sc.tn
+    if args.totals or len(modes) > 1:
+        print(f"pooled over {len(args.corpus or CORPORA)} file(s):")
+        for mode in modes:
+            for name in sorted(pooled[mode], key=lambda k: (k == "all", k == "obfuscated", k)):
+                print(pooled[mode][name].line(f"veto {mode} {name}"))
     if not args.no_cpu:
-        cpu(guard, args.calls, args.rounds)
+        for mode in modes:
+            print(f"-- veto {mode}")
+            cpu(guards[mode], args.calls, args.rounds)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from countersign.guard import exclusions, segment
+from countersign.guard import exclusions, segment, veto
 from countersign.guard.claims import Candidate, verb_class
 from countersign.guard.claims_en import EnglishGrammar
 from countersign.guard.claims_zh import ChineseGrammar
@@ -50,6 +50,7 @@ class Claim:
     verb: str
     verb_class: str
     lexicon: str
+    sentence: str = field(default="", compare=False, repr=False)  # the normalised sentence it stands in (the veto)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class Verdict:
     claims: tuple[Claim, ...] = ()
     excluded: tuple[tuple[str, str, str], ...] = ()  # (clause, exclusion rule, cue) of candidates set aside
     language: str = ""  # a language without a lexicon found in the reply ("" when none)
+    vetoed: tuple[tuple[Claim, float, float], ...] = ()  # claims the learned veto set aside: (claim, p, t)
 
 
 @dataclass
@@ -71,18 +73,27 @@ class ReplyGuard:
     normaliser: Normaliser
     unsupported: str = "flag"
     grammars: dict[str, EnglishGrammar | ChineseGrammar] = field(default_factory=dict)
+    veto_models: dict[str, veto.Model] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, folder: str | Path | None = None, unsupported: str = "flag") -> ReplyGuard:
-        """Read and check the lexicons (LexiconError names the file and the fault)."""
+    def load(cls, folder: str | Path | None = None, unsupported: str = "flag", use_veto: bool = False) -> ReplyGuard:
+        """Read and check the lexicons (LexiconError names the file and the fault) and, with ``use_veto``, the
+        learned veto's weights (VetoError when a file's digest differs from the recorded one)."""
         if unsupported not in UNSUPPORTED_MODES:
             raise ValueError(f"unsupported must be one of {', '.join(UNSUPPORTED_MODES)}, not {unsupported!r}")
+        models = veto.load() if use_veto else {}
         lexicons, languages = load_folder(folder)
         grammars: dict[str, EnglishGrammar | ChineseGrammar] = {
             name: EnglishGrammar(lex) if lex.grammar == "en" else ChineseGrammar(lex) for name, lex in lexicons.items()
         }
         known = {f for lex in lexicons.values() if lex.grammar == "en" for f in lex.verb_forms}
-        return cls(lexicons, Detector(lexicons, languages), Normaliser(known.__contains__), unsupported, grammars)
+        normaliser = Normaliser(known.__contains__)
+        return cls(lexicons, Detector(lexicons, languages), normaliser, unsupported, grammars, models)
+
+    @property
+    def veto_digest(self) -> str:
+        """The SHA-256 of each veto data file in use ("off" when the veto is off)."""
+        return ",".join(f"{m.lang}:{m.digest}" for m in self.veto_models.values()) or "off"
 
     @property
     def lexicons(self) -> tuple[str, ...]:
@@ -182,18 +193,33 @@ class ReplyGuard:
         found, dropped, unsupported = self.read(reply)
         excluded = tuple((c.clause, why.rule, why.cue) for c, why in dropped)
         claims = _dedupe(
-            Claim(c.clause, c.rule, c.verb, verb_class(c.lexicon, c.verb, c.text), c.lexicon.name) for c in found
+            Claim(c.clause, c.rule, c.verb, verb_class(c.lexicon, c.verb, c.text), c.lexicon.name, c.sentence.text)
+            for c in found
         )
         evs = well_formed(evidence)
         succeeded = [e for e in evs if e.succeeded]
+        vetoed: tuple[tuple[Claim, float, float], ...] = ()
+        if claims and not evs and self.veto_models:
+            # Only a reply with no receipt at all: a receipt-based verdict (CLAIM_CONTRADICTS_RECEIPT, backed) stays
+            # rule-only. Each claim's sentence is scored by its lexicon's model; a claim with p(claim) < t is set
+            # aside by rule ``veto``; a lexicon without a model (a --guard-lexicon extension) is never vetoed.
+            vetoed = self._veto(claims)
+            if vetoed:
+                gone = {id(c) for c, _, _ in vetoed}
+                claims = tuple(c for c in claims if id(c) not in gone)
+                excluded += tuple((c.clause, "veto", f"p={p:.3f} < t={t:.2f}") for c, p, t in vetoed)
         if not claims:
             if unsupported:
-                return self._unsupported(reply, locale, unsupported, bool(succeeded), excluded)
+                return self._unsupported(reply, locale, unsupported, bool(succeeded), excluded, vetoed)
             note = ""
-            if excluded:
+            if vetoed:
+                shown = "; ".join(f"{c.clause!r} ({c.rule}) vetoed: p={p:.3f} < t={t:.2f}" for c, p, t in vetoed[:3])
+                note = f" (the learned veto set aside {len(vetoed)} claim(s) the rules read: {shown})"
+            elif excluded:
                 shown = "; ".join(f"{c!r} set aside by {r} ({cue!r})" for c, r, cue in excluded[:3])
                 note = f" ({len(excluded)} candidate(s) not read as claims: {shown})"
-            return Verdict(False, reply, (), "NO_CLAIM", f"No confident success claim found{note}.", (), excluded, "")
+            why = f"No confident success claim found{note}."
+            return Verdict(False, reply, (), "NO_CLAIM", why, (), excluded, "", vetoed)
         matched = tuple(dict.fromkeys(c.clause for c in claims))
         unbacked = [c for c in claims if not any(backs(e, c.verb_class) for e in succeeded)]
         said = "; ".join(
@@ -225,10 +251,32 @@ class ReplyGuard:
         else:
             reason = "NO_SUCCEEDED_RECEIPT"
             why = f"Claim {said} has no succeeded receipt in this request; reply replaced."
-        return Verdict(True, self._replacement(locale, reason), matched, reason, why, claims, excluded, unsupported)
+        return Verdict(
+            True, self._replacement(locale, reason), matched, reason, why, claims, excluded, unsupported, vetoed
+        )
+
+    def _veto(self, claims: tuple[Claim, ...]) -> tuple[tuple[Claim, float, float], ...]:
+        out = []
+        scored: dict[tuple[str, str], float] = {}
+        for c in claims:
+            model = self.veto_models.get(c.lexicon)
+            if model is None:
+                continue
+            key = (c.lexicon, c.sentence or c.clause)
+            if key not in scored:
+                scored[key] = model.p(key[1])
+            if scored[key] < model.threshold:
+                out.append((c, scored[key], model.threshold))
+        return tuple(out)
 
     def _unsupported(
-        self, reply: str, locale: str, language: str, succeeded: bool, excluded: tuple[tuple[str, str, str], ...]
+        self,
+        reply: str,
+        locale: str,
+        language: str,
+        succeeded: bool,
+        excluded: tuple[tuple[str, str, str], ...],
+        vetoed: tuple[tuple[Claim, float, float], ...] = (),
     ) -> Verdict:
         if self.unsupported == "replace" and not succeeded:
             return Verdict(
@@ -241,6 +289,7 @@ class ReplyGuard:
                 (),
                 excluded,
                 language,
+                vetoed,
             )
         return Verdict(
             False,
@@ -252,6 +301,7 @@ class ReplyGuard:
             (),
             excluded,
             language,
+            vetoed,
         )
 
     def _replacement(self, locale: object, reason: str) -> str:

@@ -69,11 +69,23 @@ def verdict_label(verdict: Verdict) -> str:
 def logged_statements(keyring: Keyring, verdict: Verdict) -> list[dict[str, str]]:
     """What the decision log and the audit keep of each success statement the guard read (its ``claims``): the
     rule that read it, and its clause as a keyed hash, never the reply's text."""
-    return [
+    kept = [
         {
             "rule": c.rule,
             "verb_class": c.verb_class,
             "clause_hmac": keyring.digest("claim", c.clause.encode("utf-8", "replace")),
         }
         for c in verdict.claims
+    ]
+    # a claim the learned veto set aside is logged like a rule's decision: rule ``veto``, its p and threshold
+    return kept + [
+        {
+            "rule": "veto",
+            "verb_class": c.verb_class,
+            "clause_hmac": keyring.digest("claim", c.clause.encode("utf-8", "replace")),
+            "read_by": c.rule,
+            "p": f"{p:.3f}",
+            "t": f"{t:.2f}",
+        }
+        for c, p, t in verdict.vetoed
     ]

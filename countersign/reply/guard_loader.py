@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 class GuardLoader:
     """One ReplyGuard, built once on first need (``get``), or handed in built (``ready``)."""
 
-    def __init__(self, folder: str | None = None, unsupported: str = "flag") -> None:
-        self.folder, self.unsupported = folder, unsupported
+    def __init__(self, folder: str | None = None, unsupported: str = "flag", use_veto: bool = False) -> None:
+        self.folder, self.unsupported, self.use_veto = folder, unsupported, use_veto
         self._future: Future[ReplyGuard] = Future()
         self._started = False
         self._lock = threading.Lock()
@@ -46,7 +46,7 @@ class GuardLoader:
         try:
             from countersign.guard import ReplyGuard
 
-            self._future.set_result(ReplyGuard.load(self.folder, unsupported=self.unsupported))
+            self._future.set_result(ReplyGuard.load(self.folder, unsupported=self.unsupported, use_veto=self.use_veto))
         except BaseException as exc:  # handed to every caller that waits (a broken install, never a lexicon fault)
             self._future.set_exception(exc)
 

@@ -112,6 +112,11 @@ class Settings:
         "flag (pass it with reason UNSUPPORTED_LANGUAGE, counted) or replace "
         "(replace it unless a receipt succeeded)",
     )
+    guard_veto: str = _setting(
+        "on",
+        "on: a claim the reply-guard rules replace with no receipt passes when the learned veto's p(claim) is "
+        "under its threshold (countersign/guard/veto.py, notes/guard-veto2.md); off: the rules alone",
+    )
     log_level: str = _setting("info", "debug, info, warning or error")
     malloc_arena_max: int = _setting(
         0,
@@ -185,6 +190,8 @@ class Settings:
             )
         if self.guard_unsupported not in ("flag", "replace"):
             raise SettingsError("--guard-unsupported must be flag or replace")
+        if self.guard_veto not in ("on", "off"):
+            raise SettingsError("--guard-veto must be on or off")
         if self.telemetry not in ("on", "off"):
             raise SettingsError("--telemetry must be on or off")
         if self.log_level not in ("debug", "info", "warning", "error"):

@@ -84,12 +84,22 @@ def warn_without_issuer() -> None:
 
 def load_guard(settings: Settings) -> GuardLoader:
     """The packaged lexicons are built on first need (reply/guard_loader.py); a folder given with --guard-lexicon
-    is built and checked now, so a faulty one stops the start."""
+    is built and checked now, so a faulty one stops the start. With --guard-veto on the veto's weights are read
+    and their digests checked now too: a changed byte stops the start."""
+    use_veto = settings.guard_veto == "on"
+    if use_veto:
+        from countersign.guard.veto import VetoError, load
+
+        try:
+            load()
+        except VetoError as exc:
+            raise SettingsError(f"--guard-veto on: {exc}") from exc
     if not settings.guard_lexicon:
-        return GuardLoader(None, unsupported=settings.guard_unsupported)
+        return GuardLoader(None, unsupported=settings.guard_unsupported, use_veto=use_veto)
     from countersign.guard import LexiconError, ReplyGuard
 
     try:
-        return GuardLoader.ready(ReplyGuard.load(settings.guard_lexicon, unsupported=settings.guard_unsupported))
+        guard = ReplyGuard.load(settings.guard_lexicon, unsupported=settings.guard_unsupported, use_veto=use_veto)
+        return GuardLoader.ready(guard)
     except LexiconError as exc:
         raise SettingsError(f"--guard-lexicon: {exc}") from exc

@@ -121,3 +121,28 @@ def test_the_guard_unsupported_setting_is_checked() -> None:
     assert settings.Settings(registry="r.yaml").validate().guard_unsupported == "flag"
     with pytest.raises(SettingsError, match="--guard-unsupported must be flag or replace"):
         settings.Settings(registry="r.yaml", guard_unsupported="ignore").validate()
+
+
+VETOED = "你的手机已经和另外两台设备配对了。"  # the rules replace it; the packaged veto sets it aside (p < t)
+
+
+async def test_the_learned_veto_is_on_by_default_and_explained(
+    sidecar: app.Sidecar, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="countersign.continuations")
+    got = await _check(sidecar, VETOED)
+    assert got.verdict == guard_pb2.GUARD_VERDICT_PASSED and got.reply_text == VETOED
+    assert got.reason.startswith("NO_CLAIM:") and "veto" in got.reason and "< t=0.16" in got.reason
+    assert [e.rule for e in got.exclusions][-1] == "veto" and not got.claims
+    events = [json.loads(r.getMessage()) for r in caplog.records if '"event": "guard"' in r.getMessage()]
+    assert events[-1]["claims"][0]["rule"] == "veto" and events[-1]["claims"][0]["t"] == "0.16"
+    assert all("手机" not in r.getMessage() for r in caplog.records)
+
+
+async def test_guard_veto_off_gives_the_rules_verdict(stack: Stack) -> None:
+    plain = await _sidecar(stack, guard_veto="off")
+    try:
+        got = await _check(plain, VETOED)
+        assert got.verdict == guard_pb2.GUARD_VERDICT_REPLACED and got.reason.startswith("NO_SUCCEEDED_RECEIPT:")
+    finally:
+        await plain.stop(grace=1)

@@ -1,0 +1,114 @@
+"""The reply guard's learned veto (issue 14, countersign/guard/veto.py, notes/guard-veto2.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from countersign.guard import Evidence, ReplyGuard
+from countersign.guard import veto as veto_mod
+from countersign.reply.evidence import logged_statements
+from countersign.sidecar.settings import Settings, SettingsError
+from countersign.sidecar.trust import load_guard
+
+SAMPLE = Path(__file__).resolve().parent.parent / "fixtures" / "guard_veto_sample.json"
+# sentences the rules replace (no receipt) and the packaged veto sets aside (p(claim) < t); found by
+# scoring the in-sample corpus's replaced non-claims (notes/guard-veto2.md)
+VETOED = {"en": "Your account was created with a work email.", "zh": "你的手机已经和另外两台设备配对了。"}
+
+
+@pytest.fixture(scope="module")
+def off() -> ReplyGuard:
+    return ReplyGuard.load()
+
+
+@pytest.fixture(scope="module")
+def on() -> ReplyGuard:
+    return ReplyGuard.load(use_veto=True)
+
+
+def test_scoring_is_deterministic_and_equals_the_trainers_prediction() -> None:
+    models = veto_mod.load()
+    sample = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    assert set(sample) == {"en", "zh"}
+    for lang, items in sample.items():
+        assert len(items) >= 50
+        for item in items:
+            p = models[lang].p(item["text"])
+            assert p == models[lang].p(item["text"]) == veto_mod.load()[lang].p(item["text"])
+            assert abs(p - item["p"]) < 1e-4, (lang, item["text"], p, item["p"])
+
+
+def test_the_data_files_are_small_and_named_by_their_digest(on: ReplyGuard) -> None:
+    for lang in ("en", "zh"):
+        assert (veto_mod.DATA / f"veto_{lang}.bin").stat().st_size <= 600_000
+        assert 0.0 < on.veto_models[lang].threshold <= 0.5
+    assert on.veto_digest.startswith("en:") and ",zh:" in on.veto_digest
+    assert ReplyGuard.load().veto_digest == "off"
+
+
+def test_a_changed_byte_refuses_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "data"
+    shutil.copytree(veto_mod.DATA, folder)
+    raw = bytearray((folder / "veto_zh.bin").read_bytes())
+    raw[len(raw) // 2] ^= 1
+    (folder / "veto_zh.bin").write_bytes(bytes(raw))
+    with pytest.raises(veto_mod.VetoError, match=r"veto_zh\.bin: SHA-256 .* differs from the recorded"):
+        veto_mod.load(folder)
+    monkeypatch.setattr(veto_mod, "DATA", folder)
+    settings = Settings(registry="unused.yaml", guard_veto="on")
+    with pytest.raises(SettingsError, match=r"--guard-veto on: veto_zh\.bin: SHA-256"):
+        load_guard(settings)
+    load_guard(Settings(registry="unused.yaml", guard_veto="off"))  # off: the data file is not read
+
+
+def test_guard_veto_takes_on_or_off_only() -> None:
+    assert Settings(registry="r.yaml").validate().guard_veto == "on"  # it lifted dev10 precision (notes/guard-veto2.md)
+    assert load_guard(Settings(registry="r.yaml")).use_veto
+    with pytest.raises(SettingsError, match="--guard-veto must be on or off"):
+        Settings(registry="r.yaml", guard_veto="yes").validate()
+
+
+@pytest.mark.parametrize(("lang", "text"), sorted(VETOED.items()))
+def test_a_vetoed_sentence_passes_and_is_explained(off: ReplyGuard, on: ReplyGuard, lang: str, text: str) -> None:
+    locale = {"en": "en-US", "zh": "zh-CN"}[lang]
+    before = off.check(text, locale, [])
+    assert before.replaced and before.reason == "NO_SUCCEEDED_RECEIPT"  # the rules alone: today's verdict
+    v = on.check(text, locale, [])
+    assert not v.replaced and v.text == text and v.reason == "NO_CLAIM"
+    assert v.claims == () and v.vetoed
+    claim, p, t = v.vetoed[0]
+    assert p < t == on.veto_models[lang].threshold
+    assert "veto" in v.explanation and f"p={p:.3f} < t={t:.2f}" in v.explanation
+    assert (claim.clause, "veto", f"p={p:.3f} < t={t:.2f}") in v.excluded
+
+    class Keys:
+        def digest(self, purpose: str, data: bytes) -> str:
+            return f"{purpose}:{len(data)}"
+
+    logged = logged_statements(Keys(), v)  # type: ignore[arg-type]
+    assert logged and logged[0]["rule"] == "veto" and logged[0]["read_by"] == claim.rule
+    assert logged[0]["p"] == f"{p:.3f}" and logged[0]["t"] == f"{t:.2f}"
+    assert text not in json.dumps(logged)
+
+
+@pytest.mark.parametrize(("lang", "text"), sorted(VETOED.items()))
+def test_a_receipt_contradiction_is_never_vetoed(on: ReplyGuard, lang: str, text: str) -> None:
+    locale = {"en": "en-US", "zh": "zh-CN"}[lang]
+    failed = Evidence("a" * 32, "todos.search", False, frozenset({"send"}))
+    v = on.check(text, locale, [failed])
+    assert v.replaced and v.reason == "CLAIM_CONTRADICTS_RECEIPT" and not v.vetoed
+
+
+def test_veto_off_gives_the_rules_verdicts_on_the_in_sample_corpus(off: ReplyGuard) -> None:
+    import yaml
+
+    corpus = Path(__file__).resolve().parent.parent / "fixtures" / "guard_corpus.yaml"
+    items = yaml.safe_load(corpus.read_text(encoding="utf-8"))["sentences"][:400]
+    plain = ReplyGuard.load(use_veto=False)
+    for item in items:
+        a, b = off.check(item["text"], "en-US", []), plain.check(item["text"], "en-US", [])
+        assert (a.replaced, a.reason, a.vetoed) == (b.replaced, b.reason, ())
