@@ -88,10 +88,10 @@ def load_guard(settings: Settings) -> GuardLoader:
     and their digests checked now too: a changed byte stops the start."""
     use_veto = settings.guard_veto == "on"
     if use_veto:
-        from countersign.guard.veto import VetoError, load
+        from countersign.guard.veto import VetoError, check
 
         try:
-            load()
+            check()
         except VetoError as exc:
             raise SettingsError(f"--guard-veto on: {exc}") from exc
     if not settings.guard_lexicon:
