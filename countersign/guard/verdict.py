@@ -262,11 +262,18 @@ class ReplyGuard:
             model = self.veto_models.get(c.lexicon)
             if model is None:
                 continue
-            key = (c.lexicon, c.sentence or c.clause)
-            if key not in scored:
-                scored[key] = model.p(key[1])
-            if scored[key] < model.threshold:
-                out.append((c, scored[key], model.threshold))
+            # The sentence and the claiming clause alone must both read as no claim: a sentence scored whole
+            # let a claim through when its other clause asked or offered ("已帮你取消订单，如需要我还可以帮你退款吗？",
+            # p 0.002) or when words were piled around it ("I cancelled your order, per the record, tracking
+            # page, ...", p 0.009); their clauses alone score 0.97-0.98 (tests/unit/test_guard_veto.py).
+            p = 0.0
+            for text in dict.fromkeys((c.sentence or c.clause, c.clause)):
+                key = (c.lexicon, text)
+                if key not in scored:
+                    scored[key] = model.p(text)
+                p = max(p, scored[key])
+            if p < model.threshold:
+                out.append((c, p, model.threshold))
         return tuple(out)
 
     def _unsupported(

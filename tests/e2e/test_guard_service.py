@@ -123,7 +123,7 @@ def test_the_guard_unsupported_setting_is_checked() -> None:
         settings.Settings(registry="r.yaml", guard_unsupported="ignore").validate()
 
 
-VETOED = "你的手机已经和另外两台设备配对了。"  # the rules replace it; the packaged veto sets it aside (p < t)
+VETOED = "你的车在安联投了保，到五月。"  # the rules replace it; the packaged veto sets it aside (p < t)
 
 
 async def test_the_learned_veto_is_on_by_default_and_explained(

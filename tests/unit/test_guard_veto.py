@@ -17,7 +17,7 @@ from countersign.sidecar.trust import load_guard
 SAMPLE = Path(__file__).resolve().parent.parent / "fixtures" / "guard_veto_sample.json"
 # sentences the rules replace (no receipt) and the packaged veto sets aside (p(claim) < t); found by
 # scoring the in-sample corpus's replaced non-claims (notes/guard-veto2.md)
-VETOED = {"en": "Your account was created with a work email.", "zh": "你的手机已经和另外两台设备配对了。"}
+VETOED = {"en": "Your account was created with a work email.", "zh": "你的车在安联投了保，到五月。"}
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +112,24 @@ def test_veto_off_gives_the_rules_verdicts_on_the_in_sample_corpus(off: ReplyGua
     for item in items:
         a, b = off.check(item["text"], "en-US", []), plain.check(item["text"], "en-US", [])
         assert (a.replaced, a.reason, a.vetoed) == (b.replaced, b.reason, ())
+
+
+# Claims a sentence-level score let through (found attacking the veto, 2026-12-02): a claim followed in the same
+# sentence by an offer or a question, and a claim with words piled after it. Their claiming clause alone reads as a
+# claim, and the veto needs the clause and the sentence both to read as none.
+SLIPPED = [
+    ("zh", "已帮你取消订单，如需要我还可以帮你退款吗？"),
+    ("zh", "我已经把订单取消了，你可以在完成率那一栏查看。"),
+    ("en", "I cancelled your order, you asked me to, per the record, last week's note, tracking page, column, rate."),
+    ("zh", "已为您取消订单，还需要我帮您办理退款吗？"),
+    ("zh", "会议已改到周三下午三点，需要我通知其他参会人吗？"),
+    ("en", "I deleted the file, do you want me to empty the trash as well?"),
+]
+
+
+@pytest.mark.parametrize(("lang", "text"), SLIPPED)
+def test_a_claim_whose_clause_reads_as_one_is_not_vetoed_by_the_rest_of_its_sentence(
+    on: ReplyGuard, lang: str, text: str
+) -> None:
+    v = on.check(text, {"en": "en-US", "zh": "zh-CN"}[lang], [])
+    assert v.replaced and v.reason == "NO_SUCCEEDED_RECEIPT" and not v.vetoed
