@@ -221,8 +221,9 @@ class Keyring:
     def binding(self, kid: str, owner: list[str]) -> str:
         """A keyed hash of (tenant, actor, subject, session): stored instead of the ids."""
         # A list of strings: plain JSON is already unambiguous (and much cheaper than RFC 8785 here).
-        # A pure function of the key's bytes and the ids: up to BINDINGS are kept, all dropped when full (the same owner's binding
-        # is asked for at Invoke, at the claim and for every card it lists), keyed by the key's bytes as _pads is.
+        # A pure function of the key's bytes and the ids: up to BINDINGS are kept, all dropped when full (the same
+        # owner's binding is asked for at Invoke, at the claim, for every card it lists), keyed by the key's bytes
+        # as _pads is.
         if all(type(part) is str for part in owner) and sum(map(len, owner)) <= _BOUND_IDS:
             at = (self.keys[kid], tuple(owner))
             found = self._bindings.get(at)

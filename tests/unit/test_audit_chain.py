@@ -112,7 +112,7 @@ JSON = st.recursive(
 )
 @example("0" * 32, 1, "", "claimed", 1764620000000, "k1", {"prev": ',"prev":"x"', "a": "é待\U0001f600", "": [{}]})
 @example(_Str("a"), _Int(3), _Str("p"), _Str("settled"), _Int(5), _Str("k1"), {"f": {"nested": [1, -(2**70)]}})
-@example("a", 1, "\u2028\x00\x1f\"\\", "t", 2, "k", {"x": "\x7f\u00e9", "y": None, "z": True, "w": 2**64})
+@example("a", 1, '\u2028\x00\x1f"\\', "t", 2, "k", {"x": "\x7f\u00e9", "y": None, "z": True, "w": 2**64})
 def test_the_writers_event_bytes_are_the_encoders_for_any_fields(
     action_id: str, seq: int, prev: str, kind: str, at: int, kid: str, fields: dict[str, Any]
 ) -> None:

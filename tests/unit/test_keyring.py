@@ -576,7 +576,7 @@ def test_a_binding_asked_again_is_the_same_hmac_and_follows_a_replaced_key_and_t
     owner = ["t1", "alice", "alice", "s1", ""]
     first = r.binding("k1", owner)
     assert r.binding("k1", list(owner)) == first == _hmac(K1, b"bind:" + json.dumps(owner).encode())[:16].hex()
-    assert r.binding("k1", owner[:-1] + ["adm"]) != first  # another owner, another binding
+    assert r.binding("k1", [*owner[:-1], "adm"]) != first  # another owner, another binding
     r.keys["k1"] = K2  # a key replaced in the mapping: its own bindings
     assert r.binding("k1", owner) == _hmac(K2, b"bind:" + json.dumps(owner).encode())[:16].hex() != first
     for n in range(3 * BINDINGS):
@@ -585,6 +585,6 @@ def test_a_binding_asked_again_is_the_same_hmac_and_follows_a_replaced_key_and_t
         )
     long = ["t" * 300, "a" * 300, "s" * 300, "x" * 300, "y" * 300]
     assert r.binding("k1", long) == _hmac(K2, b"bind:" + json.dumps(long).encode())[:16].hex()
-    kept = r._bindings  # noqa: SLF001 (the bound is the point of this test)
+    kept = r._bindings  # the bound is the point of this test
     assert len(kept) <= BINDINGS
     assert all(sum(map(len, ids)) <= 1_280 for _, ids in kept)
