@@ -41,8 +41,6 @@ MIN_KEY_BYTES = 32
 _KID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _ACTION_ID = re.compile(r"^[0-9a-f]{32}$")
 _TOKEN_MAX = 128
-BINDINGS = 128  # owners' bindings kept (keyring.binding), each of ids <= 1,280 characters in all: <= ~250 KB
-_BOUND_IDS = 1_280
 
 
 _BLOCK = 64  # SHA-256's block size
@@ -119,9 +117,6 @@ class Keyring:
     generated: bool = False
     id_key: bytes = b""  # empty: the key with the smallest key id (see id_key_source)
     _pads: dict[bytes, _Pads] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _bindings: dict[tuple[bytes, tuple[str, ...]], str] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
 
     def __post_init__(self) -> None:
         if not self.id_key:
@@ -221,17 +216,6 @@ class Keyring:
     def binding(self, kid: str, owner: list[str]) -> str:
         """A keyed hash of (tenant, actor, subject, session): stored instead of the ids."""
         # A list of strings: plain JSON is already unambiguous (and much cheaper than RFC 8785 here).
-        # A pure function of the key's bytes and the ids: up to BINDINGS are kept, all dropped when full (the same
-        # owner's binding is asked for at Invoke, at the claim, for every card it lists), keyed by the key's bytes
-        # as _pads is.
-        if all(type(part) is str for part in owner) and sum(map(len, owner)) <= _BOUND_IDS:
-            at = (self.keys[kid], tuple(owner))
-            found = self._bindings.get(at)
-            if found is None:
-                if len(self._bindings) >= BINDINGS:
-                    self._bindings.clear()
-                found = self._bindings[at] = self._hmac(kid, "bind", _json_strings(owner))[:16].hex()
-            return found
         return self._hmac(kid, "bind", _json_strings(owner))[:16].hex()
 
     def mac(self, kid: str, kind: str, payload: bytes) -> str:

@@ -567,24 +567,3 @@ def test_macs_tokens_and_digests_are_base64url_without_padding_of_the_hmac(size:
     keys = ring()
     raw = hmac.digest(K1, b"record:card:" + b"body", "sha256")
     assert keys.mac("k1", "card", b"body") == base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def test_a_binding_asked_again_is_the_same_hmac_and_follows_a_replaced_key_and_the_kept_ones_are_bounded() -> None:
-    from countersign.keyring import BINDINGS
-
-    r = ring()
-    owner = ["t1", "alice", "alice", "s1", ""]
-    first = r.binding("k1", owner)
-    assert r.binding("k1", list(owner)) == first == _hmac(K1, b"bind:" + json.dumps(owner).encode())[:16].hex()
-    assert r.binding("k1", [*owner[:-1], "adm"]) != first  # another owner, another binding
-    r.keys["k1"] = K2  # a key replaced in the mapping: its own bindings
-    assert r.binding("k1", owner) == _hmac(K2, b"bind:" + json.dumps(owner).encode())[:16].hex() != first
-    for n in range(3 * BINDINGS):
-        assert r.binding("k1", ["t", str(n), "", "", ""]) == (
-            _hmac(K2, b"bind:" + json.dumps(["t", str(n), "", "", ""]).encode())[:16].hex()
-        )
-    long = ["t" * 300, "a" * 300, "s" * 300, "x" * 300, "y" * 300]
-    assert r.binding("k1", long) == _hmac(K2, b"bind:" + json.dumps(long).encode())[:16].hex()
-    kept = r._bindings  # the bound is the point of this test
-    assert len(kept) <= BINDINGS
-    assert all(sum(map(len, ids)) <= 1_280 for _, ids in kept)
