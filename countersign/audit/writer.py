@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Any
 
-from countersign.audit.chain import anchor_mac, encode, expiry, signed
+from countersign.audit.chain import anchor_mac, encode_event, expiry, signed
 from countersign.audit.heads import Heads
 from countersign.errors import CountersignError
 from countersign.keyring import Keyring
@@ -47,8 +47,7 @@ class Audit:
         kid, (seq, head) = self.keyring.active, after
         events, prev = [], head
         for n, (kind, at, fields) in enumerate(batch, start=1):
-            body = {"a": action_id, "seq": seq + n, "prev": prev, "t": kind, "at": at, "kid": kid, "f": fields}
-            unsigned = encode(body)
+            unsigned = encode_event(action_id, seq + n, prev, kind, at, kid, fields)
             prev = self.keyring.mac(kid, "audit", unsigned)
             events.append((signed(unsigned, prev), prev))
         anchor = Anchor(kid, anchor_mac(self.keyring, kid, action_id, seq + len(batch), prev))

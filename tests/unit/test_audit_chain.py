@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from countersign.audit.chain import chain_state, encode, expiry, signed
+from countersign.audit.chain import chain_state, encode, encode_event, expiry, signed
 
 
 def _event(kind: str, **fields: Any) -> dict[str, Any]:
@@ -83,3 +83,51 @@ def test_an_events_bytes_with_its_mac_are_its_encoding_with_the_mac_among_its_ke
     mac = base64.urlsafe_b64encode(bytes(range(32))).decode().rstrip("=")
     assert encode(body) == _dumps(body)
     assert signed(encode(body), mac) == _dumps({**body, "mac": mac})
+
+
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=-(10**40), max_value=10**40) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.text(),
+    st.integers(min_value=-(10**30), max_value=10**30) | st.booleans(),
+    st.text(),
+    st.text(max_size=12),
+    st.integers(min_value=-(10**30), max_value=10**30) | st.booleans(),
+    st.text(max_size=32),
+    st.dictionaries(st.text(max_size=8), JSON, max_size=6),
+)
+@example("0" * 32, 1, "", "claimed", 1764620000000, "k1", {"prev": ',"prev":"x"', "a": "é待\U0001f600", "": [{}]})
+@example(_Str("a"), _Int(3), _Str("p"), _Str("settled"), _Int(5), _Str("k1"), {"f": {"nested": [1, -(2**70)]}})
+@example("a", 1, '\u2028\x00\x1f"\\', "t", 2, "k", {"x": "\x7f\u00e9", "y": None, "z": True, "w": 2**64})
+def test_the_writers_event_bytes_are_the_encoders_for_any_fields(
+    action_id: str, seq: int, prev: str, kind: str, at: int, kid: str, fields: dict[str, Any]
+) -> None:
+    """The writer writes an event's envelope around its fields' encoding (encode_event): the same bytes as
+    encode of the whole event, which is what the verifier checks a MAC against, for any values (unicode, control
+    characters, big integers, nested objects, lists, bools where integers go, subclasses of str and int)."""
+    body = {"a": action_id, "seq": seq, "prev": prev, "t": kind, "at": at, "kid": kid, "f": fields}
+    try:
+        expected: bytes | type[Exception] = encode(body)
+    except UnicodeEncodeError:  # a lone surrogate: neither can write it
+        expected = UnicodeEncodeError
+    if expected is UnicodeEncodeError:
+        try:
+            encode_event(action_id, seq, prev, kind, at, kid, fields)
+        except UnicodeEncodeError:
+            return
+        raise AssertionError("encode_event wrote what encode cannot")
+    assert encode_event(action_id, seq, prev, kind, at, kid, fields) == expected == _dumps(body)
