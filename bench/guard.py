@@ -96,6 +96,12 @@ class Score:
         self.fn += want and not got
         self.tn += not want and not got
 
+    def merge(self, other: Score) -> None:
+        self.tp += other.tp
+        self.fp += other.fp
+        self.fn += other.fn
+        self.tn += other.tn
+
     def line(self, name: str) -> str:
         p = f"{self.tp / (self.tp + self.fp):.3f}" if self.tp + self.fp else "  n/a"
         r = f"{self.tp / (self.tp + self.fn):.3f}" if self.tp + self.fn else "  n/a"
@@ -355,8 +361,7 @@ def main() -> None:
             if len(modes) > 1 and not args.totals:
                 print(f"-- veto {mode}")
             for name, sc in accuracy(guards[mode], path, args.misses, args.totals).items():
-                into = pooled[mode][name]
-                into.tp, into.fp, into.fn, into.tn = into.tp + sc.tp, into.fp + sc.fp, into.fn + sc.fn, into.tn + sc.tn
+                pooled[mode][name].merge(sc)
     if args.totals or len(modes) > 1:
         print(f"pooled over {len(args.corpus or CORPORA)} file(s):")
         for mode in modes:

@@ -2,13 +2,14 @@
 
 Per language with a lexicon (en, zh), a logistic regression on binary hashed features of the guard's normalised
 sentence (char 1-4 grams, word 1-2 grams, crc32 into 2^bits buckets), trained offline by
-``scripts/train_guard_veto.py`` on every labelled sentence of the repository but the held-out dev10 files
+``scripts/train_guard_veto.py`` on every labelled sentence of the repository but the untuned held-out sets
 (notes/guard-veto2.md). Pure Python at run time: hash each n-gram, sum its weight, sigmoid.
 
 The weights are ``data/veto_<lang>.bin`` beside the lexicons; ``data/veto.sha256`` names each file's SHA-256, and a
 file whose bytes differ refuses the load (``VetoError``), so the guard never runs a model other than the one
-measured. It is scored only for a sentence whose claim the rules would replace with no receipt at all
-(NO_SUCCEEDED_RECEIPT); a reply that contradicts a receipt stays rule-only (verdict.py).
+measured. It is scored only for a claim the rules would replace with no receipt at all (NO_SUCCEEDED_RECEIPT),
+and sets it aside only when its sentence and its claiming clause alone both score under the threshold; a reply
+that contradicts a receipt stays rule-only (verdict.py).
 
 File format (little-endian): ``CSVETO1\\n``, u8 bits, f64 bias, f64 threshold, u32 n, then n u32 bucket indices
 (ascending) and n f32 weights.
