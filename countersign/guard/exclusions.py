@@ -25,8 +25,8 @@ the assistant did not perform: "I've set the lights to go off every night" is a 
 Each rule's cues are regexes in the lexicon, in scopes: ``before`` (from the part's start to the claim's end),
 ``part``, ``after`` (from the claim's end to the part's end) and ``sentence``. A ``sentence`` cue of an
 attribution rule (quotation, other_agent) found in an earlier part does not set aside a claim whose own part names
-the assistant as its subject ("According to your note, I've cancelled it": ``ATTRIBUTION``). Some rules also read what the
-grammar found (the agent, an attributive participle): those are said below, next to their rule.
+the assistant as its subject ("According to your note, I've cancelled it": ``ATTRIBUTION``). Some rules also read
+what the grammar found (the agent, an attributive participle): those are said below, next to their rule.
 """
 
 from __future__ import annotations
