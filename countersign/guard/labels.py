@@ -25,6 +25,8 @@ def status_list(c: Candidate) -> bool:
     if len(c.part.text) > 24 or len(c.sentence.parts) < 2:
         return False
     zh = c.lexicon.grammar == "zh"
+    if any(mark in c.lexicon.fold(c.sentence.text) for mark in c.lexicon.word("request_marks")):
+        return False  # "Invoice #88: paid, as requested": the user's request is no third status; a report
     if c.part.end_mark == ":" and _NAMED_OBJECT.match(c.sentence.text, c.part.end):
         return False  # "- 已取消：瑜伽课（周二）", "Renewed: car insurance (12 months)": a status heading what it was
         # done to is a report (not "已完成：3 项", "Completed: 2")

@@ -742,3 +742,22 @@ def test_part_breaks_in_every_corpus_sentence(guard: ReplyGuard) -> None:
                     if lex.part_breaks is not None:
                         got = segment._break_words(sentence.text, lex.part_breaks)
                         assert got == _breaks_by_regex(sentence.text, lex.part_breaks), sentence.text
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Order #4471: cancelled, as requested.",
+        "Invoice #88: paid, as requested.",
+        "Old backups: deleted, as requested.",
+        "Meeting: moved, as requested.",
+        "Reminder: set, as requested.",
+        "Your 6pm table: booked, as you asked.",
+        "Trial: extended, per your request.",
+        "订单 #4471：已取消，按你的要求。",
+    ],
+)
+def test_a_request_mark_is_no_item_of_a_status_list(guard: ReplyGuard, reply: str) -> None:
+    """ "as requested" after a bare status is the user's request, not a third status: the status reports the
+    assistant's act (it passed with no receipt as "a status named in a list of statuses")."""
+    assert guard.check(reply, "en", []).replaced, guard.check(reply, "en", []).excluded
