@@ -465,3 +465,20 @@ def test_live_cues_keep_at_most_their_bound_of_needle_sets() -> None:
         lex.live_cues({"on", f"not-a-needle-{i}"})
         assert len(lex._live) <= lexicon_module.LIVE_CUES_BOUND
     _live_cues_are_the_satisfied_cues(lex, {"on", "yesterday"})
+
+
+# -- claims_zh: the result complements that can end a text, by its last character --------------------------------
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_complements_by_last_character_are_those_that_end_the_text(guard: ReplyGuard, data: st.DataObject) -> None:
+    """ChineseGrammar._particle asks the complements that end the text before 了, longest first: the index by the
+    last character gives those (and only those that can), in the order of ``complements``."""
+    grammar = guard.grammars["zh"]
+    comps = list(grammar.complements)  # type: ignore[union-attr]
+    piece = st.one_of(st.sampled_from(comps), st.text(alphabet="把改删了已好成到下去", max_size=2))
+    pieces = data.draw(st.lists(piece))
+    for before in ("".join(pieces), *("把它" + c for c in comps)):  # every complement ending a text, too (齐全, 全)
+        by_last = grammar._complements_by_last.get(before[-1:], grammar._no_complement)  # type: ignore[union-attr]
+        assert [c for c in by_last if before.endswith(c)] == [c for c in comps if before.endswith(c)], before
