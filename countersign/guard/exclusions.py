@@ -100,7 +100,11 @@ def exclude(
             if (whole or gated not in memo) and scope in one_by_one:
                 if live is None:
                     live = memo[(sid, "live")] = c.lexicon.live_cues(_needles(c, text, words))
-                find = _Finder(live[(rule, scope)])
+                if not (cues := live[(rule, scope)]):
+                    if not whole:  # no cue of the scope can match in the sentence: nothing to search
+                        memo[gated] = None
+                    continue
+                find = _Finder(cues)
             if whole:
                 m = _gated(rule, scope, find, c, text)
             else:  # the part's (or sentence's) earliest match, once per reply; "before" compares its start
