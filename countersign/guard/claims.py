@@ -84,7 +84,11 @@ class Phrases:
     def runnable(self, text: str, words: Sequence[str] = ()) -> list[tuple[str, re.Pattern[str], Needs | None]]:
         """The rules that can match somewhere in ``text`` (a whole sentence); ``words``: its runs of letters,
         lower-cased, when the caller has them (an ASCII sentence: see NeedleIndex.present)."""
-        present = frozenset(self.needles.present(self.lex.fold(text), words or None))
+        return self._runnable_in(self.lex.fold(text), words)
+
+    def _runnable_in(self, folded: str, words: Sequence[str] = ()) -> list[tuple[str, re.Pattern[str], Needs | None]]:
+        """``runnable`` of a text already folded (Lexicon.fold)."""
+        present = frozenset(self.needles.present(folded, words or None))
         known = self._runnable.get(present)  # the same few needle sets recur: a memo of this pure function
         if known is not None:
             return known
@@ -110,10 +114,10 @@ class Phrases:
         or end is searched in the parts joined by a line break, a NUL and a line break, with re.M: "^" and "$"
         match at every part's edges, and no whitespace or word lets a lookaround see past the NUL into the
         next part, so this finds every part's match (and perhaps more: then the parts are searched as usual)."""
-        runnable = self.runnable(sentence.text, words)
+        folded = self.lex.fold(sentence.text)
+        runnable = self._runnable_in(folded, words)
         if not runnable:
             return runnable
-        folded = self.lex.fold(sentence.text)
         joined = "\n\0\n".join(folded[p.start : p.end] for p in sentence.parts) if self._anchored else ""
         return [
             r

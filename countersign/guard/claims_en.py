@@ -89,7 +89,7 @@ class EnglishGrammar(Placement):
             agent = ASSISTANT if tokens and tokens[0][0] in _REMEDY else inherited
             found, subject_agent = self._part(sentence, part, tokens, agent, make)
             out.extend(found)
-            for c in self.phrases.candidates(sentence, part, rules=rules):
+            for c in self.phrases.candidates(sentence, part, rules=rules) if rules else ():
                 if c.rule == "result_state" and _NOW_WORD.search(c.text):
                     c.flags = _NOW  # "is now view-only": a change, as the passive's "now" (guard8en)
                 out.append(c)

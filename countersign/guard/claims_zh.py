@@ -82,6 +82,16 @@ class ChineseGrammar:
         never = lex.not_writes | (lex.changes - lex.verb_lemmas)
         self.not_write = re.compile("|".join(sorted(map(re.escape, never), key=len, reverse=True)) or "(?!)")
         self.complements = tuple(sorted(lex.word("result_complements"), key=len, reverse=True))
+        # the complements by their last character, in the order above: only those can end a text that ends with
+        # that character (_particle asks which complement ends the text before 了); an empty one (which ends every
+        # text, and sorts last) closes every list
+        empty = ("",) if "" in self.complements else ()
+        by_last: dict[str, tuple[str, ...]] = {}
+        for comp in self.complements:
+            if comp:
+                by_last[comp[-1]] = (*by_last.get(comp[-1], ()), comp)
+        self._complements_by_last = {last: comps + empty for last, comps in by_last.items()}
+        self._no_complement = empty
         self.le_stoplist = lex.word("le_stoplist")
         self.skip = (
             re.compile(
@@ -314,7 +324,7 @@ class ChineseGrammar:
         if text[k + 1 : k + 2] in ("吗", "么", "解") or text[k : k + 2] == "了解":
             return None
         before = text[:k]
-        for comp in self.complements:
+        for comp in self._complements_by_last.get(before[-1:], self._no_complement):
             if before.endswith(comp):
                 j = k - len(comp)
                 verb = self._verb_before(text, j)

@@ -37,7 +37,7 @@ from typing import Any
 
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate
 from countersign.guard.labels import counted_label, status_list
-from countersign.guard.lexicon import EXCLUSION_RULES, Cue, first_match
+from countersign.guard.lexicon import EXCLUSION_RULES, Cue
 from countersign.guard.reported_en import after_attempt, quoted_message_sent, source_reports
 from countersign.guard.schema import GATED_RULES
 
@@ -80,9 +80,9 @@ def exclude(
         if asked is None:
             asked = memo[(sid, "asked")] = _on_request(c, text)
         gated_rules = () if asked else GATED_RULES
-    # the needles of every scope's cues (the gated rules' too), found once in the whole sentence when first needed:
+    # the cues whose needles the sentence holds (the gated rules' too), found once per sentence when first needed:
     # a needle a span holds is in the sentence, so this only ever runs a cue too many, never one too few
-    present = memo.get((sid, "needles"))
+    live = memo.get((sid, "live"))
     for rule in gated_rules:
         if rule == "state" and "now" in c.flags:
             continue
@@ -97,10 +97,14 @@ def exclude(
             whole = scope == "after" or (rule == "time_anchor" and "present" in c.flags)
             gated = (sid, -1 if scope == "sentence" else part.start, rule, scope)
             find: re.Pattern[str] | _Finder = rx
-            if (whole or gated not in memo) and (cues := one_by_one.get(scope)) is not None:
-                if present is None:
-                    present = memo[(sid, "needles")] = _needles(c, text, words)
-                find = _Finder(cues, present)
+            if (whole or gated not in memo) and scope in one_by_one:
+                if live is None:
+                    live = memo[(sid, "live")] = c.lexicon.live_cues(_needles(c, text, words))
+                if not (cues := live[(rule, scope)]):
+                    if not whole:  # no cue of the scope can match in the sentence: nothing to search
+                        memo[gated] = None
+                    continue
+                find = _Finder(cues)
             if whole:
                 m = _gated(rule, scope, find, c, text)
             else:  # the part's (or sentence's) earliest match, once per reply; "before" compares its start
@@ -111,24 +115,24 @@ def exclude(
                     m = None
             if m is not None:
                 return Exclusion(rule, m.group(0) or scope)
-    if present is None:
-        present = memo[(sid, "needles")] = _needles(c, text, words)
-    for scope, cues in c.lexicon.cues.items():
+    if live is None:
+        live = memo[(sid, "live")] = c.lexicon.live_cues(_needles(c, text, words))
+    for scope in c.lexicon.cues:
+        cues = live[scope]
         if scope == "after":
-            hit = _earliest(cues, present, text[c.end : part.end], 0)
+            hit = _earliest(cues, text[c.end : part.end], 0)
             if hit is not None:
                 return Exclusion(hit[1], hit[2])
             continue
         key = (sid, -1 if scope == "sentence" else part.start, scope)
         if key not in memo:
+            whole_sentence = scope == "sentence"
             memo[key] = (
-                _earliest(cues, present, text, 0)
-                if scope == "sentence"
-                else _earliest(cues, present, text[part.start : part.end], part.start)
+                _earliest(cues, text, 0) if whole_sentence else _earliest(cues, text[part.start : part.end], part.start)
             )
         hit = memo[key]
         if hit is not None and scope == "sentence" and hit[1] in ATTRIBUTION and hit[0] < part.start and _speaks(c):
-            hit = _earliest_from(cues, present, text, part.start)  # the attribution governs its own clause
+            hit = _earliest_from(cues, text, part.start)  # the attribution governs its own clause
         # "before": the earliest cue in the part must start before the claim ends
         if hit is not None and (scope != "before" or hit[0] < c.end):
             return Exclusion(hit[1], hit[2])
@@ -316,15 +320,21 @@ def _fronted_anchor(c: Candidate, text: str) -> str:
 
 class _Finder:
     """What ``search`` of a gated rule's scope (one alternation of its cues) finds, found as ``first_match`` of the
-    cues one by one (``Lexicon.gated``): only the cues whose needles the sentence holds run."""
+    cues one by one (``Lexicon.gated``): only the cues whose needles the sentence holds run (``cues``: those,
+    from Lexicon.live_cues)."""
 
-    __slots__ = ("cues", "present")
+    __slots__ = ("cues",)
 
-    def __init__(self, cues: tuple[Cue, ...], present: set[str]) -> None:
-        self.cues, self.present = cues, present
+    def __init__(self, cues: tuple[Cue, ...]) -> None:
+        self.cues = cues
 
     def search(self, text: str) -> re.Match[str] | None:
-        return first_match(self.cues, self.present, text)
+        best: re.Match[str] | None = None  # lexicon.first_match, its needle test done by live_cues
+        for cue in self.cues:
+            m = cue.rx.search(text)
+            if m is not None and (best is None or m.start() < best.start()):
+                best = m
+        return best
 
 
 def _needles(c: Candidate, text: str, words: tuple[str, ...]) -> set[str]:
@@ -365,27 +375,21 @@ def _speaks(c: Candidate) -> bool:
     return _ZH_SPEAKER.match(c.sentence.text, c.part.start, c.vstart) is not None
 
 
-def _earliest_from(cues: tuple[Cue, ...], present: set[str], text: str, start: int) -> tuple[int, str, str] | None:
+def _earliest_from(cues: tuple[Cue, ...], text: str, start: int) -> tuple[int, str, str] | None:
     """``_earliest`` of the sentence's cues, with the attribution cues searched from ``start`` on (their clause)."""
     best: tuple[int, str, str] | None = None
     for cue in cues:
-        need = cue.needs
-        if need is not None and (need[0].isdisjoint(present) or (len(need) > 1 and need[1].isdisjoint(present))):
-            continue
         m = cue.rx.search(text, start) if cue.rule in ATTRIBUTION else cue.rx.search(text)
         if m is not None and (best is None or m.start() < best[0]):
             best = (m.start(), cue.rule, m.group(0) or "cue")
     return best
 
 
-def _earliest(cues: tuple[Cue, ...], present: set[str], text: str, offset: int) -> tuple[int, str, str] | None:
-    """The earliest cue match in ``text``: (start + offset, rule, cue). A cue whose needles are absent from
-    ``present`` is not searched (finding the needles a text holds is far cheaper than a regex search per cue)."""
+def _earliest(cues: tuple[Cue, ...], text: str, offset: int) -> tuple[int, str, str] | None:
+    """The earliest cue match in ``text``: (start + offset, rule, cue). ``cues``: those whose needles the sentence
+    holds (Lexicon.live_cues; finding the needles a text holds is far cheaper than a regex search per cue)."""
     best: tuple[int, str, str] | None = None
     for cue in cues:
-        need = cue.needs  # needles.satisfied(need, present), inline (at most two sets)
-        if need is not None and (need[0].isdisjoint(present) or (len(need) > 1 and need[1].isdisjoint(present))):
-            continue
         m = cue.rx.search(text)
         if m is not None and (best is None or m.start() + offset < best[0]):
             best = (m.start() + offset, cue.rule, m.group(0) or "cue")

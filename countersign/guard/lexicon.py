@@ -69,6 +69,18 @@ def first_match(cues: tuple[Cue, ...], present: set[str], text: str) -> re.Match
     return best
 
 
+LIVE_CUES_BOUND = 4096
+
+
+def _satisfied(cues: tuple[Cue, ...], present: frozenset[str]) -> tuple[Cue, ...]:
+    return tuple(
+        cue
+        for cue in cues
+        if (need := cue.needs) is None
+        or not (need[0].isdisjoint(present) or (len(need) > 1 and need[1].isdisjoint(present)))
+    )
+
+
 @dataclass(frozen=True, repr=False)
 class Lexicon:
     """One language, compiled."""
@@ -99,6 +111,30 @@ class Lexicon:
     gated: Mapping[str, Mapping[str, tuple[Cue, ...]]] = field(default_factory=dict)
     lower: bool = False  # cues and phrase rules are matched against lower-cased text
     claim_patterns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # claims, as written
+    # what live_cues found for a set of needles: a memo of that pure function of the needle set (the same few
+    # sets recur), at most LIVE_CUES_BOUND sets, emptied when full
+    _live: dict[frozenset[str], dict[Any, tuple[Cue, ...]]] = field(
+        default_factory=dict, compare=False, repr=False, init=False
+    )
+
+    def live_cues(self, present: set[str]) -> dict[Any, tuple[Cue, ...]]:
+        """The cues whose needles ``present`` holds (the needles of a sentence: cue_index.present), in their
+        order: per scope of ``cues`` (key: the scope) and per gated scope of ``gated`` (key: (rule, scope)).
+        A cue left out matches nowhere in the sentence (needles.py), so searching only these finds what
+        searching every cue with its needle test (needles.satisfied) finds, in the same order."""
+        key = frozenset(present)
+        found = self._live.get(key)
+        if found is None:
+            found = {}
+            for scope, cues in self.cues.items():
+                found[scope] = _satisfied(cues, key)
+            for rule, scopes in self.gated.items():
+                for scope, cues in scopes.items():
+                    found[(rule, scope)] = _satisfied(cues, key)
+            if len(self._live) >= LIVE_CUES_BOUND:
+                self._live.clear()
+            self._live[key] = found
+        return found
 
     def fold(self, text: str) -> str:
         """``text`` as this lexicon's regexes read it (same length, so offsets hold)."""

@@ -25,7 +25,7 @@ from countersign.guard import normalise as nm
 from countersign.guard.claims import ASSISTANT, OTHER, Candidate
 from countersign.guard.exclusions import Exclusion
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue, Lexicon
-from countersign.guard.needles import NeedleIndex, needs
+from countersign.guard.needles import NeedleIndex, needs, satisfied
 from countersign.guard.normalise import Normaliser
 from countersign.guard.schema import GATED_RULES
 
@@ -421,3 +421,64 @@ _ANCHOR_PIECES = [
 def test_first_match_is_the_alternations_on_generated_text(gated_scopes: list[Scope], pieces: list[str]) -> None:
     _first_match_is_the_alternations(gated_scopes, " ".join(pieces))
     _first_match_is_the_alternations(gated_scopes, "".join(pieces))
+
+
+# -- exclusions: the cues whose needles a sentence holds, found once per needle set (Lexicon.live_cues) --------
+
+
+def _live_cues_are_the_satisfied_cues(lex: Lexicon, present: set[str]) -> None:
+    live = lex.live_cues(present)
+    scopes = [(scope, cues) for scope, cues in lex.cues.items()]
+    scopes += [((rule, scope), cues) for rule, by_scope in lex.gated.items() for scope, cues in by_scope.items()]
+    assert set(live) == {key for key, _ in scopes}
+    for key, cues in scopes:
+        assert live[key] == tuple(c for c in cues if satisfied(c.needs, present)), (key, sorted(present))
+
+
+def test_live_cues_of_every_corpus_sentence_are_the_cues_its_needles_satisfy(guard: ReplyGuard) -> None:
+    """For every corpus sentence and both lexicons: the cues live_cues gives (each scope, the gated scopes too)
+    are those whose needle test passes on the sentence's needles, in their order; the second call (the memo)
+    gives the same."""
+    seen = 0
+    for text in _corpus_texts():
+        for sentence in segment.sentences(guard.normaliser.normalise(text)):
+            for lex in guard.lexicons_by_name.values():
+                present = lex.cue_index.present(lex.fold(sentence.text))
+                _live_cues_are_the_satisfied_cues(lex, present)
+                _live_cues_are_the_satisfied_cues(lex, present)
+                seen += bool(present)
+    assert seen > 3000
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_live_cues_of_any_needle_set_are_the_cues_it_satisfies(guard: ReplyGuard, data: st.DataObject) -> None:
+    for lex in guard.lexicons_by_name.values():
+        needles = sorted(lex.cue_index.needles)
+        present = set(data.draw(st.lists(st.sampled_from(needles), max_size=12)))
+        _live_cues_are_the_satisfied_cues(lex, present)
+
+
+def test_live_cues_keep_at_most_their_bound_of_needle_sets() -> None:
+    lex = ReplyGuard.load().lexicons_by_name["en"]
+    for i in range(lexicon_module.LIVE_CUES_BOUND + 50):
+        lex.live_cues({"on", f"not-a-needle-{i}"})
+        assert len(lex._live) <= lexicon_module.LIVE_CUES_BOUND
+    _live_cues_are_the_satisfied_cues(lex, {"on", "yesterday"})
+
+
+# -- claims_zh: the result complements that can end a text, by its last character --------------------------------
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_complements_by_last_character_are_those_that_end_the_text(guard: ReplyGuard, data: st.DataObject) -> None:
+    """ChineseGrammar._particle asks the complements that end the text before 了, longest first: the index by the
+    last character gives those (and only those that can), in the order of ``complements``."""
+    grammar = guard.grammars["zh"]
+    comps = list(grammar.complements)  # type: ignore[union-attr]
+    piece = st.one_of(st.sampled_from(comps), st.text(alphabet="把改删了已好成到下去", max_size=2))
+    pieces = data.draw(st.lists(piece))
+    for before in ("".join(pieces), *("把它" + c for c in comps)):  # every complement ending a text, too (齐全, 全)
+        by_last = grammar._complements_by_last.get(before[-1:], grammar._no_complement)  # type: ignore[union-attr]
+        assert [c for c in by_last if before.endswith(c)] == [c for c in comps if before.endswith(c)], before
