@@ -25,7 +25,7 @@ the assistant did not perform: "I've set the lights to go off every night" is a 
 Each rule's cues are regexes in the lexicon, in scopes: ``before`` (from the part's start to the claim's end),
 ``part``, ``after`` (from the claim's end to the part's end) and ``sentence``. A ``sentence`` cue of an
 attribution rule (quotation, other_agent) found in an earlier part does not set aside a claim whose own part names
-the assistant as its subject ("According to your note, I've cancelled it": ``ATTRIBUTION``). Some rules also read
+the assistant as its subject ("According to your note, I've cancelled it": attribution.py). Some rules also read
 what the grammar found (the agent, an attributive participle): those are said below, next to their rule.
 """
 
@@ -35,6 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from countersign.guard.attribution import ATTRIBUTION, earliest_from, speaks
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate
 from countersign.guard.labels import counted_label, status_list
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue
@@ -131,8 +132,8 @@ def exclude(
                 _earliest(cues, text, 0) if whole_sentence else _earliest(cues, text[part.start : part.end], part.start)
             )
         hit = memo[key]
-        if hit is not None and scope == "sentence" and hit[1] in ATTRIBUTION and hit[0] < part.start and _speaks(c):
-            hit = _earliest_from(cues, text, part.start)  # the attribution governs its own clause
+        if hit is not None and scope == "sentence" and hit[1] in ATTRIBUTION and hit[0] < part.start and speaks(c):
+            hit = earliest_from(cues, text, part.start)  # the attribution governs its own clause
         # "before": the earliest cue in the part must start before the claim ends
         if hit is not None and (scope != "before" or hit[0] < c.end):
             return Exclusion(hit[1], hit[2])
@@ -354,37 +355,6 @@ def _gated(rule: str, scope: str, rx: re.Pattern[str] | _Finder, c: Candidate, t
     return None if m is None or (scope == "before" and m.start() + part.start >= c.end) else m
 
 
-# The rules whose cues say that what follows in their clause is content read from a source (a record, a message,
-# a third party's word: "according to", "the records show", "'s note:", "status:", "据银行说"). Such a cue in an
-# earlier clause does not set aside a candidate whose own clause names the assistant as its subject: "According to
-# your note, I've cancelled the subscription" claims (tests/unit/test_guard_attribution_scope.py). A cue in the
-# candidate's own clause ("The log says I deleted the snapshots") or after it still reports content.
-ATTRIBUTION = frozenset({"quotation", "other_agent"})
-_ZH_SPEAKER = re.compile(
-    r"\W*(?:所以|于是|然后|接着|随后|但是?|不过|可是|并且?|而且|因此|我这边|这边)?\s*我们?(?![的们])"
-)
-
-
-def _speaks(c: Candidate) -> bool:
-    """The candidate's own clause names the assistant as its subject: "I", "we" (en); 我, 我们 opening the
-    clause (zh; not 我的, a possessive)."""
-    if c.agent != ASSISTANT:
-        return False
-    if c.lexicon.grammar == "en":
-        return c.subject in c.lexicon.word("assistant_subjects")
-    return _ZH_SPEAKER.match(c.sentence.text, c.part.start, c.vstart) is not None
-
-
-def _earliest_from(cues: tuple[Cue, ...], text: str, start: int) -> tuple[int, str, str] | None:
-    """``_earliest`` of the sentence's cues, with the attribution cues searched from ``start`` on (their clause)."""
-    best: tuple[int, str, str] | None = None
-    for cue in cues:
-        m = cue.rx.search(text, start) if cue.rule in ATTRIBUTION else cue.rx.search(text)
-        if m is not None and (best is None or m.start() < best[0]):
-            best = (m.start(), cue.rule, m.group(0) or "cue")
-    return best
-
-
 def _earliest(cues: tuple[Cue, ...], text: str, offset: int) -> tuple[int, str, str] | None:
     """The earliest cue match in ``text``: (start + offset, rule, cue). ``cues``: those whose needles the sentence
     holds (Lexicon.live_cues; finding the needles a text holds is far cheaper than a regex search per cue)."""
@@ -421,7 +391,7 @@ def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
             elif scope == "before":
                 m = next((x for x in rx.finditer(text[part.start : part.end]) if x.start() < c.end - part.start), None)
             elif scope == "sentence":
-                m = rx.search(text, part.start) if rule in ATTRIBUTION and _speaks(c) else rx.search(text)
+                m = rx.search(text, part.start) if rule in ATTRIBUTION and speaks(c) else rx.search(text)
             else:
                 m = rx.search(text[part.start : part.end])
             if m is not None:

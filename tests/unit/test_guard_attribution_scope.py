@@ -1,4 +1,4 @@
-"""An attribution governs its own clause (countersign/guard/exclusions.py, ``ATTRIBUTION``; issue 14).
+"""An attribution governs its own clause (countersign/guard/attribution.py; issue 14).
 
 A cue of the quotation or other_agent rule ("according to", "the records show", "'s note:", "status:", "据银行说")
 says that what follows in *its* clause is content read from a source, not the assistant's act. Before this

@@ -1,0 +1,45 @@
+"""Attribution scope (exclusions.py asks it): a cue that says what follows is content read from a source governs
+its own clause, not a claim the assistant makes in a later one.
+
+A quotation or other_agent cue ("according to", "the records show", "'s note:", "status:", "据银行说") used to set
+aside every candidate of its sentence, so a cue placed in front of a claim hid it: "According to your note, I've
+cancelled the subscription." passed with no receipt (I5). tests/unit/test_guard_attribution_scope.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+from countersign.guard.claims import ASSISTANT, Candidate
+from countersign.guard.lexicon import Cue
+
+# The rules whose cues say that what follows in their clause is content read from a source (a record, a message,
+# a third party's word: "according to", "the records show", "'s note:", "status:", "据银行说"). Such a cue in an
+# earlier clause does not set aside a candidate whose own clause names the assistant as its subject: "According to
+# your note, I've cancelled the subscription" claims (tests/unit/test_guard_attribution_scope.py). A cue in the
+# candidate's own clause ("The log says I deleted the snapshots") or after it still reports content.
+ATTRIBUTION = frozenset({"quotation", "other_agent"})
+_ZH_SPEAKER = re.compile(
+    r"\W*(?:所以|于是|然后|接着|随后|但是?|不过|可是|并且?|而且|因此|我这边|这边)?\s*我们?(?![的们])"
+)
+
+
+def speaks(c: Candidate) -> bool:
+    """The candidate's own clause names the assistant as its subject: "I", "we" (en); 我, 我们 opening the
+    clause (zh; not 我的, a possessive)."""
+    if c.agent != ASSISTANT:
+        return False
+    if c.lexicon.grammar == "en":
+        return c.subject in c.lexicon.word("assistant_subjects")
+    return _ZH_SPEAKER.match(c.sentence.text, c.part.start, c.vstart) is not None
+
+
+def earliest_from(cues: tuple[Cue, ...], text: str, start: int) -> tuple[int, str, str] | None:
+    """The earliest cue of the sentence's ``cues`` (as exclusions._earliest finds it), with the attribution cues
+    searched from ``start`` on (their clause)."""
+    best: tuple[int, str, str] | None = None
+    for cue in cues:
+        m = cue.rx.search(text, start) if cue.rule in ATTRIBUTION else cue.rx.search(text)
+        if m is not None and (best is None or m.start() < best[0]):
+            best = (m.start(), cue.rule, m.group(0) or "cue")
+    return best
