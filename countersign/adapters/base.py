@@ -24,7 +24,7 @@ import json
 import re
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from countersign.reasons import Reason
@@ -92,9 +92,9 @@ class Lookup:
     message: str = ""
 
 
-@dataclass(frozen=True)
-class CallMeta:
-    """What travels with every downstream call besides the arguments."""
+class CallMeta(NamedTuple):
+    """What travels with every downstream call besides the arguments. A NamedTuple, as Outcome (a frozen
+    dataclass's 9 fields set through object.__setattr__: ~17k instructions of every call)."""
 
     idempotency_key: str = ""  # the action id for writes; empty for reads
     attempt: int = 1
@@ -106,7 +106,7 @@ class CallMeta:
     if_match: str = ""  # the prepared resource version the write expects to change
     # propagation (traceparent, tracestate): asked for each request as it is sent, so it names the span current
     # then. The caller hands it in (the executor: observability.tracing.outgoing_headers); adapters know no tracing.
-    trace_headers: Callable[[], Mapping[str, str]] = field(default=dict, compare=False)
+    trace_headers: Callable[[], Mapping[str, str]] = dict
 
     def wire_headers(self) -> dict[str, str]:
         """The headers of the call; raises NotSendable when the If-Match cannot be written safely."""
@@ -168,6 +168,8 @@ def entity_tag(version: str) -> str:
 def render_url(template: str, values: Mapping[str, Any]) -> str:
     """A URL template filled with percent-encoded values; raises NotSendable when a value bound into the
     path would change its shape (policy refuses such arguments at Invoke; this is the last line)."""
+    if "{" not in template:  # nothing to fill (a create's URL): as the substitution below would leave it
+        return template
     start, end = path_span(template)
 
     def one(match: re.Match[str]) -> str:
