@@ -39,8 +39,7 @@ class CardRecord(NamedTuple):
     risk: str = ""
 
 
-@dataclass(frozen=True)
-class ClaimApproval:
+class ClaimApproval(NamedTuple):
     """What claim.lua compares of a Confirm's approval (verified before Redis) with the card it would claim."""
 
     digest: str = ""  # the approval's dig; "" when the Confirm carries none
