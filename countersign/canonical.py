@@ -27,6 +27,7 @@ import rfc8785
 
 _INT_MAX = 2**53 - 1
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+_LEAVES = frozenset({str, bool, type(None)})  # written alike by both, at any depth
 
 
 def _compact_encoder() -> Callable[[Any], str]:
@@ -67,19 +68,43 @@ def canonical(value: Any) -> bytes:
 
 
 def _plain(value: Any, depth: int = 0) -> bool:
-    """True when the standard encoder writes ``value`` exactly as RFC 8785 does (see the module docstring)."""
+    """True when the standard encoder writes ``value`` exactly as RFC 8785 does (see the module docstring).
+
+    A container's strings, booleans, nulls and integers are checked where they are met, not by a call each (a
+    todo's answer: 16.5k instructions walked a call per value, 9.9k so)."""
     kind = type(value)
-    if kind is str or kind is bool or value is None:
+    if kind is dict:
+        if depth > 64:  # deeper: rfc8785's path (and its RecursionError, should it come to that)
+            return False
+        for key, item in value.items():
+            if type(key) is not str or (not key.isascii() and _ASTRAL.search(key)):
+                return False
+            kind = type(item)
+            if kind in _LEAVES:
+                continue
+            if kind is int:
+                if -_INT_MAX <= item <= _INT_MAX:
+                    continue
+                return False
+            if not _plain(item, depth + 1):
+                return False
+        return True
+    if kind in _LEAVES:
         return True
     if kind is int:
         return bool(-_INT_MAX <= value <= _INT_MAX)
-    if depth > 64:  # deeper: rfc8785's path (and its RecursionError, should it come to that)
-        return False
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str or (not key.isascii() and _ASTRAL.search(key)) or not _plain(item, depth + 1):
+    if kind is list or kind is tuple:
+        if depth > 64:
+            return False
+        for item in value:
+            kind = type(item)
+            if kind in _LEAVES:
+                continue
+            if kind is int:
+                if -_INT_MAX <= item <= _INT_MAX:
+                    continue
+                return False
+            if not _plain(item, depth + 1):
                 return False
         return True
-    if kind is list or kind is tuple:
-        return all(_plain(item, depth + 1) for item in value)
     return False

@@ -24,8 +24,8 @@ import json
 import re
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 from countersign.reasons import Reason
 from countersign.registry import HttpCall, Tool
@@ -44,8 +44,10 @@ class Kind(enum.Enum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
+    """What a downstream call came to. Immutable; a NamedTuple rather than a frozen dataclass, whose __init__ sets
+    each of its 8 fields through object.__setattr__ (~15k instructions of every downstream call)."""
+
     kind: Kind
     reason: str = ""
     message: str = ""
@@ -90,9 +92,9 @@ class Lookup:
     message: str = ""
 
 
-@dataclass(frozen=True)
-class CallMeta:
-    """What travels with every downstream call besides the arguments."""
+class CallMeta(NamedTuple):
+    """What travels with every downstream call besides the arguments. A NamedTuple, as Outcome (a frozen
+    dataclass's 9 fields set through object.__setattr__: ~17k instructions of every call)."""
 
     idempotency_key: str = ""  # the action id for writes; empty for reads
     attempt: int = 1
@@ -104,7 +106,7 @@ class CallMeta:
     if_match: str = ""  # the prepared resource version the write expects to change
     # propagation (traceparent, tracestate): asked for each request as it is sent, so it names the span current
     # then. The caller hands it in (the executor: observability.tracing.outgoing_headers); adapters know no tracing.
-    trace_headers: Callable[[], Mapping[str, str]] = field(default=dict, compare=False)
+    trace_headers: Callable[[], Mapping[str, str]] = dict
 
     def wire_headers(self) -> dict[str, str]:
         """The headers of the call; raises NotSendable when the If-Match cannot be written safely."""
@@ -166,6 +168,8 @@ def entity_tag(version: str) -> str:
 def render_url(template: str, values: Mapping[str, Any]) -> str:
     """A URL template filled with percent-encoded values; raises NotSendable when a value bound into the
     path would change its shape (policy refuses such arguments at Invoke; this is the last line)."""
+    if "{" not in template:  # nothing to fill (a create's URL): as the substitution below would leave it
+        return template
     start, end = path_span(template)
 
     def one(match: re.Match[str]) -> str:
@@ -187,36 +191,42 @@ def deadline(tool: Tool, default: float) -> float:
 def receipt_problem(tool: Tool, body: Any) -> str:
     """Why a write's answer yields no receipt ("" when it does): a declared field is absent, empty or not a
     string or number."""
-    for name in ("resource_id", "resource_version"):
-        if name not in tool.receipt.declared:
-            continue
-        path = getattr(tool.receipt, name)
+    return receipt_fields(tool, body)[0]
+
+
+def receipt_fields(tool: Tool, body: Any) -> tuple[str, str, str]:
+    """``(receipt_problem(tool, body), field_of(body, resource_id path), field_of(body, resource_version path))``,
+    each field found once (a classification asks for all three of the same answer)."""
+    receipt = tool.receipt
+    problem, texts = "", []
+    for name, path in (("resource_id", receipt.resource_id), ("resource_version", receipt.resource_version)):
         value = _field(body, path)
-        if not (
-            (isinstance(value, str) and value) or (isinstance(value, (int, float)) and not isinstance(value, bool))
-        ):
-            return f"the answer lacks the receipt field {path!r} (a non-empty string or number)"
-    return ""
+        usable = (isinstance(value, str) and value) or (isinstance(value, (int, float)) and not isinstance(value, bool))
+        if not usable and not problem and name in receipt.declared:
+            problem = f"the answer lacks the receipt field {path!r} (a non-empty string or number)"
+        texts.append(_text(value))
+    return problem, texts[0], texts[1]
 
 
 def _field(body: Any, path: str) -> Any:
+    """A dotted field of a JSON answer (None when absent)."""
     value = body
     for part in path.split("."):
-        if not isinstance(value, Mapping) or part not in value:
+        # a dict first: an ABC's isinstance costs more than the lookup (json.loads gives dicts)
+        if not (type(value) is dict or isinstance(value, Mapping)) or part not in value:
             return None
         value = value[part]
     return value
 
 
-def field_of(body: Any, path: str) -> str:
-    """A dotted field of a JSON answer as a string ("" when absent)."""
-    value = body
-    for part in path.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return ""
-        value = value[part]
+def _text(value: Any) -> str:
     if value is None:
         return ""
     if type(value) is int:  # what json.dumps writes for one, without its set-up (a version: every receipt has one)
         return str(value)
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def field_of(body: Any, path: str) -> str:
+    """A dotted field of a JSON answer as a string ("" when absent)."""
+    return _text(_field(body, path))

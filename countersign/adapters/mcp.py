@@ -63,8 +63,7 @@ from countersign.adapters.base import (
     PrepareUnavailable,
     address,
     deadline,
-    field_of,
-    receipt_problem,
+    receipt_fields,
 )
 from countersign.adapters.mcp_wire import PROBE, Probe, Session, SessionFailed, Wire
 from countersign.reasons import Reason
@@ -309,15 +308,11 @@ def _from_result(tool: Tool, result: CallToolResult, *, write: bool) -> Outcome:
     body, _ = answer_of(result)
     if result.is_error:
         return _refusal(result, body)
-    problem = receipt_problem(tool, body) if write else ""
-    if problem:
+    problem, resource_id, resource_version = receipt_fields(tool, body)
+    if problem and write:
         return _unusable(problem, write=True, status="result", body=body)
     return Outcome(
-        Kind.SUCCEEDED,
-        status="result",
-        body=body,
-        resource_id=field_of(body, tool.receipt.resource_id),
-        resource_version=field_of(body, tool.receipt.resource_version),
+        Kind.SUCCEEDED, status="result", body=body, resource_id=resource_id, resource_version=resource_version
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from countersign.approvals import ApprovalError, ApprovalEvidence, ApprovalInvalid, Expected, Verifier
 from countersign.errors import CountersignError, FailedPrecondition, PermissionDenied
@@ -28,8 +28,7 @@ from countersign.v1 import common_pb2
 STILL_READY = "nothing was claimed: the card is still READY"
 
 
-@dataclass(frozen=True)
-class Checked:
+class Checked(NamedTuple):
     """A Confirm's approval after the checks that need no card."""
 
     claim: ClaimApproval  # what claim.lua compares with the card

@@ -14,7 +14,7 @@ token (constant time, before Redis) -> context may write now (refused here: the 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from countersign.keyring import Keyring
 from countersign.observability import tracing
@@ -31,8 +31,7 @@ from countersign.store.protocols import ClaimStore
 from countersign.v1 import common_pb2
 
 
-@dataclass(frozen=True)
-class Claimed:
+class Claimed(NamedTuple):
     """This caller holds the claim: the executor runs the card under ``claim_id``."""
 
     action_id: str

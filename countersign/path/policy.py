@@ -17,8 +17,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonschema_rs
 
@@ -54,8 +53,7 @@ class Phase(enum.Enum):
     RECONCILE = "reconcile"
 
 
-@dataclass(frozen=True)
-class Allowed:
+class Allowed(NamedTuple):
     tool: Tool
     arguments: dict[str, Any]  # normalised and validated
     canonical_args: bytes  # RFC 8785 bytes of ``arguments`` (b"" when they are a sealed card's: _FROM_A_CARD)

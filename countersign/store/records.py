@@ -8,7 +8,7 @@ outcome are checked against their MACs by the path, never trusted here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypeAlias, get_args
+from typing import Literal, NamedTuple, TypeAlias, get_args
 
 RunState: TypeAlias = Literal["running", "unknown", "review", "settled", "unreadable"]
 ContState: TypeAlias = Literal["pending", "ready", "running", "settled", "unreadable"]
@@ -25,8 +25,7 @@ def cont_state(word: str) -> ContState:
     return word if word in CONT_STATES else "unreadable"  # type: ignore[return-value]
 
 
-@dataclass(frozen=True)
-class CardRecord:
+class CardRecord(NamedTuple):
     """A ready confirmation card as stored: body is canonical JSON, MAC'd under key ``kid``."""
 
     kid: str
@@ -40,8 +39,7 @@ class CardRecord:
     risk: str = ""
 
 
-@dataclass(frozen=True)
-class ClaimApproval:
+class ClaimApproval(NamedTuple):
     """What claim.lua compares of a Confirm's approval (verified before Redis) with the card it would claim."""
 
     digest: str = ""  # the approval's dig; "" when the Confirm carries none
@@ -93,16 +91,14 @@ class GrantRecord:
     revoked: bool = False
 
 
-@dataclass(frozen=True)
-class Anchor:
+class Anchor(NamedTuple):
     """Where an action's chain ends: MAC'd under ``kid`` over (action, seq, head), so it cannot be rewritten."""
 
     kid: str
     mac: str
 
 
-@dataclass(frozen=True)
-class Chained:
+class Chained(NamedTuple):
     """Events for a transition's own script to append to the action's chain in its step (lua/lib/chain.lua):
     chained to ``after`` (seq, head), each (canonical JSON, its MAC), the anchor after them, and the chain's
     expiry (keep | expire | same) and TTL."""

@@ -8,7 +8,7 @@ the caller must compare against a spelling it guessed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Literal, NamedTuple, TypeAlias
 
 from countersign.store.records import CardRecord, ContRecord, GrantRecord, RunRecord
 
@@ -32,8 +32,7 @@ class Issued:
     """issue: the card was created now (and its issued event appended, when one was sent)."""
 
 
-@dataclass(frozen=True)
-class Won:
+class Won(NamedTuple):
     """claim: ready -> running for this caller, who now holds the claim and must settle it (or release it)."""
 
     card: CardRecord

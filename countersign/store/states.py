@@ -41,6 +41,15 @@ TRANSITIONS: dict[str, dict[str, str]] = {
 }
 
 
+def _name(state: int) -> str:
+    return common_pb2.ActionState.Name(state).removeprefix("ACTION_STATE_")  # type: ignore[arg-type]
+
+
+# the enum's words, looked up once (its Name() walks the descriptor: ~4k instructions of every settle)
+_NAMES = {value: _name(value) for value in common_pb2.ActionState.values()}
+
+
 def name(state: int) -> str:
     """SUCCEEDED for ACTION_STATE_SUCCEEDED: the word used in logs, metrics and docs."""
-    return common_pb2.ActionState.Name(state).removeprefix("ACTION_STATE_")  # type: ignore[arg-type]
+    found = _NAMES.get(state)
+    return found if found is not None else _name(state)  # not a state: Name() raises, in its words

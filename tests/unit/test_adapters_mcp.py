@@ -152,7 +152,7 @@ async def test_a_write_carries_the_key_in_meta_and_as_a_header_with_the_headers_
     raw: Raw, adapter: mcp.McpAdapter
 ) -> None:
     server = serve(raw, lambda m: rpc(m, tool_result(TODO)))
-    meta = CallMeta(**{**META.__dict__, "if_match": "7"})
+    meta = META._replace(if_match="7")
     outcome = await adapter.execute(tools(raw.url).tools["create_thing"], {"title": "t"}, meta, 2.0)
     assert (outcome.kind, outcome.resource_id, outcome.resource_version) == (Kind.SUCCEEDED, "t_1", "3")
     [(seen, message)] = server.calls()

@@ -7,6 +7,7 @@ previous version for the same value would derive another action id for the same 
 from __future__ import annotations
 
 import enum
+import re
 from typing import Any
 
 import pytest
@@ -110,3 +111,44 @@ def test_what_the_fast_path_leaves_to_rfc8785() -> None:
 def test_a_lone_surrogate_is_refused_with_rfc8785s_message() -> None:
     with pytest.raises(ValueError, match="non-UTF-8"):
         canonical({"title": "\ud800"})
+
+
+def _walk(value: Any, depth: int = 0) -> bool:
+    """_plain as it was (main at 1498405: a call per value), the reference the inlined one must equal."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(-(2**53 - 1) <= value <= 2**53 - 1)
+    if depth > 64:
+        return False
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or (not key.isascii() and re.search("[\U00010000-\U0010ffff]", key)):
+                return False
+            if not _walk(item, depth + 1):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(_walk(item, depth + 1) for item in value)
+    return False
+
+
+def _nested(depth: int, leaf: Any, *, dicts: bool) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = {"k": value} if dicts else [value]
+    return value
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(VALUES | PLAIN)
+@example(_nested(64, "x", dicts=True))  # the depth limit, both sides of it, with a leaf and a container last
+@example(_nested(65, "x", dicts=True))
+@example(_nested(65, [], dicts=True))
+@example(_nested(66, 1, dicts=False))
+@example(_nested(65, {}, dicts=False))
+@example({"a": [2**53 - 1, -(2**53 - 1), True, None]})
+@example({"a": [2**53]})
+def test_the_fast_paths_check_says_what_the_walk_of_a_call_per_value_said(value: Any) -> None:
+    assert _plain(value) is _walk(value)

@@ -1,0 +1,2 @@
+from countersign.path.approval import Checked
+from countersign.store import ClaimApproval
