@@ -61,13 +61,12 @@ NO_SPAN = NoSpan()
 
 
 class DroppedSpan(trace.NonRecordingSpan):
-    """A root span the ratio dropped (tracing._root_span): the SDK's NonRecordingSpan, with the head of the
-    traceparent every downstream hop under it is given (``00-<trace id>-``) and its tail (``-<flags>``), made once."""
+    """A root span the ratio dropped (tracing._root_span): the SDK's NonRecordingSpan, with its trace id and its
+    flags' traceparent tail (``-00``) as plain attributes, for the traceparent every downstream hop under it is
+    given (tracing.outgoing_headers: no SpanContext property read)."""
 
-    def __init__(self, context: trace.SpanContext, head: str, tail: str) -> None:
-        super().__init__(context)
-        self.head = head
-        self.tail = tail
+    trace_id = 0
+    tail = ""
 
 
 class Dropped:

@@ -135,7 +135,9 @@ def _root_span(name: str, attributes: dict[str, str]) -> InSpan | Dropped:
     span_id = _getrandbits(64)
     while not span_id:
         span_id = _getrandbits(64)
-    return Dropped(DroppedSpan(trace.SpanContext(trace_id, span_id, False, dropped), f"00-{trace_id:032x}-", tail))
+    span = DroppedSpan(trace.SpanContext(trace_id, span_id, False, dropped))
+    span.trace_id, span.tail = trace_id, tail
+    return Dropped(span)
 
 
 _TRACE_ID_LIMIT = (1 << 64) - 1  # TraceIdRatioBased.TRACE_ID_LIMIT: the ratio is taken on the low 64 bits
@@ -250,8 +252,8 @@ def outgoing_headers() -> dict[str, str]:
     """
     headers: dict[str, str] = {}
     span = trace.get_current_span()
-    if type(span) is DroppedSpan:  # a root dropped here: the same header as below, its trace id formatted once
-        headers["traceparent"] = f"{span.head}{os.urandom(8).hex()}{span.tail}"
+    if type(span) is DroppedSpan:  # a root dropped here: the header below, without SpanContext properties
+        headers["traceparent"] = f"00-{span.trace_id:032x}-{os.urandom(8).hex()}{span.tail}"
         return headers
     if span.is_recording():
         propagate.inject(headers)
