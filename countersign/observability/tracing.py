@@ -12,7 +12,6 @@ The MCP front door's tools/list and tools/call are server spans by the MCP conve
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import logging
 import os
@@ -31,6 +30,10 @@ if TYPE_CHECKING:  # the SDK is imported only when spans are recorded (setup): a
     pass
 
 from countersign.observability.conventions import downstream_attributes as downstream_attributes
+from countersign.observability.spans import NO_SPAN, Dropped, DroppedSpan, NoSpan
+from countersign.observability.spans import InSpan as InSpan
+from countersign.observability.spans import _recorded as _recorded
+from countersign.observability.spans import recorded as recorded
 from countersign.observability.trace_config import exporter as _exporter
 from countersign.observability.trace_config import exporter_names as exporter_names
 from countersign.observability.trace_config import ratio_sampler
@@ -91,43 +94,50 @@ def setup(*, force: bool = False) -> bool:
     return True
 
 
-_roots: tuple[Any, int, trace.TraceFlags] | None = None  # (ids, the ratio's bound, a dropped root's flags)
+# (ids, the ratio's bound, a dropped root's flags, those flags as its traceparent's tail: "-00")
+_roots: tuple[Any, int, trace.TraceFlags, str] | None = None
 
 
 def _ratio_sampler() -> tuple[Any, Any]:
     """The sampler and id generator for the provider (trace_config.ratio_sampler); keeps the roots' draw here."""
     global _roots
-    sampler, ids, _roots = ratio_sampler()
+    sampler, ids, roots = ratio_sampler()
+    _roots = None if roots is None else (*roots, f"-{int(roots[2]):02x}")
     return sampler, ids
 
 
-def _root_span(name: str, attributes: dict[str, str]) -> Span:
+def _root_span(name: str, attributes: dict[str, str]) -> InSpan | Dropped:
     """A server span with no parent under a trace-id-ratio sampler: its trace id drawn and sampled here, as
     TraceIdRatioBased would (the id's low 64 bits below the ratio's bound); a dropped root is a NonRecordingSpan
-    made without the SDK's span-making (41k instructions, most of an unsampled call's tracing); a sampled one is the
-    SDK's, on that trace id."""
+    (DroppedSpan) made without the SDK's span-making (41k instructions, most of an unsampled call's tracing), made
+    current by Dropped; a sampled one is the SDK's, on that trace id, in an InSpan."""
     assert _roots is not None
-    ids, bound, dropped = _roots
+    ids, bound, dropped, tail = _roots
     trace_id = _getrandbits(128)  # RandomIdGenerator's draws, inline (two calls less; the tests compare the ids)
     while not trace_id:
         trace_id = _getrandbits(128)
     if trace_id & _TRACE_ID_LIMIT < bound:
         ids.handed = trace_id
         try:
-            return tracer.start_span(
-                name,
-                context=_ROOT,
-                kind=SpanKind.SERVER,
-                attributes=attributes,
-                record_exception=False,
-                set_status_on_exception=False,
+            return InSpan(
+                tracer.start_span(
+                    name,
+                    context=_ROOT,
+                    kind=SpanKind.SERVER,
+                    attributes=attributes,
+                    record_exception=False,
+                    set_status_on_exception=False,
+                ),
+                errors=False,
             )
         finally:
             ids.handed = 0
     span_id = _getrandbits(64)
     while not span_id:
         span_id = _getrandbits(64)
-    return trace.NonRecordingSpan(trace.SpanContext(trace_id, span_id, False, dropped))
+    span = DroppedSpan(trace.SpanContext(trace_id, span_id, False, dropped))
+    span.trace_id, span.tail = trace_id, tail
+    return Dropped(span)
 
 
 _TRACE_ID_LIMIT = (1 << 64) - 1  # TraceIdRatioBased.TRACE_ID_LIMIT: the ratio is taken on the low 64 bits
@@ -148,63 +158,12 @@ class RpcMethod:
         return {"rpc.system": "grpc", "rpc.service": self.service, "rpc.method": self.method}
 
 
-class InSpan:
-    """``with`` it: the span is the current one inside the block and ended after it. What the SDK's
-    ``start_as_current_span`` does (its two generator context managers: ``start_as_current_span`` and ``use_span``),
-    in one object. An exception leaving the block sets the span's status to ERROR when ``errors`` (the SDK's
-    ``set_status_on_exception``, same description), and is never recorded as an event (``record_exception=False``
-    on every span of ours)."""
-
-    __slots__ = ("_errors", "_mark", "_token", "span")
-
-    def __init__(self, span: Span, errors: bool) -> None:
-        self.span = span
-        self._errors = errors
-
-    def __enter__(self) -> Span:
-        span = self.span
-        self._token = context_api.attach(trace.set_span_in_context(span))
-        self._mark = _recorded.set(span if span.is_recording() else None)
-        return span
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: types.TracebackType | None
-    ) -> None:
-        try:
-            _recorded.reset(self._mark)
-        except ValueError:  # left in another context than it was entered in (OTel's detach logs that case)
-            _recorded.set(None)
-        context_api.detach(self._token)
-        span = self.span
-        if self._errors and isinstance(exc, Exception) and span.is_recording():
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        span.end()
-
-
-class _NoSpan:
-    """``with`` it: nothing is made current (the current span stays what it was) and INVALID_SPAN is given."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> Span:
-        return trace.INVALID_SPAN
-
-    def __exit__(self, *_: object) -> None:
-        return None
-
-
-_NO_SPAN = _NoSpan()
-# The current span when it is recorded, else None: what ``trace.get_current_span().is_recording()`` answers, kept
-# beside OTel's context by InSpan (every span of the sidecar is made current by it), read in one ContextVar.get
-# instead of ~4.8k instructions (the context lookup and an ABC isinstance). Asked ~8 times per call.
-_recorded: contextvars.ContextVar[Span | None] = contextvars.ContextVar("countersign_recorded_span", default=None)
-recorded = _recorded  # read by metrics' timed(): no stage span, nor a call to make none, under a dropped trace
 _ROOT = context_api.Context()  # the parent of a server span with no traceparent: none (it is a root)
 
 
 def server_span(
     method: RpcMethod, attributes: dict[str, str], metadata: Iterable[tuple[str, str | bytes]] | None
-) -> InSpan | _NoSpan:
+) -> InSpan | Dropped | NoSpan:
     """The span of one RPC, a child of the caller's traceparent when it sent one. ``attributes`` is
     ``method.attributes()``, made once per method rather than per call.
 
@@ -220,9 +179,9 @@ def server_span(
     if carrier:
         parent = propagate.extract(carrier)
     elif not recording:
-        return _NO_SPAN
+        return NO_SPAN
     elif _roots is not None:
-        return InSpan(_root_span(method.full_name, attributes), errors=False)
+        return _root_span(method.full_name, attributes)
     else:
         parent = _ROOT
     span = tracer.start_span(
@@ -293,6 +252,9 @@ def outgoing_headers() -> dict[str, str]:
     """
     headers: dict[str, str] = {}
     span = trace.get_current_span()
+    if type(span) is DroppedSpan:  # a root dropped here: the header below, without SpanContext properties
+        headers["traceparent"] = f"00-{span.trace_id:032x}-{os.urandom(8).hex()}{span.tail}"
+        return headers
     if span.is_recording():
         propagate.inject(headers)
         return headers
@@ -306,7 +268,7 @@ def outgoing_headers() -> dict[str, str]:
     return headers
 
 
-def stage_span(name: str) -> InSpan | _NoSpan:
+def stage_span(name: str) -> InSpan | NoSpan:
     """A child span for one stage of the path (policy, prepare, issue, claim, execute, settle, ...), named
     ``countersign.<name>``; an exception leaving the stage makes it an ERROR span (the SDK's default).
 
@@ -315,7 +277,7 @@ def stage_span(name: str) -> InSpan | _NoSpan:
     recorded one.
     """
     if not recording or _recorded.get() is None:
-        return _NO_SPAN
+        return NO_SPAN
     return InSpan(tracer.start_span(_stage_name(name), record_exception=False), errors=True)
 
 
@@ -324,12 +286,12 @@ def _stage_name(name: str) -> str:
     return f"countersign.{name}"
 
 
-def client_span(tool: str, adapter: str, method: str, url_or_target: str) -> InSpan | _NoSpan:
+def client_span(tool: str, adapter: str, method: str, url_or_target: str) -> InSpan | NoSpan:
     """The downstream call itself: one CLIENT span (the adapters inject its traceparent), named
     ``POST /todos`` (HTTP: method and path template) or ``countersign.v1.ToolBackendService/Execute`` (gRPC);
     an exception leaving the call makes it an ERROR span (the SDK's default)."""
     if not recording or _recorded.get() is None:
-        return _NO_SPAN  # INVALID_SPAN; outgoing_headers still hands the trace on, as a hop of its own
+        return NO_SPAN  # INVALID_SPAN; outgoing_headers still hands the trace on, as a hop of its own
     name, attributes = _client_span_shape(tool, adapter, method, url_or_target)
     return InSpan(
         tracer.start_span(name, kind=SpanKind.CLIENT, record_exception=False, attributes=attributes), errors=True

@@ -192,6 +192,12 @@ def test_a_root_under_a_ratio_sampler_is_the_span_the_sdk_would_make(monkeypatch
         with tracing.server_span(METHOD, METHOD.attributes(), None) as span:
             got.append(made(span))
             assert trace.get_current_span() is span and (tracing._recorded.get() is span) == span.is_recording()
+            c, hop = span.get_span_context(), tracing.outgoing_headers()
+            if not span.is_recording():  # a dropped root's hop: the header the rule for any unrecorded span gives
+                assert list(hop) == ["traceparent"]
+                version, trace_hex, parent, flags = hop["traceparent"].split("-")
+                assert (version, trace_hex, flags) == ("00", f"{c.trace_id:032x}", f"{int(c.trace_flags):02x}")
+                assert len(parent) == 16 and parent != f"{c.span_id:016x}"  # a hop of its own
     random.seed(7)
     want = [made(sdk.start_span(METHOD.full_name, context=Context(), kind=trace.SpanKind.SERVER)) for _ in range(300)]
     assert got == want
@@ -200,6 +206,24 @@ def test_a_root_under_a_ratio_sampler_is_the_span_the_sdk_would_make(monkeypatch
     assert {s.context.trace_id for s in exporter.get_finished_spans()} == sampled
     assert ids.handed == 0
     ours.shutdown()
+
+
+def test_a_dropped_root_hides_a_recorded_span_around_it_and_gives_it_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    monkeypatch.setattr(tracing, "_roots", None)
+    tracing._ratio_sampler()
+    monkeypatch.setattr(tracing, "recording", True)
+    outer = next(_provider(monkeypatch, ALWAYS_ON))
+    with tracing.InSpan(tracing.tracer.start_span("outer"), errors=False) as around:
+        with tracing.server_span(METHOD, METHOD.attributes(), None) as server:
+            assert not server.is_recording() and trace.get_current_span() is server
+            assert tracing._recorded.get() is None  # no stage span under the dropped root
+            with tracing.stage_span("claim") as stage:
+                assert stage is trace.INVALID_SPAN
+        assert tracing._recorded.get() is around and trace.get_current_span() is around
+    assert tracing._recorded.get() is None and trace.get_current_span() is trace.INVALID_SPAN
+    assert [s.name for s in outer.get_finished_spans()] == ["outer"]
 
 
 def test_the_recorded_span_follows_the_context_into_tasks_and_back(recorded: InMemorySpanExporter) -> None:
