@@ -187,7 +187,7 @@ def print_targets(rows: list[tuple[str, float, float, str]], noise: float, what:
     """The OK/MISSED lines, in bench/write_path.py's format."""
     print(f"targets of the lean sidecar (issue 17), {what}; noise floor (off-again vs off) {noise * 100:.2f} %:")
     for name, part, target, verdict in rows:
-        label = f"{name} cost vs telemetry off (beyond the noise floor)"
+        label = f"{name} cost vs telemetry off (raw; OK to target + floor)"
         print(f"  {label:<56} {part * 100:8.3f} %   target {f'<= {target * 100:.0f} %':<9} {verdict}")
 
 
