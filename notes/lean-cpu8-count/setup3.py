@@ -29,3 +29,6 @@ import json
 rawb = b'{"id":"t_1a2b3c4d5e6f","title":"0123456789ab","dueAt":null,"priority":null,"status":"open","version":1,"owner":"u_bench"}'
 raw = bytearray(rawb)
 _D = json.JSONDecoder()
+from countersign.registry.templates import render
+values = {**card.arguments, "action_id": aid, "idempotency_key": aid, "receipt.resource_id": "t_1", "receipt.resource_version": "1"}
+from countersign.path.policy import resolve, _boundary, _normalise, _session_mode
