@@ -73,8 +73,16 @@ _quote = json.encoder.encode_basestring_ascii
 
 def _json_strings(parts: list[str]) -> bytes:
     """``json.dumps(parts).encode()`` (its bytes exactly) for a list of strings, without json.dumps's set-up per
-    call (~10k instructions, more than the HMAC it feeds)."""
-    if all(type(part) is str for part in parts):
+    call (~10k instructions, more than the HMAC it feeds). Strings of printable ASCII without a quote or a
+    backslash (an owner's ids, as a rule) are written as they are, which is what json writes for them (one check of
+    them all: a quote per string cost ~6k more); anything else is quoted by json's own quoting."""
+    if type(parts) is list and parts:
+        try:
+            joined = "".join(parts)
+        except TypeError:  # not all strings: json.dumps says what it says about them
+            return json.dumps(parts).encode()
+        if joined.isascii() and joined.isprintable() and '"' not in joined and "\\" not in joined:
+            return ('["' + '", "'.join(parts) + '"]').encode()
         return ("[" + ", ".join(map(_quote, parts)) + "]").encode()
     return json.dumps(parts).encode()
 

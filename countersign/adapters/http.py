@@ -33,6 +33,7 @@ from countersign.adapters.base import (
     receipt_fields,
     render_url,
 )
+from countersign.canonical import loads
 from countersign.reasons import Reason
 from countersign.registry import HttpCall, Tool
 
@@ -236,7 +237,7 @@ async def _read(resp: aiohttp.ClientResponse, cap: int) -> tuple[Any, str]:
     if not raw.strip():
         return None, ""
     try:
-        return json.loads(raw), ""
+        return loads(raw), ""
     except (ValueError, RecursionError):
         return None, "the answer is not JSON"
 

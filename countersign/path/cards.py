@@ -21,14 +21,13 @@ TTL the key has.
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from google.protobuf import json_format
 
 from countersign.approvals import approval_digest
-from countersign.canonical import canonical
+from countersign.canonical import canonical, loads
 from countersign.errors import (
     CountersignError,
     DataLoss,
@@ -97,7 +96,7 @@ def check_run(keyring: Keyring, action_id: str, run: RunRecord) -> None:
     CONFIRMATION_TAMPERED (what its claim answered too); a record that disagrees with it is RECORD_TAMPERED."""
     tampered = DataLoss(Reason.RECORD_TAMPERED, "the stored record of this action was changed; it is not trusted")
     try:
-        body = json.loads(run.card)
+        body = loads(run.card)
     except ValueError as exc:
         raise tampered from exc
     if not isinstance(body, dict) or (body.get("action_id"), body.get("kid"), body.get("tool"), body.get("b")) != (
@@ -295,7 +294,7 @@ def open_card(keyring: Keyring, action_id: str, record: CardRecord, opened: Open
     if not keyring.verify(record.kid, "card", record.body, record.mac):
         raise _tampered()
     try:
-        body = json.loads(record.body)
+        body = loads(record.body)
     except ValueError as exc:
         raise _tampered() from exc
     if (

@@ -217,7 +217,7 @@ def _normalise(
 def validate(tool: Tool, arguments: Mapping[str, Any]) -> list[FieldViolation]:
     """Closed-schema validation, then the URL paths; one violation per problem, named by its JSON path."""
     problems = [] if tool.validator.is_valid(arguments) else _schema_violations(tool, arguments)
-    for name in sorted(_path_arguments(tool)):
+    for name in _path_arguments(tool):
         problem = path_problem(text_of(arguments.get(name)))
         if problem:
             problems.append(FieldViolation(cut(name), problem))
@@ -245,12 +245,23 @@ def _schema_violations(tool: Tool, arguments: Mapping[str, Any]) -> list[FieldVi
     return violations
 
 
-def _path_arguments(tool: Tool) -> frozenset[str]:
-    """The arguments a tool's URL templates bind into a path segment (so no card ever holds a value there
-    that would send ``DELETE /todos/..``; the adapter refuses to send one too)."""
+# _path_arguments of each tool in use, by id, with the tool itself (held: its id names no other while kept)
+_PATH_ARGUMENTS: dict[int, tuple[Tool, tuple[str, ...]]] = {}
+
+
+def _path_arguments(tool: Tool) -> tuple[str, ...]:
+    """The arguments a tool's URL templates bind into a path segment, sorted (so no card ever holds a value there
+    that would send ``DELETE /todos/..``; the adapter refuses to send one too). Found once per tool (a Tool is
+    frozen; its templates do not change): ~11k instructions of every validate."""
+    kept = _PATH_ARGUMENTS.get(id(tool))
+    if kept is not None and kept[0] is tool:
+        return kept[1]
     calls = (tool.adapter.execute, tool.adapter.prepare, tool.adapter.lookup, tool.adapter.fence)
-    names = frozenset().union(*(path_fields(c.url) for c in calls if c is not None))
-    return names - ACTION_FIELDS
+    names = tuple(sorted(frozenset().union(*(path_fields(c.url) for c in calls if c is not None)) - ACTION_FIELDS))
+    if len(_PATH_ARGUMENTS) >= 1024:  # registries reloaded many times: the tools of the old ones let go
+        _PATH_ARGUMENTS.clear()
+    _PATH_ARGUMENTS[id(tool)] = (tool, names)
+    return names
 
 
 def decode_arguments(text: str | None) -> dict[str, Any]:

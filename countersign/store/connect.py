@@ -38,7 +38,7 @@ SSL_OPTIONS = frozenset(
 )
 
 
-_PACKABLE = (str, bytes, int)  # exact types: a bool, a float, a bytearray go redis-py's way
+_PACKABLE = frozenset({str, bytes, int})  # exact types: a bool, a float, a bytearray go redis-py's way
 
 
 def packed_by_hiredis(cls: type[Any]) -> type[Any]:
@@ -52,7 +52,7 @@ def packed_by_hiredis(cls: type[Any]) -> type[Any]:
         def pack_command(self, *args: Any) -> list[bytes]:
             name = args[0] if args else None
             one_word = (type(name) is str and " " not in name) or (type(name) is bytes and b" " not in name)
-            if one_word and all(type(arg) in _PACKABLE for arg in args):
+            if one_word and _PACKABLE.issuperset(map(type, args)):  # one C call, not a generator step an argument
                 return [hiredis.pack_command(args)]
             return super().pack_command(*args)  # type: ignore[no-any-return]
 

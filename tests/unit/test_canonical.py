@@ -7,6 +7,7 @@ previous version for the same value would derive another action id for the same 
 from __future__ import annotations
 
 import enum
+import json
 import re
 from typing import Any
 
@@ -15,7 +16,7 @@ import rfc8785
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from countersign.canonical import _plain, canonical
+from countersign.canonical import _plain, canonical, loads
 
 
 class Colour(enum.StrEnum):
@@ -152,3 +153,47 @@ def _nested(depth: int, leaf: Any, *, dicts: bool) -> Any:
 @example({"a": [2**53]})
 def test_the_fast_paths_check_says_what_the_walk_of_a_call_per_value_said(value: Any) -> None:
     assert _plain(value) is _walk(value)
+
+
+def _loaded(loads: Any, raw: bytes | bytearray) -> tuple[str, str]:
+    """What a loads said: the value (as repr: NaN is not equal to itself) or the error's type and words."""
+    try:
+        return "value", repr(loads(raw))
+    except Exception as exc:  # the same error, whichever it is
+        return type(exc).__name__, str(exc)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+ENCODINGS = ["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"]
+
+
+@st.composite
+def json_bytes(draw: st.DrawFn) -> bytes | bytearray:
+    if draw(st.booleans()):
+        raw = draw(st.binary(max_size=24))
+    else:
+        text = json.dumps(draw(JSON_VALUES), ensure_ascii=draw(st.booleans()))
+        text = draw(st.sampled_from(["", " ", "\n", "\ufeff"])) + text + draw(st.sampled_from(["", " ", "x", "}"]))
+        raw = text.encode(draw(st.sampled_from(ENCODINGS)), "surrogatepass")
+    return bytearray(raw) if draw(st.booleans()) else raw
+
+
+@settings(max_examples=800, deadline=None)
+@given(json_bytes())
+@example(b"")
+@example(b"{")
+@example(b"{}")
+@example(b"1")
+@example(b"12")
+@example(b"[\x00")
+@example(b'"\xed\xa0\x80"')
+@example(b"\xef\xbb\xbf{}")
+@example(b"\xff\xfe{\x00}\x00")
+@example(bytearray(b'{"id":"t_1","version":1}'))
+def test_loads_of_bytes_says_what_json_loads_says(raw: bytes | bytearray) -> None:
+    """The answers and stored cards read with canonical.loads are the values (or the errors) json.loads gives."""
+    assert _loaded(loads, raw) == _loaded(json.loads, raw)

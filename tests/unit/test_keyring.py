@@ -13,10 +13,12 @@ from typing import Any
 
 import grpc
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from countersign.canonical import canonical
 from countersign.errors import InvalidArgument, SettingsError
-from countersign.keyring import MIN_KEY_BYTES, Keyring, is_action_id
+from countersign.keyring import MIN_KEY_BYTES, Keyring, _json_strings, is_action_id
 
 K1 = bytes(range(32))
 K2 = bytes(range(100, 132))
@@ -567,3 +569,33 @@ def test_macs_tokens_and_digests_are_base64url_without_padding_of_the_hmac(size:
     keys = ring()
     raw = hmac.digest(K1, b"record:card:" + b"body", "sha256")
     assert keys.mac("k1", "card", b"body") == base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+class _Str(str):
+    pass
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    st.lists(
+        st.text(max_size=6) | st.sampled_from(["bench", "u_1", 'a"b', "a\\b", "\x7f", "é", "\ud800", ""]), max_size=6
+    )
+)
+@example([])
+@example([""])
+@example(["", ""])
+@example([_Str("t"), "u"])
+@example(["t", 1])
+@example(["t", None])
+def test_a_bindings_strings_are_the_bytes_json_dumps_wrote(parts: list[Any]) -> None:
+    """A binding (and an id hash) is the HMAC of json.dumps(parts): the stored bindings of cards and grants issued
+    before still match the same owner."""
+    try:
+        expected: bytes | type[Exception] = json.dumps(parts).encode()
+    except TypeError:
+        expected = TypeError
+    try:
+        got: bytes | type[Exception] = _json_strings(parts)
+    except TypeError:
+        got = TypeError
+    assert got == expected

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -786,3 +787,19 @@ def test_an_incomplete_admin_context_is_told_which_rule_it_broke() -> None:
         context=ctx(subject_id="u2", admin_mode=common_pb2.ADMIN_MODE_MAINTAIN),
     )
     assert err.message.startswith("the context was refused (admin_context): ") and len(err.message) > 42
+
+
+def test_a_reloaded_registry_checks_the_path_of_its_own_url_templates(tmp_path: Path) -> None:
+    """The path arguments of a tool are found once per loaded tool: a registry reloaded with a template that now
+    puts ``id`` in the path refuses a dot segment there, and the old one's tool (``id`` in the query) still takes
+    it."""
+    text = (ROOT / "examples" / "registry.yaml").read_text()
+    query = text.replace('"http://127.0.0.1:8081/todos/{id}/status"', '"http://127.0.0.1:8081/todos/status?id={id}"')
+    assert query != text
+    (tmp_path / "query.yaml").write_text(query)
+    before = registry.load(str(tmp_path / "query.yaml")).tools["set_todo_status"]
+    after = REGISTRY.tools["set_todo_status"]
+    arguments = {"id": "..", "status": "done"}
+    for _ in range(2):
+        assert policy.validate(before, arguments) == []
+        assert [p.field for p in policy.validate(after, arguments)] == ["id"]
