@@ -4,6 +4,9 @@ its own clause, not a claim the assistant makes in a later one.
 A quotation or other_agent cue ("according to", "the records show", "'s note:", "status:", "据银行说") used to set
 aside every candidate of its sentence, so a cue placed in front of a claim hid it: "According to your note, I've
 cancelled the subscription." passed with no receipt (I5). tests/unit/test_guard_attribution_scope.py.
+One earlier cue still governs the next part: someone's words introduced by a colon ("小王说：我已经付了。", "The
+seller's message: we have shipped your order."): the first person there is the speaker's (``introduces``). A label
+or a record's name before a colon ("Status:", "状态：") introduces no one's words.
 """
 
 from __future__ import annotations
@@ -43,3 +46,24 @@ def earliest_from(cues: tuple[Cue, ...], text: str, start: int) -> tuple[int, st
         if m is not None and (best is None or m.start() < best[0]):
             best = (m.start(), cue.rule, m.group(0) or "cue")
     return best
+
+
+# a speech verb or a message noun closing the cue, with its colon: someone's words follow
+_SPEECH = re.compile(
+    r"(?:说|回复|留言|消息|短信|写道|来信|message|note|email|e-mail|text|sms|reply|replied|wrote|writes|said|says|"
+    r"answer|answered|response|responded)\s*[:：]\s*$",
+    re.IGNORECASE,
+)
+
+
+def introduces(start: int, cue: str, text: str, part_start: int) -> bool:
+    """The cue found at ``start`` introduces the part at ``part_start`` as someone's words: it ends with a speech
+    verb or a message noun and its colon, and nothing but spaces and colons stands between it and the part."""
+    return _SPEECH.search(cue) is not None and not text[start + len(cue) : part_start].strip(" :：")
+
+
+def governs(c: Candidate, start: int, cue: str, text: str) -> bool:
+    """An attribution cue found at ``start`` of the sentence's folded ``text`` sets ``c`` aside: it stands in c's
+    own part or after it, or c names no first-person subject, or the cue introduces c's part as someone's words."""
+    part_start = c.part.start
+    return start >= part_start or not speaks(c) or introduces(start, cue, text, part_start)

@@ -23,10 +23,9 @@ Rules run in this order; the first that matches names the exclusion (lexicon.EXC
 The cues of ``state``, ``time_anchor`` and ``generic_statement`` (schema.GATED_RULES) set aside only a candidate
 the assistant did not perform: "I've set the lights to go off every night" is a claim.
 Each rule's cues are regexes in the lexicon, in scopes: ``before`` (from the part's start to the claim's end),
-``part``, ``after`` (from the claim's end to the part's end) and ``sentence``. A ``sentence`` cue of an
-attribution rule (quotation, other_agent) found in an earlier part does not set aside a claim whose own part names
-the assistant as its subject ("According to your note, I've cancelled it": attribution.py). Some rules also read
-what the grammar found (the agent, an attributive participle): those are said below, next to their rule.
+``part``, ``after`` (from the claim's end to the part's end) and ``sentence`` (an attribution cue of an earlier
+part spares a first-person claim: attribution.py). Some rules also read what the grammar found (the agent, an
+attributive participle): those are said below, next to their rule.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from countersign.guard.attribution import ATTRIBUTION, earliest_from, speaks
+from countersign.guard.attribution import ATTRIBUTION, earliest_from, governs
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate
 from countersign.guard.labels import counted_label, status_list
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue
@@ -132,7 +131,7 @@ def exclude(
                 _earliest(cues, text, 0) if whole_sentence else _earliest(cues, text[part.start : part.end], part.start)
             )
         hit = memo[key]
-        if hit is not None and scope == "sentence" and hit[1] in ATTRIBUTION and hit[0] < part.start and speaks(c):
+        if hit is not None and scope == "sentence" and hit[1] in ATTRIBUTION and not governs(c, hit[0], hit[2], text):
             hit = earliest_from(cues, text, part.start)  # the attribution governs its own clause
         # "before": the earliest cue in the part must start before the claim ends
         if hit is not None and (scope != "before" or hit[0] < c.end):
@@ -391,7 +390,9 @@ def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
             elif scope == "before":
                 m = next((x for x in rx.finditer(text[part.start : part.end]) if x.start() < c.end - part.start), None)
             elif scope == "sentence":
-                m = rx.search(text, part.start) if rule in ATTRIBUTION and speaks(c) else rx.search(text)
+                m = rx.search(text)
+                if m is not None and rule in ATTRIBUTION and not governs(c, m.start(), m.group(0), text):
+                    m = rx.search(text, part.start)
             else:
                 m = rx.search(text[part.start : part.end])
             if m is not None:

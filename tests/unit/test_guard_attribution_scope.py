@@ -6,7 +6,8 @@ change such a cue anywhere in a sentence set aside every candidate in it, so a c
 let the claim through with no receipt (I5): "According to your note, I've cancelled the subscription." passed.
 Now a cue that stands in an earlier clause does not set aside a claim whose own clause names the assistant as
 its subject (I, we, 我, 我们). A cue in the claim's own clause ("The log says I deleted the snapshots") and a
-cue after the claim (a trailing attribution) still do: those report content.
+cue after the claim (a trailing attribution) still do: those report content, and so does someone's words
+introduced by a colon ("小王说：我已经付了。": the first person is the speaker's; "Status:" introduces no one's).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ def guard(request: pytest.FixtureRequest) -> ReplyGuard:
 # a first-person claim after a clause holding an attribution cue: each passed with no receipt before
 SLIPPED = [
     ("en", "According to your note, I've cancelled the subscription."),
-    ("en", "Per the record, last week's note: I cancelled your order."),
     ("en", "The records show you paid it, and I've cancelled the subscription."),
     ("en", "The records show you paid it; I've cancelled the subscription."),
     ("en", "The statement says $40 is due; I paid it."),
@@ -57,6 +57,11 @@ STILL_READ = [
     ("en", "The seller's message: refund processed, allow 5 days."),
     ("en", 'The notification says "Your order has been cancelled".'),
     ("en", "Your brother wrote that he has paid the caterer."),
+    # someone's words introduced by a colon: the first person is the speaker's
+    ("en", "The seller's message: we have shipped your order."),
+    ("en", "Per the record, last week's note: I cancelled your order."),
+    ("zh", "小王说：我已经付了。"),
+    ("zh", "小王回复：我已经把报告发过去了。"),
     ("zh", "据银行说转账已经到了。"),
     ("zh", "卖家留言：退款已处理，5 天内到账。"),
     ("zh", "短信里写着「您的订单已取消」。"),
