@@ -10,7 +10,7 @@ from countersign.canonical import canonical, compact, _plain
 from countersign.keyring import Keyring
 from countersign.v1 import common_pb2
 import countersign.adapters.http as H
-reg = load("/work/wt/lean-cpu7/examples/registry.yaml")
+reg = load("examples/registry.yaml")
 tool = reg.tools["create_todo"] if hasattr(reg, "tools") and isinstance(reg.tools, dict) else reg.tool("create_todo")
 raw = b'{"id":"t_1a2b3c4d5e6f","title":"0123456789ab","dueAt":null,"priority":null,"status":"open","version":1,"owner":"u_bench"}'
 body = json.loads(raw)

@@ -1,5 +1,5 @@
 import asyncio, os, signal, sys, time
-sys.path.insert(0, "/work/wt/lean-cpu8/bench")
+sys.path.insert(0, "bench")
 from telemetry import FLAGS, SLOW, confirm_all, prepare, sidecar_cmd
 from countersign.testing import processes
 work = processes.workdir("lean-cpu8-prof-")
@@ -8,7 +8,7 @@ try:
     redis, todo, registry, keys = processes.start_backends(work)
     procs += [redis, todo]
     cmd = sidecar_cmd(registry, redis.info["url"], keys, [*FLAGS, *SLOW])
-    cmd = [cmd[0], "/work/wt/lean-cpu8/notes/lean-cpu8-count/prof_sidecar.py"] + cmd[3:]
+    cmd = [cmd[0], "notes/lean-cpu8-count/prof_sidecar.py"] + cmd[3:]
     os.environ["PROF_OUT"] = "/tmp/lean-cpu8/confirm.prof"
     sc = processes._start(cmd, work, "sidecar", timeout=60)
     procs.append(sc)

@@ -6,7 +6,7 @@ from countersign.path.cards import owner
 from countersign.v1 import common_pb2
 from countersign.store import connect
 from countersign.adapters import http as H
-reg = load("/work/wt/lean-cpu8/examples/registry.yaml")
+reg = load("examples/registry.yaml")
 tool = reg.tools["create_todo"] if hasattr(reg, "tools") and isinstance(reg.tools, dict) else reg.tool("create_todo")
 args = {"title": "0123456789ab"}
 ctx = common_pb2.CallContext(tenant_id="bench", actor_id="u", subject_id="u", session_id="s", role="user", locale="en")
