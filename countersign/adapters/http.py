@@ -53,6 +53,22 @@ class Answer(NamedTuple):
 _JSON_BODY = json.JSONEncoder(ensure_ascii=False)
 
 
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's pool, except that it never hands out an idle connection on which bytes arrived after its last
+    answer was read. A downstream (or a proxy) that answers one request twice leaves the second answer queued on the
+    idle connection, and aiohttp would give it to the next request sent there, another owner's call maybe: as its
+    answer (a 4xx made an applied write FAILED; a 2xx handed over someone else's receipt). Such a connection is closed
+    and the next one taken. (Bytes that arrive after the next request was written cannot be told from its answer:
+    no HTTP/1.1 client can; they are rarer by far than bytes waiting on an idle connection.)"""
+
+    async def _get(self, key: Any, traces: Any) -> Any:  # aiohttp's ConnectionKey, list[Trace], Connection | None
+        while True:
+            conn = await super()._get(key, traces)
+            if conn is None or conn.protocol is None or not conn.protocol.should_close:
+                return conn
+            conn.close()
+
+
 class HttpAdapter:
     """One pooled aiohttp session for every HTTP downstream."""
 
@@ -82,9 +98,7 @@ class HttpAdapter:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self._pool_size, keepalive_timeout=30, ttl_dns_cache=60, ssl=self._ssl
-            )
+            connector = _Connector(limit=self._pool_size, keepalive_timeout=30, ttl_dns_cache=60, ssl=self._ssl)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 json_serialize=_JSON_BODY.encode,

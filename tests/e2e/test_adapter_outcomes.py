@@ -134,3 +134,92 @@ async def test_a_read_too_large_to_send_back_is_a_clear_failure(
             )
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION, info.value
     assert error_info(info.value).reason == "DOWNSTREAM_ANSWER_INVALID"
+
+
+class _AnswersTwice:
+    """A keep-alive HTTP/1.1 downstream that applies every write it reads and answers it, and answers its first
+    write a second time a moment later (a buggy proxy, a retried handler): the extra answer lands on an idle pooled
+    connection, where the next request, another owner's, would read it as its own."""
+
+    def __init__(self, extra: tuple[int, dict[str, Any]]) -> None:
+        self.extra, self.applied = extra, 0
+        self.server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    @staticmethod
+    def _head(status: int, body: bytes) -> bytes:
+        return b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+            status,
+            len(body),
+            body,
+        )
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+                length = next((ln.split(":")[1] for ln in head.split("\r\n") if ln.startswith("content-length:")), 0)
+                await reader.readexactly(int(length))
+                self.applied += 1
+                writer.write(self._head(201, json.dumps({"id": f"thing-{self.applied}", "version": 1}).encode()))
+                await writer.drain()
+                if self.applied == 1:
+                    await asyncio.sleep(0.2)
+                    writer.write(self._head(self.extra[0], json.dumps(self.extra[1]).encode()))
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [(409, {"reason": "OUT_OF_STOCK", "message": "no"}), (201, {"id": "someone-elses-thing", "version": 9})],
+    ids=["a-4xx", "another-receipt"],
+)
+async def test_an_answer_sent_twice_is_never_taken_for_the_next_callers_answer(
+    tmp_path: Any, extra: tuple[int, dict[str, Any]]
+) -> None:
+    import uuid
+
+    import grpc
+
+    from countersign.testing.calls import ctx
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+    downstream = _AnswersTwice(extra)
+    downstream.server = await asyncio.start_server(downstream._serve, "127.0.0.1", 0)
+    bob = {"tenant_id": "t2", "actor_id": "bob", "subject_id": "bob"}
+    try:
+        async with (
+            sidecar_over(tmp_path, registry_doc(downstream.url)) as sidecar,
+            grpc.aio.insecure_channel(sidecar.address) as channel,
+        ):
+            stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+            actions = []
+            for who in ({}, bob):
+                context = ctx(request_id=uuid.uuid4().hex, **who)
+                args = json.dumps({"title": "t"})
+                invoked = await stub.Invoke(
+                    gateway_pb2.InvokeRequest(context=context, tool_name="create_thing", arguments_json=args)
+                )
+                confirmed = await stub.Confirm(
+                    gateway_pb2.ConfirmRequest(context=context, token=invoked.confirmation.token)
+                )
+                actions.append(confirmed.action)
+                await asyncio.sleep(0.5)  # the first write's second answer arrives meanwhile
+    finally:
+        downstream.server.close()
+    # bob's write reached the downstream and was answered: his outcome is his, never alice's second answer (a 4xx
+    # would make his applied write FAILED; a 2xx would hand him her receipt for a write that may never have landed)
+    assert [(a.state, a.receipt.resource_id) for a in actions] == [
+        (common_pb2.ACTION_STATE_SUCCEEDED, "thing-1"),
+        (common_pb2.ACTION_STATE_SUCCEEDED, "thing-2"),
+    ]
+    assert downstream.applied == 2
