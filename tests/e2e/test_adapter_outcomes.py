@@ -223,3 +223,105 @@ async def test_an_answer_sent_twice_is_never_taken_for_the_next_callers_answer(
         (common_pb2.ACTION_STATE_SUCCEEDED, "thing-2"),
     ]
     assert downstream.applied == 2
+
+
+@pytest.mark.parametrize(
+    "prepared",
+    [
+        b'{"arguments": {"id": "a", "status": "s"}, "preview": {"title": "\\ud800", "target": "a", "impact": "s"}}',
+        b'{"arguments": {"id": "a", "status": "\\ud800"}}',  # shown through the tool's preview template
+    ],
+    ids=["its-preview", "an-argument-the-preview-shows"],
+)
+async def test_a_prepare_answer_that_is_not_text_is_refused_with_a_reason_and_issues_no_card(
+    raw: Raw, tmp_path: Any, prepared: bytes
+) -> None:
+    import uuid
+
+    import grpc
+
+    from countersign.testing.calls import ctx, error_info
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import gateway_pb2, gateway_pb2_grpc
+
+    # JSON may carry a lone surrogate (\ud800); a preview is a protobuf string, UTF-8 text: it was an INTERNAL
+    shown = {"set_thing": {"preview": {"title": "Set", "target": "{id}", "impact": "to {status}"}}}
+    raw.script = lambda s: answer(200, prepared)
+    async with (
+        sidecar_over(tmp_path, registry_doc(raw.url, **shown)) as sidecar,
+        grpc.aio.insecure_channel(sidecar.address) as channel,
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await gateway_pb2_grpc.ToolGatewayServiceStub(channel).Invoke(
+                gateway_pb2.InvokeRequest(
+                    context=ctx(request_id=uuid.uuid4().hex),
+                    tool_name="set_thing",
+                    arguments_json=json.dumps({"id": "a", "status": "s"}),
+                )
+            )
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION, info.value
+    assert error_info(info.value).reason == "PREPARED_ARGS_INVALID"
+    assert [s.target for s in raw.seen] == ["/things/prepare"]
+
+
+@pytest.mark.parametrize(
+    ("answered", "state", "reason"),
+    [
+        ((409, b'{"reason": "OUT_OF_STOCK", "message": "\\ud800 gone"}'), "ACTION_STATE_FAILED", "OUT_OF_STOCK"),
+        ((503, b'{"message": "\\udfff busy"}'), "ACTION_STATE_UNKNOWN", "DOWNSTREAM_503"),
+        ((201, b'{"id": "\\ud800", "version": 1}'), "ACTION_STATE_UNKNOWN", "RECEIPT_INVALID"),
+        ((201, b'{"id": "t_1", "version": 1, "note": "\\ud800"}'), "ACTION_STATE_SUCCEEDED", ""),
+    ],
+    ids=["a-refusal-says-it", "a-5xx-says-it", "in-the-receipt", "elsewhere-in-the-answer"],
+)
+async def test_a_lone_surrogate_in_a_writes_answer_is_recorded_as_its_outcome(
+    raw: Raw, tmp_path: Any, answered: tuple[int, bytes], state: str, reason: str
+) -> None:
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import common_pb2
+
+    # JSON admits "\ud800"; a protobuf string (a message, a receipt) does not: Confirm answered INTERNAL and the
+    # outcome was never recorded (the action stayed RUNNING, its claim held to the lease)
+    async with sidecar_over(tmp_path, registry_doc(raw.url)) as sidecar:
+        raw.script = lambda s: answer(answered[0], answered[1])
+        _, action, got = await _confirm(sidecar)
+    assert (common_pb2.ActionState.Name(action.state), action.error.reason) == (state, reason)
+    assert (got.state, got.error.reason) == (action.state, action.error.reason), "recorded as answered"
+    if b"message" in answered[1]:
+        assert "\ufffd" in action.error.message, "the downstream's words, their lone surrogate replaced"
+    assert len([s for s in raw.seen if s.method == "POST" and s.target == "/things"]) == 1
+
+
+async def test_a_lone_surrogate_in_a_refused_prepare_or_a_read_is_answered_not_internal(
+    raw: Raw, tmp_path: Any
+) -> None:
+    import uuid
+
+    import grpc
+
+    from countersign.testing.calls import ctx, error_info
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import gateway_pb2, gateway_pb2_grpc
+
+    async with (
+        sidecar_over(tmp_path, registry_doc(raw.url)) as sidecar,
+        grpc.aio.insecure_channel(sidecar.address) as channel,
+    ):
+        stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+        raw.script = lambda s: answer(400, b'{"reason": "NO_SUCH_THING", "message": "\\ud800 unknown"}')
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Invoke(
+                gateway_pb2.InvokeRequest(
+                    context=ctx(request_id=uuid.uuid4().hex),
+                    tool_name="set_thing",
+                    arguments_json=json.dumps({"id": "a", "status": "s"}),
+                )
+            )
+        assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION, info.value
+        assert error_info(info.value).reason == "NO_SUCH_THING"
+        assert info.value.details() == "\ufffd unknown"
+        raw.script = lambda s: answer(200, b'{"items": ["\\ud800"]}')
+        read = await stub.Invoke(
+            gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex), tool_name="read_things")
+        )
+    assert json.loads(read.result.result_json) == {"items": ["\ud800"]}, "the answer as it came, still JSON"
