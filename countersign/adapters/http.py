@@ -9,6 +9,7 @@ redirect is followed: a 3xx could land a write somewhere the registry never name
 from __future__ import annotations
 
 import json
+import math
 import ssl
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -38,6 +39,8 @@ from countersign.reasons import Reason
 from countersign.registry import HttpCall, Tool
 
 __all__ = ["MAX_ANSWER_BYTES", "HttpAdapter", "classify"]
+
+CONNECT_SHARE = 0.95  # of a call's deadline, the most it may wait for its connection
 
 
 class Answer(NamedTuple):
@@ -93,7 +96,14 @@ class HttpAdapter:
         if found is None:
             if len(self._timeouts) >= 64:  # deadlines come from the registry and the settings: a handful
                 self._timeouts.clear()
-            found = self._timeouts[total] = aiohttp.ClientTimeout(total=total)
+            # connect (a pooled connection waited for, or a new one made) ends a little before the whole call:
+            # past it aiohttp raises ConnectionTimeoutError with nothing written (NOT_SENT, the card READY again),
+            # where the call's own deadline would leave an action UNKNOWN that never reached the downstream.
+            # ceil_threshold: aiohttp rounds a deadline of 5 s or more up to a whole second of the loop's clock,
+            # up to a second past the deadline the lease was sized for; never here
+            found = self._timeouts[total] = aiohttp.ClientTimeout(
+                total=total, connect=total * CONNECT_SHARE, ceil_threshold=math.inf
+            )
         return found
 
     def _client(self) -> aiohttp.ClientSession:
@@ -191,6 +201,10 @@ class HttpAdapter:
             # DNS failure, connection refused, or a TLS handshake that failed (an untrusted certificate, a client
             # certificate refused): the request never left this process.
             return Outcome(Kind.FAILED, Reason.NOT_SENT, f"could not connect: {exc.os_error}", retryable=True)
+        except aiohttp.ConnectionTimeoutError:
+            # the deadline passed before a connection was had (every pooled one busy, a connect or TLS handshake
+            # that hung): aiohttp raises this only from its connect step, before a byte of the request is written
+            return Outcome(Kind.FAILED, Reason.NOT_SENT, "no connection before the deadline", retryable=True)
         except (ValueError, TypeError) as exc:
             # The request could not even be built (a header or URL aiohttp refuses): nothing was sent, but
             # unlike NOT_SENT (which gives the card back) it would fail the same way on every retry: FAILED.

@@ -325,3 +325,48 @@ async def test_a_lone_surrogate_in_a_refused_prepare_or_a_read_is_answered_not_i
             gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex), tool_name="read_things")
         )
     assert json.loads(read.result.result_json) == {"items": ["\ud800"]}, "the answer as it came, still JSON"
+
+
+async def test_a_write_that_never_got_a_connection_is_not_sent_and_its_card_is_ready_again(
+    raw: Raw, tmp_path: Any
+) -> None:
+    import uuid
+
+    import grpc
+
+    from countersign.testing.calls import ctx, error_info
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+    # a slow downstream and more calls in flight than the pool has connections (128; --max-in-flight raised, as
+    # its help says to for a slow downstream): the calls that waited for a connection past their deadline wrote
+    # nothing, and were UNKNOWN all the same (to be fenced or reviewed by hand)
+    raw.script = lambda s: [2.5, *answer(201, {"id": "t_slow", "version": 1})]
+
+    async def confirm(stub: Any) -> tuple[str, str, int]:
+        context = ctx(request_id=uuid.uuid4().hex)
+        invoked = await stub.Invoke(
+            gateway_pb2.InvokeRequest(context=context, tool_name="create_thing", arguments_json='{"title": "t"}')
+        )
+        card = invoked.confirmation
+        try:
+            action = (await stub.Confirm(gateway_pb2.ConfirmRequest(context=context, token=card.token))).action
+            said = common_pb2.ActionState.Name(action.state)
+        except grpc.aio.AioRpcError as exc:
+            said = error_info(exc).reason
+        got = await stub.GetAction(gateway_pb2.GetActionRequest(context=context, action_id=card.action_id))
+        return card.action_id, said, got.action.state
+
+    async with (
+        sidecar_over(tmp_path, registry_doc(raw.url), max_in_flight=400) as sidecar,
+        grpc.aio.insecure_channel(sidecar.address) as channel,
+    ):
+        stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+        outcomes = await asyncio.gather(*(confirm(stub) for _ in range(300)))
+    reached = {s.headers.get("idempotency-key", "").strip('"') for s in raw.seen if s.target == "/things"}
+    unknown = {a for a, said, state in outcomes if said == "ACTION_STATE_UNKNOWN"}
+    not_sent = {a for a, said, state in outcomes if said == "DOWNSTREAM_NOT_SENT"}
+    assert unknown | not_sent == {a for a, _, _ in outcomes}, outcomes
+    assert unknown <= reached, f"{len(unknown - reached)} actions UNKNOWN whose request never reached the downstream"
+    assert not (not_sent & reached), "a request that was sent is never given back"
+    assert all(state == common_pb2.ACTION_STATE_READY for a, _, state in outcomes if a in not_sent), "READY again"
