@@ -27,6 +27,7 @@ import rfc8785
 
 _INT_MAX = 2**53 - 1
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _LEAVES = frozenset({str, bool, type(None)})  # written alike by both, at any depth
 
 
@@ -100,6 +101,13 @@ def _all_plain(items: Iterable[Any], depth: int) -> bool:
         if not _plain(item, depth):
             return False
     return True
+
+
+def as_text(value: str) -> str:
+    """``value`` as Unicode text: a lone surrogate (what json decodes from an escape such as ``\\ud800``: JSON admits
+    one) as U+FFFD. A downstream's words (a refusal's message, a read's summary) reach protobuf strings, which are
+    UTF-8 text: a lone surrogate there raised, an INTERNAL after the write, whose outcome was never recorded."""
+    return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
 
 
 _DECODER = json.JSONDecoder()  # the decoder json.loads uses when given no options (it builds none per call)

@@ -204,8 +204,25 @@ def receipt_fields(tool: Tool, body: Any) -> tuple[str, str, str]:
         usable = (isinstance(value, str) and value) or (isinstance(value, (int, float)) and not isinstance(value, bool))
         if not usable and not problem and name in receipt.declared:
             problem = f"the answer lacks the receipt field {path!r} (a non-empty string or number)"
+        elif isinstance(value, str) and not _is_text(value):
+            # JSON admits a lone surrogate (\ud800); a receipt is a protobuf string, UTF-8 text: it was an INTERNAL
+            # after the write, and the outcome was never recorded. Declared, the receipt is unreadable; else unused
+            if not problem and name in receipt.declared:
+                problem = f"the receipt field {path!r} holds a lone UTF-16 surrogate: it is not text"
+            value = None
         texts.append(_text(value))
     return problem, texts[0], texts[1]
+
+
+def _is_text(value: str) -> bool:
+    """Unicode text: no lone surrogate (what json decodes from an escape such as \\ud800)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _field(body: Any, path: str) -> Any:

@@ -84,12 +84,20 @@ class GrpcAdapter:
             await channel.close(None)
 
     @staticmethod
-    def _metadata(meta: CallMeta) -> tuple[tuple[str, str], ...]:
-        """The HTTP headers as metadata; the key and the version bare (no structured-field quotes)."""
-        return tuple(
-            (k.lower(), v.strip('"') if k in ("Idempotency-Key", "If-Match") else v)
-            for k, v in meta.wire_headers().items()
-        )
+    def _metadata(meta: CallMeta) -> tuple[tuple[str, str | bytes], ...]:
+        """The HTTP headers as metadata; the key and the version bare (no structured-field quotes). A value gRPC
+        may not carry as text (anything beyond printable ASCII: an actor id "张三") travels as its UTF-8 bytes
+        under the key's ``-bin`` form, gRPC's way for such values; grpc refuses the call otherwise, after the
+        claim (an INTERNAL to the caller and a write that never settles). The same ids are in the request's
+        BackendContext."""
+        out: list[tuple[str, str | bytes]] = []
+        for k, v in meta.wire_headers().items():
+            key, value = k.lower(), v.strip('"') if k in ("Idempotency-Key", "If-Match") else v
+            if value.isascii() and value.isprintable():
+                out.append((key, value))
+            else:
+                out.append((key + "-bin", value.encode("utf-8", "surrogatepass")))
+        return tuple(out)
 
     @staticmethod
     def _context(meta: CallMeta) -> backend_pb2.BackendContext:

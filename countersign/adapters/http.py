@@ -9,6 +9,7 @@ redirect is followed: a 3xx could land a write somewhere the registry never name
 from __future__ import annotations
 
 import json
+import math
 import ssl
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -39,6 +40,8 @@ from countersign.registry import HttpCall, Tool
 
 __all__ = ["MAX_ANSWER_BYTES", "HttpAdapter", "classify"]
 
+CONNECT_SHARE = 0.95  # of a call's deadline, the most it may wait for its connection
+
 
 class Answer(NamedTuple):
     """What came back: the status, the parsed JSON body, and why the body is unusable ("" when it is not)."""
@@ -51,6 +54,22 @@ class Answer(NamedTuple):
 # a request's JSON body: json.dumps(v, ensure_ascii=False)'s bytes, from an encoder made once (dumps makes one per
 # call when given an argument: ~9k instructions of every call)
 _JSON_BODY = json.JSONEncoder(ensure_ascii=False)
+
+
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's pool, except that it never hands out an idle connection on which bytes arrived after its last
+    answer was read. A downstream (or a proxy) that answers one request twice leaves the second answer queued on the
+    idle connection, and aiohttp would give it to the next request sent there, another owner's call maybe: as its
+    answer (a 4xx made an applied write FAILED; a 2xx handed over someone else's receipt). Such a connection is closed
+    and the next one taken. (Bytes that arrive after the next request was written cannot be told from its answer:
+    no HTTP/1.1 client can; they are rarer by far than bytes waiting on an idle connection.)"""
+
+    async def _get(self, key: Any, traces: Any) -> Any:  # aiohttp's ConnectionKey, list[Trace], Connection | None
+        while True:
+            conn = await super()._get(key, traces)
+            if conn is None or conn.protocol is None or not conn.protocol.should_close:
+                return conn
+            conn.close()
 
 
 class HttpAdapter:
@@ -77,14 +96,19 @@ class HttpAdapter:
         if found is None:
             if len(self._timeouts) >= 64:  # deadlines come from the registry and the settings: a handful
                 self._timeouts.clear()
-            found = self._timeouts[total] = aiohttp.ClientTimeout(total=total)
+            # connect (a pooled connection waited for, or a new one made) ends a little before the whole call:
+            # past it aiohttp raises ConnectionTimeoutError with nothing written (NOT_SENT, the card READY again),
+            # where the call's own deadline would leave an action UNKNOWN that never reached the downstream.
+            # ceil_threshold: aiohttp rounds a deadline of 5 s or more up to a whole second of the loop's clock,
+            # up to a second past the deadline the lease was sized for; never here
+            found = self._timeouts[total] = aiohttp.ClientTimeout(
+                total=total, connect=total * CONNECT_SHARE, ceil_threshold=math.inf
+            )
         return found
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self._pool_size, keepalive_timeout=30, ttl_dns_cache=60, ssl=self._ssl
-            )
+            connector = _Connector(limit=self._pool_size, keepalive_timeout=30, ttl_dns_cache=60, ssl=self._ssl)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 json_serialize=_JSON_BODY.encode,
@@ -177,6 +201,10 @@ class HttpAdapter:
             # DNS failure, connection refused, or a TLS handshake that failed (an untrusted certificate, a client
             # certificate refused): the request never left this process.
             return Outcome(Kind.FAILED, Reason.NOT_SENT, f"could not connect: {exc.os_error}", retryable=True)
+        except aiohttp.ConnectionTimeoutError:
+            # the deadline passed before a connection was had (every pooled one busy, a connect or TLS handshake
+            # that hung): aiohttp raises this only from its connect step, before a byte of the request is written
+            return Outcome(Kind.FAILED, Reason.NOT_SENT, "no connection before the deadline", retryable=True)
         except (ValueError, TypeError) as exc:
             # The request could not even be built (a header or URL aiohttp refuses): nothing was sent, but
             # unlike NOT_SENT (which gives the card back) it would fail the same way on every retry: FAILED.

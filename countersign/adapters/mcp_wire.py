@@ -141,7 +141,9 @@ class Wire(httpx2.AsyncBaseTransport):
         if first:
             probe.entered = True
             probe.session = "mcp-session-id" in request.headers
-        request.headers.update(probe.headers)
+        # as UTF-8 bytes, as the HTTP adapter writes them: httpx encodes a str value as ASCII and raised on an id
+        # such as 张三, out of this transport and into the SDK, which ended the session and every call on it
+        request.headers.update({name.encode("ascii"): value.encode("utf-8") for name, value in probe.headers.items()})
         request.headers["accept-encoding"] = "identity"
         # the call's own POST ends by its deadline; the SDK's later ones (a cancellation, an answer to a server's
         # ping) get a few seconds more, whatever is left of it

@@ -123,9 +123,11 @@ class Pipeline:
                 self.timing.replay_ttl_ms,
             )
             if outcome.kind is Kind.SUCCEEDED:
-                return gateway_pb2.InvokeResponse(
-                    result=gateway_pb2.ToolResult(tool_name=tool.name, result_json=_ANSWER(outcome.body))
-                )
+                try:
+                    result = gateway_pb2.ToolResult(tool_name=tool.name, result_json=_ANSWER(outcome.body))
+                except UnicodeEncodeError:  # a lone surrogate (JSON's \ud800) is no protobuf string: kept escaped
+                    result = gateway_pb2.ToolResult(tool_name=tool.name, result_json=json.dumps(outcome.body))
+                return gateway_pb2.InvokeResponse(result=result)
             if outcome.kind is Kind.FAILED and outcome.reason != Reason.NOT_SENT:
                 raise FailedPrecondition(outcome.reason, outcome.message)
             where = address(tool)

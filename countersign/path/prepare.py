@@ -68,13 +68,19 @@ def preview(tool: Tool, prepared: Prepared, action_id: str, locale: str = "") ->
     values = {**prepared.arguments, "action_id": action_id, "idempotency_key": action_id}
     template = localized(tool.preview, locale)
     source = prepared.preview or template
-    out = common_pb2.Preview(
-        title=render(str(source.get("title", "")), values),
-        target=render(str(source.get("target", "")), values),
-        impact=render(str(source.get("impact", "")), values),
-    )
-    for detail in template.get("details") or []:
-        out.details.add(label=str(detail["label"]), value=render(str(detail["value"]), values))
+    try:
+        out = common_pb2.Preview(
+            title=render(str(source.get("title", "")), values),
+            target=render(str(source.get("target", "")), values),
+            impact=render(str(source.get("impact", "")), values),
+        )
+        for detail in template.get("details") or []:
+            out.details.add(label=str(detail["label"]), value=render(str(detail["value"]), values))
+    except ValueError as exc:  # a lone surrogate from the downstream's JSON: a protobuf string is UTF-8 text
+        raise FailedPrecondition(
+            Reason.PREPARED_ARGS_INVALID,
+            f"the downstream prepared a preview of {tool.name!r} (or arguments it shows) that is not text: {exc}",
+        ) from exc
     return out
 
 

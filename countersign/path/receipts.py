@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from countersign.adapters.base import Kind, Outcome
-from countersign.canonical import canonical
+from countersign.canonical import as_text, canonical
 from countersign.errors import DataLoss
 from countersign.keyring import Keyring
 from countersign.path.cards import Card, check_run
@@ -73,12 +73,13 @@ def open_action(keyring: Keyring, action_id: str, run: RunRecord, *, replayed: b
 def to_action(action_id: str, tool: Tool, card: Card, outcome: Outcome, now_ms: int) -> common_pb2.Action:
     """The outcome as the contract's Action, with a receipt when the downstream answered."""
     action = common_pb2.Action(action_id=action_id, state=_ACTION_STATES[outcome.kind], tool_name=tool.name)
+    message = as_text(outcome.message)  # the downstream's words, maybe with a lone surrogate from its JSON
     if outcome.kind is not Kind.SUCCEEDED:
         action.error.reason = outcome.reason
-        action.error.message = outcome.message
+        action.error.message = message
         action.error.retryable = outcome.retryable
     if outcome.kind is Kind.UNKNOWN:
-        action.error.message = unknown_message(outcome.message or outcome.reason)
+        action.error.message = unknown_message(message or outcome.reason)
         return action
     receipt = action.receipt
     receipt.action_id = action_id
@@ -99,7 +100,7 @@ def to_action(action_id: str, tool: Tool, card: Card, outcome: Outcome, now_ms: 
         }
         receipt.summary = render(tool.receipt.summary, values)
     else:
-        receipt.summary = outcome.message
+        receipt.summary = message
     receipt.evidence_json = evidence(outcome)
     receipt.settled_at.FromMilliseconds(now_ms)
     return action

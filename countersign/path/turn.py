@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from countersign.canonical import canonical, compact
+from countersign.canonical import as_text, canonical, compact
 from countersign.keyring import Keyring
 from countersign.path.cards import owner
 from countersign.registry import Tool
@@ -26,13 +26,15 @@ def read_summary(tool: Tool, body: object, message: str = "") -> str:
     """A short line about what a read returned, for the continuation's facts (never the whole answer)."""
     if isinstance(body, dict):
         if tool.receipt.summary:
-            return render(tool.receipt.summary, {k: v for k, v in body.items() if not isinstance(v, (dict, list))})
+            return as_text(
+                render(tool.receipt.summary, {k: v for k, v in body.items() if not isinstance(v, (dict, list))})
+            )
         if isinstance(body.get("count"), int):
             return f"{body['count']} result(s)"
     if body is None:
         return message[:200]
     text = json.dumps(body, ensure_ascii=False)
-    return text if len(text) <= 200 else text[:197] + "..."
+    return as_text(text if len(text) <= 200 else text[:197] + "...")
 
 
 def fact_entry(tool: str, status: str, summary: str) -> bytes:

@@ -69,11 +69,14 @@ class ApprovalInbox:
             raise FailedPrecondition(Reason.REQUEST_INVALID, "the action was confirmed already: it takes no approval")
         if not isinstance(found, CardRecord):
             raise NotFound(Reason.CONFIRMATION_EXPIRED, "no card waits under this action id (expired, or never issued)")
-        owner = common_pb2.CallContext(
-            actor_id=str(claims.get("sub", "")),
-            tenant_id=str(claims.get("tid", "")),
-            session_id=str(claims.get("sid", "")),
-        )
+        try:
+            owner = common_pb2.CallContext(
+                actor_id=str(claims.get("sub", "")),
+                tenant_id=str(claims.get("tid", "")),
+                session_id=str(claims.get("sid", "")),
+            )
+        except ValueError:  # a lone surrogate (JSON's \ud800) in an unverified claim: no protobuf string (a 500)
+            raise _refused("malformed", "the approval's sub, tid or sid is not text") from None
         checked = await self.pipeline.claims.approvals.check(
             self.pipeline.registry.signed_writes, owner, action_id, approval
         )

@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from grpc_reflection.v1alpha._async import ReflectionServicer
 from grpc_status import rpc_status
 
+from countersign.canonical import as_text
 from countersign.errors import DOMAIN, CountersignError, InvalidArgument, ResourceExhausted, StoreUnavailable
 from countersign.observability import tracing
 from countersign.observability.metrics import Metrics
@@ -75,13 +76,11 @@ QUICK = frozenset(
 
 def rich_status(error: CountersignError) -> grpc.Status:
     """The status with its details, kept well under the trailer limits of every client (8 KiB)."""
-    status = status_pb2.Status(code=error.code.value[0], message=error.message[:1000])
+    # as_text: a message may quote a downstream's words, with a lone surrogate from its JSON (no protobuf string)
+    status = status_pb2.Status(code=error.code.value[0], message=as_text(error.message[:1000]))
+    metadata = {as_text(k[:64]): as_text(v[:128]) for k, v in list(error.metadata.items())[:8]}
     info = any_pb2.Any()
-    info.Pack(
-        error_details_pb2.ErrorInfo(
-            reason=error.reason, domain=DOMAIN, metadata={k[:64]: v[:128] for k, v in list(error.metadata.items())[:8]}
-        )
-    )
+    info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=metadata))
     status.details.append(info)
     if error.retry_after:
         delay = duration_pb2.Duration()
@@ -92,7 +91,9 @@ def rich_status(error: CountersignError) -> grpc.Status:
     if error.violations:
         bad = error_details_pb2.BadRequest(
             field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=v.field[:128], description=v.description[:300])
+                error_details_pb2.BadRequest.FieldViolation(
+                    field=as_text(v.field[:128]), description=as_text(v.description[:300])
+                )
                 for v in error.violations[:10]
             ]
         )

@@ -134,3 +134,239 @@ async def test_a_read_too_large_to_send_back_is_a_clear_failure(
             )
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION, info.value
     assert error_info(info.value).reason == "DOWNSTREAM_ANSWER_INVALID"
+
+
+class _AnswersTwice:
+    """A keep-alive HTTP/1.1 downstream that applies every write it reads and answers it, and answers its first
+    write a second time a moment later (a buggy proxy, a retried handler): the extra answer lands on an idle pooled
+    connection, where the next request, another owner's, would read it as its own."""
+
+    def __init__(self, extra: tuple[int, dict[str, Any]]) -> None:
+        self.extra, self.applied = extra, 0
+        self.server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    @staticmethod
+    def _head(status: int, body: bytes) -> bytes:
+        return b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+            status,
+            len(body),
+            body,
+        )
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+                length = next((ln.split(":")[1] for ln in head.split("\r\n") if ln.startswith("content-length:")), 0)
+                await reader.readexactly(int(length))
+                self.applied += 1
+                writer.write(self._head(201, json.dumps({"id": f"thing-{self.applied}", "version": 1}).encode()))
+                await writer.drain()
+                if self.applied == 1:
+                    await asyncio.sleep(0.2)
+                    writer.write(self._head(self.extra[0], json.dumps(self.extra[1]).encode()))
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [(409, {"reason": "OUT_OF_STOCK", "message": "no"}), (201, {"id": "someone-elses-thing", "version": 9})],
+    ids=["a-4xx", "another-receipt"],
+)
+async def test_an_answer_sent_twice_is_never_taken_for_the_next_callers_answer(
+    tmp_path: Any, extra: tuple[int, dict[str, Any]]
+) -> None:
+    import uuid
+
+    import grpc
+
+    from countersign.testing.calls import ctx
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+    downstream = _AnswersTwice(extra)
+    downstream.server = await asyncio.start_server(downstream._serve, "127.0.0.1", 0)
+    bob = {"tenant_id": "t2", "actor_id": "bob", "subject_id": "bob"}
+    try:
+        async with (
+            sidecar_over(tmp_path, registry_doc(downstream.url)) as sidecar,
+            grpc.aio.insecure_channel(sidecar.address) as channel,
+        ):
+            stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+            actions = []
+            for who in ({}, bob):
+                context = ctx(request_id=uuid.uuid4().hex, **who)
+                args = json.dumps({"title": "t"})
+                invoked = await stub.Invoke(
+                    gateway_pb2.InvokeRequest(context=context, tool_name="create_thing", arguments_json=args)
+                )
+                confirmed = await stub.Confirm(
+                    gateway_pb2.ConfirmRequest(context=context, token=invoked.confirmation.token)
+                )
+                actions.append(confirmed.action)
+                await asyncio.sleep(0.5)  # the first write's second answer arrives meanwhile
+    finally:
+        downstream.server.close()
+    # bob's write reached the downstream and was answered: his outcome is his, never alice's second answer (a 4xx
+    # would make his applied write FAILED; a 2xx would hand him her receipt for a write that may never have landed)
+    assert [(a.state, a.receipt.resource_id) for a in actions] == [
+        (common_pb2.ACTION_STATE_SUCCEEDED, "thing-1"),
+        (common_pb2.ACTION_STATE_SUCCEEDED, "thing-2"),
+    ]
+    assert downstream.applied == 2
+
+
+@pytest.mark.parametrize(
+    "prepared",
+    [
+        b'{"arguments": {"id": "a", "status": "s"}, "preview": {"title": "\\ud800", "target": "a", "impact": "s"}}',
+        b'{"arguments": {"id": "a", "status": "\\ud800"}}',  # shown through the tool's preview template
+    ],
+    ids=["its-preview", "an-argument-the-preview-shows"],
+)
+async def test_a_prepare_answer_that_is_not_text_is_refused_with_a_reason_and_issues_no_card(
+    raw: Raw, tmp_path: Any, prepared: bytes
+) -> None:
+    import uuid
+
+    import grpc
+
+    from countersign.testing.calls import ctx, error_info
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import gateway_pb2, gateway_pb2_grpc
+
+    # JSON may carry a lone surrogate (\ud800); a preview is a protobuf string, UTF-8 text: it was an INTERNAL
+    shown = {"set_thing": {"preview": {"title": "Set", "target": "{id}", "impact": "to {status}"}}}
+    raw.script = lambda s: answer(200, prepared)
+    async with (
+        sidecar_over(tmp_path, registry_doc(raw.url, **shown)) as sidecar,
+        grpc.aio.insecure_channel(sidecar.address) as channel,
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await gateway_pb2_grpc.ToolGatewayServiceStub(channel).Invoke(
+                gateway_pb2.InvokeRequest(
+                    context=ctx(request_id=uuid.uuid4().hex),
+                    tool_name="set_thing",
+                    arguments_json=json.dumps({"id": "a", "status": "s"}),
+                )
+            )
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION, info.value
+    assert error_info(info.value).reason == "PREPARED_ARGS_INVALID"
+    assert [s.target for s in raw.seen] == ["/things/prepare"]
+
+
+@pytest.mark.parametrize(
+    ("answered", "state", "reason"),
+    [
+        ((409, b'{"reason": "OUT_OF_STOCK", "message": "\\ud800 gone"}'), "ACTION_STATE_FAILED", "OUT_OF_STOCK"),
+        ((503, b'{"message": "\\udfff busy"}'), "ACTION_STATE_UNKNOWN", "DOWNSTREAM_503"),
+        ((201, b'{"id": "\\ud800", "version": 1}'), "ACTION_STATE_UNKNOWN", "RECEIPT_INVALID"),
+        ((201, b'{"id": "t_1", "version": 1, "note": "\\ud800"}'), "ACTION_STATE_SUCCEEDED", ""),
+    ],
+    ids=["a-refusal-says-it", "a-5xx-says-it", "in-the-receipt", "elsewhere-in-the-answer"],
+)
+async def test_a_lone_surrogate_in_a_writes_answer_is_recorded_as_its_outcome(
+    raw: Raw, tmp_path: Any, answered: tuple[int, bytes], state: str, reason: str
+) -> None:
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import common_pb2
+
+    # JSON admits "\ud800"; a protobuf string (a message, a receipt) does not: Confirm answered INTERNAL and the
+    # outcome was never recorded (the action stayed RUNNING, its claim held to the lease)
+    async with sidecar_over(tmp_path, registry_doc(raw.url)) as sidecar:
+        raw.script = lambda s: answer(answered[0], answered[1])
+        _, action, got = await _confirm(sidecar)
+    assert (common_pb2.ActionState.Name(action.state), action.error.reason) == (state, reason)
+    assert (got.state, got.error.reason) == (action.state, action.error.reason), "recorded as answered"
+    if b"message" in answered[1]:
+        assert "\ufffd" in action.error.message, "the downstream's words, their lone surrogate replaced"
+    assert len([s for s in raw.seen if s.method == "POST" and s.target == "/things"]) == 1
+
+
+async def test_a_lone_surrogate_in_a_refused_prepare_or_a_read_is_answered_not_internal(
+    raw: Raw, tmp_path: Any
+) -> None:
+    import uuid
+
+    import grpc
+
+    from countersign.testing.calls import ctx, error_info
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import gateway_pb2, gateway_pb2_grpc
+
+    async with (
+        sidecar_over(tmp_path, registry_doc(raw.url)) as sidecar,
+        grpc.aio.insecure_channel(sidecar.address) as channel,
+    ):
+        stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+        raw.script = lambda s: answer(400, b'{"reason": "NO_SUCH_THING", "message": "\\ud800 unknown"}')
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Invoke(
+                gateway_pb2.InvokeRequest(
+                    context=ctx(request_id=uuid.uuid4().hex),
+                    tool_name="set_thing",
+                    arguments_json=json.dumps({"id": "a", "status": "s"}),
+                )
+            )
+        assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION, info.value
+        assert error_info(info.value).reason == "NO_SUCH_THING"
+        assert info.value.details() == "\ufffd unknown"
+        raw.script = lambda s: answer(200, b'{"items": ["\\ud800"]}')
+        read = await stub.Invoke(
+            gateway_pb2.InvokeRequest(context=ctx(request_id=uuid.uuid4().hex), tool_name="read_things")
+        )
+    assert json.loads(read.result.result_json) == {"items": ["\ud800"]}, "the answer as it came, still JSON"
+
+
+async def test_a_write_that_never_got_a_connection_is_not_sent_and_its_card_is_ready_again(
+    raw: Raw, tmp_path: Any
+) -> None:
+    import uuid
+
+    import grpc
+
+    from countersign.testing.calls import ctx, error_info
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+    # a slow downstream and more calls in flight than the pool has connections (128; --max-in-flight raised, as
+    # its help says to for a slow downstream): the calls that waited for a connection past their deadline wrote
+    # nothing, and were UNKNOWN all the same (to be fenced or reviewed by hand)
+    raw.script = lambda s: [2.5, *answer(201, {"id": "t_slow", "version": 1})]
+
+    async def confirm(stub: Any) -> tuple[str, str, int]:
+        context = ctx(request_id=uuid.uuid4().hex)
+        invoked = await stub.Invoke(
+            gateway_pb2.InvokeRequest(context=context, tool_name="create_thing", arguments_json='{"title": "t"}')
+        )
+        card = invoked.confirmation
+        try:
+            action = (await stub.Confirm(gateway_pb2.ConfirmRequest(context=context, token=card.token))).action
+            said = common_pb2.ActionState.Name(action.state)
+        except grpc.aio.AioRpcError as exc:
+            said = error_info(exc).reason
+        got = await stub.GetAction(gateway_pb2.GetActionRequest(context=context, action_id=card.action_id))
+        return card.action_id, said, got.action.state
+
+    async with (
+        sidecar_over(tmp_path, registry_doc(raw.url), max_in_flight=400) as sidecar,
+        grpc.aio.insecure_channel(sidecar.address) as channel,
+    ):
+        stub = gateway_pb2_grpc.ToolGatewayServiceStub(channel)
+        outcomes = await asyncio.gather(*(confirm(stub) for _ in range(300)))
+    reached = {s.headers.get("idempotency-key", "").strip('"') for s in raw.seen if s.target == "/things"}
+    unknown = {a for a, said, state in outcomes if said == "ACTION_STATE_UNKNOWN"}
+    not_sent = {a for a, said, state in outcomes if said == "DOWNSTREAM_NOT_SENT"}
+    assert unknown | not_sent == {a for a, _, _ in outcomes}, outcomes
+    assert unknown <= reached, f"{len(unknown - reached)} actions UNKNOWN whose request never reached the downstream"
+    assert not (not_sent & reached), "a request that was sent is never given back"
+    assert all(state == common_pb2.ACTION_STATE_READY for a, _, state in outcomes if a in not_sent), "READY again"

@@ -22,6 +22,7 @@ import yaml
 
 from countersign.testing import processes
 from countersign.testing.approval_issuer import CardIssuer, start_issuer
+from countersign.testing.approvals import b64url
 from countersign.testing.calls import ctx
 from countersign.testing.mcp_front import Elicitations, client
 from countersign.testing.stack import Stack, start_stack
@@ -267,6 +268,11 @@ def test_the_inbox_answers_hostile_requests_with_clear_statuses(signed: Signed) 
     unknown = "f" * 32
     status, body = signed.post(unknown, signed.issuer.approve(gateway_pb2.ConfirmationCard(action_id=unknown)))
     assert status == 404 and body["reason"] == "CONFIRMATION_EXPIRED"
+    # a claim JSON admits but text does not (a lone surrogate, read before the signature is): it was a 500
+    head, claims = b64url(b'{"alg":"EdDSA","kid":"k1"}'), {"act": card.action_id, "sub": "\ud800", "tid": "t1"}
+    forged = f"{head}.{b64url(json.dumps(claims).encode())}.{b64url(bytes(64))}"
+    status, body = signed.post(card.action_id, forged)
+    assert (status, body["reason"], body["check"]) == (403, "APPROVAL_INVALID", "malformed"), body
 
 
 async def test_a_write_covered_by_a_standing_grant_runs_at_once_over_mcp(signed: Signed) -> None:

@@ -305,3 +305,16 @@ def test_a_server_restarted_under_a_live_session_takes_the_next_write_on_a_new_s
     assert first["session"] and second["session"] and first["session"] != second["session"]
     methods = [e["method"] for e in mcp.mcp.requests()]
     assert methods == ["tools/call", "initialize", "notifications/initialized", "tools/call"]
+
+
+def test_ids_beyond_ascii_write_once_through_the_back_door(mcp: McpStack) -> None:
+    # printable ids that are not ASCII pass check_context and reach an HTTP downstream as UTF-8 headers; the MCP
+    # client's httpx raised on them inside the SDK's transport, which ended the session: prepare was UNAVAILABLE
+    # "the answer was lost", a write's execute would have been UNKNOWN though nothing was sent
+    stub = mcp.stub()
+    who = {"tenant_id": "租户", "actor_id": "张三", "subject_id": "张三", "session_id": "会话", "request_id": turn()}
+    issued = card(stub, "张三的待办", **who)
+    action = stub.Confirm(gateway_pb2.ConfirmRequest(context=ctx(**who), token=issued.token)).action
+    assert (action.state, action.error.reason) == (S.ACTION_STATE_SUCCEEDED, "")
+    [call] = mcp.mcp.calls("create_todo", issued.action_id)
+    assert call["header_key"] == issued.action_id

@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -182,20 +183,7 @@ def test_grpc_adapter_executes_once_against_a_real_tool_backend(stack: Stack) ->
 
     backend = processes.start_todo_service(stack.work, grpc=True)
     try:
-        target = f"127.0.0.1:{backend.info['grpc_port']}"
-        # the same registry, but create_todo goes through the gRPC ToolBackendService
-        text = stack.registry.read_text()
-        start = text.index("  - name: create_todo")
-        end = text.index("  - name: set_todo_status")
-        block = text[start:end]
-        adapter_start = block.index("    adapter:")
-        adapter_end = block.index("    receipt:")
-        grpc_adapter = f'    adapter: {{kind: grpc, target: "{target}", prepare: true, lookup: true}}\n'
-        block = block[:adapter_start] + grpc_adapter + block[adapter_end:]
-        registry = text[:start] + block + text[end:]
-        path = stack.work / "grpc-registry.yaml"
-        path.write_text(registry)
-        sidecar = stack.start_sidecar(registry=path)
+        sidecar = stack.start_sidecar(registry=_over_grpc(stack, backend))
         try:
             stub = stack.stub(sidecar.info["grpc"])
             response = stub.Invoke(
@@ -221,6 +209,49 @@ def test_grpc_adapter_executes_once_against_a_real_tool_backend(stack: Stack) ->
             sidecar.stop()
     finally:
         backend.stop()
+
+
+def test_ids_beyond_ascii_reach_a_grpc_backend_once_and_settle(stack: Stack) -> None:
+    from countersign.testing import processes
+
+    # printable ids that are not ASCII pass check_context; gRPC metadata may carry only printable ASCII as text, and
+    # grpc refused the call outright: INTERNAL at Invoke (prepare), and after the claim at Confirm
+    who = {"tenant_id": "租户", "actor_id": "张三", "subject_id": "张三", "session_id": "会话"}
+    backend = processes.start_todo_service(stack.work, grpc=True)
+    sidecar = stack.start_sidecar(registry=_over_grpc(stack, backend))
+    try:
+        stub = stack.stub(sidecar.info["grpc"])
+        context = ctx(request_id=uuid.uuid4().hex, **who)
+        card = stub.Invoke(
+            gateway_pb2.InvokeRequest(context=context, tool_name="create_todo", arguments_json='{"title": "买牛奶"}')
+        ).confirmation
+        action = stub.Confirm(gateway_pb2.ConfirmRequest(context=context, token=card.token)).action
+        assert (action.state, action.error.reason) == (common_pb2.ACTION_STATE_SUCCEEDED, "")
+        calls = [
+            e
+            for e in json.loads(_get(backend.info["url"] + "/_test/log"))["requests"]
+            if e["path"].endswith("/Execute")
+        ]
+        assert [(c["idempotency_key"], c["body"]["context"]["actor_id"]) for c in calls] == [(card.action_id, "张三")]
+    finally:
+        sidecar.stop()
+        backend.stop()
+
+
+def _over_grpc(stack: Stack, backend: Any) -> Path:
+    """The stack's registry, but create_todo goes through this backend's gRPC ToolBackendService."""
+    target = f"127.0.0.1:{backend.info['grpc_port']}"
+    text = stack.registry.read_text()
+    start = text.index("  - name: create_todo")
+    end = text.index("  - name: set_todo_status")
+    block = text[start:end]
+    adapter_start = block.index("    adapter:")
+    adapter_end = block.index("    receipt:")
+    grpc_adapter = f'    adapter: {{kind: grpc, target: "{target}", prepare: true, lookup: true}}\n'
+    block = block[:adapter_start] + grpc_adapter + block[adapter_end:]
+    path = stack.work / f"grpc-registry-{uuid.uuid4().hex}.yaml"
+    path.write_text(text[:start] + block + text[end:])
+    return path
 
 
 def _get(url: str) -> str:
