@@ -26,7 +26,6 @@ from countersign.observability.metrics import Metrics
 from countersign.path import policy
 from countersign.path.approval import Checked, claimed_as_sealed, evidence_event, evidence_proto
 from countersign.path.cards import Card, Opened, open_card
-from countersign.path.inverse import record_settled
 from countersign.path.receipts import open_action, refused_action, to_action, with_approval
 from countersign.path.settle import ClaimedEvent, Settler, Timing, shielded
 from countersign.reasons import Reason
@@ -237,3 +236,15 @@ def _policy_changed(detail: str = "") -> FailedPrecondition:
     return FailedPrecondition(
         Reason.POLICY_CHANGED, f"the registry changed since the card was issued; the action was not executed{detail}"
     )
+
+
+def record_settled(audit: Audit, metrics: Metrics, card: Card, action: common_pb2.Action) -> None:
+    """An inverse settled (its card was confirmed and ran): the original's chain records it, once per run."""
+    if not card.compensates:
+        return
+    outcome = {
+        common_pb2.ACTION_STATE_SUCCEEDED: "compensated",
+        common_pb2.ACTION_STATE_UNKNOWN: "unknown",
+    }.get(action.state, "failed")
+    metrics.compensations.labels(metrics.tool(card.compensates_tool), outcome).inc()
+    audit.event(card.compensates, "compensated", inverse=action.action_id, outcome=outcome, reason=action.error.reason)

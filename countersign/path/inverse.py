@@ -1,5 +1,6 @@
 """How a compensated action reads: its inverse's id, the proposal that stands, and the original seen through the
-inverse's record.
+inverse's record. Reading only: a reply's evidence reads an action through it too (reply/evidence.py); what
+an inverse's run records is execute.record_settled.
 
 Compensate proposes the inverse as a card of its own (recovery/compensate.py); it executes only when that card is
 confirmed, like any write (I1). The original's state is derived from the inverse's record, never stored twice:
@@ -18,10 +19,7 @@ Only a MAC-verified REJECTED outcome moves the chain on, so an edited record can
 
 from __future__ import annotations
 
-from countersign.audit import Audit
 from countersign.keyring import Keyring
-from countersign.observability.metrics import Metrics
-from countersign.path.cards import Card
 from countersign.path.receipts import open_action
 from countersign.reasons import Reason
 from countersign.store import CardRecord, RunRecord
@@ -92,15 +90,3 @@ def overlay(original: common_pb2.Action, inverse: common_pb2.Action | None) -> c
         out.error.reason = inverse.error.reason or Reason.COMPENSATION_FAILED
         out.error.message = f"the inverse ({inverse.tool_name}) did not succeed: {inverse.error.message}"
     return out
-
-
-def record_settled(audit: Audit, metrics: Metrics, card: Card, action: common_pb2.Action) -> None:
-    """An inverse settled (its card was confirmed and ran): the original's chain records it, once per run."""
-    if not card.compensates:
-        return
-    outcome = {
-        common_pb2.ACTION_STATE_SUCCEEDED: "compensated",
-        common_pb2.ACTION_STATE_UNKNOWN: "unknown",
-    }.get(action.state, "failed")
-    metrics.compensations.labels(metrics.tool(card.compensates_tool), outcome).inc()
-    audit.event(card.compensates, "compensated", inverse=action.action_id, outcome=outcome, reason=action.error.reason)

@@ -32,6 +32,7 @@ from countersign.observability.logs import decision
 from countersign.observability.metrics import Metrics
 from countersign.path import cards, policy
 from countersign.path.cards import open_card
+from countersign.path.inverse import inverse_of, overlay
 from countersign.path.receipts import open_action, to_action, unknown_message
 from countersign.path.settle import Settler
 from countersign.reasons import Reason
@@ -80,7 +81,10 @@ class Reconciler:
         if card.tool in self.registry.tools:  # a tool this registry lacks is another sidecar's to reconcile
             # a planned or forbidden capability still may be reconciled: asking never re-sends the write
             policy.authorize(self.registry, context, card.tool, card.arguments, policy.Phase.RECONCILE, claimed=True)
-        return await self.reconcile(action_id)
+        action = await self.reconcile(action_id)
+        if action.state == common_pb2.ACTION_STATE_SUCCEEDED:  # where it stands: an undone action is COMPENSATED
+            action = overlay(action, await inverse_of(self.store, self.keyring, action_id))
+        return action
 
     async def reconcile(self, action_id: str) -> common_pb2.Action:
         """One attempt; returns where the action stands afterwards."""

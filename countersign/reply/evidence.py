@@ -10,6 +10,7 @@ from countersign.errors import InvalidArgument
 from countersign.guard import Evidence, verbs_of
 from countersign.keyring import Keyring
 from countersign.path import cards
+from countersign.path.inverse import inverse_of, overlay
 from countersign.path.receipts import open_action
 from countersign.reasons import Reason
 from countersign.registry import Registry
@@ -31,7 +32,8 @@ def check_size(reply_text: str) -> None:
 async def settled_action(
     store: Peek, keyring: Keyring, action_id: str, context: common_pb2.CallContext | None = None
 ) -> common_pb2.Action | None:
-    """The settled action (None when not settled); with a context, only the caller's own."""
+    """The settled action (None when not settled); with a context, only the caller's own. A succeeded action is
+    read through its undo, as GetAction reads it: once the inverse has run it is COMPENSATED, and backs no claim."""
     found = await store.peek(action_id)
     if not isinstance(found, RunRecord) or found.state != "settled":
         if isinstance(found, (RunRecord, CardRecord)) and context is not None:
@@ -39,17 +41,22 @@ async def settled_action(
         return None
     if context is not None:
         cards.require_owner(keyring, action_id, found, context)
-    return open_action(keyring, action_id, found, replayed=False)
+    action = open_action(keyring, action_id, found, replayed=False)
+    if action.state == common_pb2.ACTION_STATE_SUCCEEDED:
+        action = overlay(action, await inverse_of(store, keyring, action_id))
+    return action
 
 
 def evidence(registry: Registry, action: common_pb2.Action) -> Evidence:
-    """A settled action as the guard weighs it: did it succeed, and what may a reply say it did."""
+    """A settled action as the guard weighs it: did it succeed (and still stand: an undone one did not), and what
+    may a reply say it did."""
     tool = registry.tools.get(action.tool_name)
     verbs = tool.verbs if tool is not None and tool.verbs else verbs_of(action.tool_name)
     return Evidence(
         action_id=action.action_id,
         tool_name=action.tool_name,
-        succeeded=action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED,
+        succeeded=action.receipt.status == common_pb2.RECEIPT_STATUS_SUCCEEDED
+        and action.state != common_pb2.ACTION_STATE_COMPENSATED,
         verbs=verbs,
     )
 

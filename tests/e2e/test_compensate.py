@@ -195,3 +195,33 @@ def test_an_undo_declined_again_and_again_is_not_proposed_forever(stack: Stack) 
     assert error_info(info.value).reason == "NOT_COMPENSABLE" and "declined" in (info.value.details() or "")
     assert state_of(stack, card.action_id) == S.ACTION_STATE_SUCCEEDED
     assert all(stack.todo.writes(a) == [] for a in seen)
+
+
+def test_an_undone_action_backs_no_success_claim_and_every_rpc_says_compensated(stack: Stack) -> None:
+    """After its undo ran, "I've created it" is no longer true: CheckReply reads the action through its inverse, as
+    GetAction does (I5), and Reconcile answers COMPENSATED, not SUCCEEDED. Before the undo runs (COMPENSATING) the
+    original still stands and still backs the claim."""
+    from countersign.v1 import guard_pb2, guard_pb2_grpc
+
+    card, action = created(stack, "撤销后")
+
+    def check(reply: str) -> guard_pb2.CheckReplyResponse:
+        with grpc.insecure_channel(stack.address) as channel:
+            answer: guard_pb2.CheckReplyResponse = guard_pb2_grpc.ReplyGuardServiceStub(channel).CheckReply(
+                guard_pb2.CheckReplyRequest(context=ctx(), reply_text=reply, action_ids=[card.action_id])
+            )
+        return answer
+
+    replies = ["已经帮你创建了待办「撤销后」。", "I've created the to-do for you."]
+    passed = guard_pb2.GUARD_VERDICT_PASSED
+    assert all(check(r).verdict == passed for r in replies), "a succeeded action backs its claim"
+    inverse = compensate(stack, card.action_id).confirmation
+    assert all(check(r).verdict == passed for r in replies), "a proposed undo has not run: the create stands"
+    undone = stack.stub().Confirm(gateway_pb2.ConfirmRequest(context=ctx(), token=inverse.token, wait_ms=3000))
+    assert undone.action.state == S.ACTION_STATE_SUCCEEDED
+    for reply in replies:
+        answer = check(reply)
+        assert answer.verdict == guard_pb2.GUARD_VERDICT_REPLACED and answer.reply_text != reply, (reply, answer.reason)
+        assert not answer.reason.startswith("BACKED_BY_RECEIPT"), answer.reason
+    reconciled = stack.stub().Reconcile(gateway_pb2.ReconcileRequest(context=ctx(), action_id=card.action_id)).action
+    assert reconciled.state == S.ACTION_STATE_COMPENSATED and reconciled.receipt == action.receipt
