@@ -110,16 +110,22 @@ def as_text(value: str) -> str:
     return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
 
 
-_DECODER = json.JSONDecoder()  # the decoder json.loads uses when given no options (it builds none per call)
+def not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259)")
+
+
+# the decoder json.loads uses when given no options (it builds none per call), but NaN, Infinity and -Infinity, which
+# Python's json reads and RFC 8259 does not admit, are errors: a 201 {"id": NaN} was a receipt for the resource "NaN"
+_DECODER = json.JSONDecoder(parse_constant=not_json)
 _NOT_UTF8_FIRST = b"\x00\xef\xfe\xff"  # a first byte after which json.detect_encoding may not answer utf-8
 
 
 def loads(raw: bytes | bytearray) -> Any:
-    """``json.loads(raw)``, its value or its error exactly, for the bytes of a body (a downstream's answer, a
-    stored card): json.loads first guesses the bytes' encoding (a BOM, or the zero bytes of UTF-16/32 in the first
-    four); two bytes, the first neither zero nor a BOM's first, the second not zero, are UTF-8 by that guess, and
-    are decoded as it decodes them, then parsed by the decoder it would use (~8k instructions less for a todo's
-    answer). tests/unit/test_canonical.py holds the two equal."""
+    """``json.loads(raw)`` with NaN and Infinity refused, its value or its error exactly, for the bytes of a body (a
+    downstream's answer, a stored card): json.loads first guesses the bytes' encoding (a BOM, or the zero bytes of
+    UTF-16/32 in the first four); two bytes, the first neither zero nor a BOM's first, the second not zero, are
+    UTF-8 by that guess, and are decoded as it decodes them, then parsed by the decoder it would use (~8k
+    instructions less for a todo's answer). tests/unit/test_canonical.py holds the two equal."""
     if len(raw) >= 2 and raw[0] not in _NOT_UTF8_FIRST and raw[1]:
         return _DECODER.decode(raw.decode("utf-8", "surrogatepass"))
-    return json.loads(raw)
+    return json.loads(raw, parse_constant=not_json)

@@ -34,6 +34,7 @@ from countersign.adapters.base import (
     PrepareUnavailable,
     deadline,
 )
+from countersign.canonical import not_json
 from countersign.reasons import Reason
 from countersign.registry import Tool
 from countersign.v1 import backend_pb2, backend_pb2_grpc
@@ -128,7 +129,7 @@ class GrpcAdapter:
                 f"prepare for {tool.name!r} at {tool.adapter.target} failed: {exc.code().name}"
             ) from exc
         try:
-            args = json.loads(answer.arguments_json)
+            args = json.loads(answer.arguments_json, parse_constant=not_json)
         except (ValueError, RecursionError) as exc:
             raise PrepareUnavailable(
                 f"prepare for {tool.name!r} at {tool.adapter.target} answered invalid JSON"
@@ -191,7 +192,7 @@ class GrpcAdapter:
 def _applied(tool: Tool, resource_id: str, version: str, result_json: str) -> Outcome:
     """An OK answer: SUCCEEDED when it carries every receipt field the tool declares and readable JSON."""
     try:
-        body = json.loads(result_json) if result_json else None
+        body = json.loads(result_json, parse_constant=not_json) if result_json else None
     except (ValueError, RecursionError):
         return _unusable(tool, "its result_json is not JSON", "OK")
     for name, value in (("resource_id", resource_id), ("resource_version", version)):

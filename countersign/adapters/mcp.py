@@ -66,6 +66,7 @@ from countersign.adapters.base import (
     receipt_fields,
 )
 from countersign.adapters.mcp_wire import PROBE, Probe, Session, SessionFailed, Wire
+from countersign.canonical import not_json
 from countersign.reasons import Reason
 from countersign.registry import Tool
 
@@ -286,7 +287,7 @@ def answer_of(result: CallToolResult) -> tuple[Any, str]:
     if not texts:
         return None, "it carries neither structured nor text content"
     try:
-        return json.loads(texts[0]), ""
+        return json.loads(texts[0], parse_constant=not_json), ""
     except (ValueError, RecursionError):
         return "\n".join(texts), "its text content is not JSON"
 

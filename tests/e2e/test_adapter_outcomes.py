@@ -370,3 +370,28 @@ async def test_a_write_that_never_got_a_connection_is_not_sent_and_its_card_is_r
     assert unknown <= reached, f"{len(unknown - reached)} actions UNKNOWN whose request never reached the downstream"
     assert not (not_sent & reached), "a request that was sent is never given back"
     assert all(state == common_pb2.ACTION_STATE_READY for a, _, state in outcomes if a in not_sent), "READY again"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"id": NaN, "version": 1}', b'{"id": "t_1", "version": Infinity}', b'{"id": "t_1", "version": -Infinity}'],
+    ids=["nan-id", "infinite-version", "negative-infinite-version"],
+)
+async def test_an_answer_with_nan_or_infinity_is_not_json_and_never_a_receipt(
+    raw: Raw, tmp_path: Any, body: bytes
+) -> None:
+    from countersign.testing.downstreams import sidecar_over
+    from countersign.v1 import common_pb2
+
+    # NaN and Infinity are not JSON (RFC 8259), though Python's json reads them: a 201 {"id": NaN} was SUCCEEDED
+    # with the resource id "NaN". Such an answer is no receipt: UNKNOWN, reconciled by key, like any 2xx not JSON
+    async with sidecar_over(tmp_path, registry_doc(raw.url)) as sidecar:
+        raw.script = lambda s: answer(201, body)
+        _, action, got = await _confirm(sidecar)
+    assert (common_pb2.ActionState.Name(action.state), action.error.reason) == (
+        "ACTION_STATE_UNKNOWN",
+        "RECEIPT_INVALID",
+    )
+    assert "not JSON" in action.error.message, action.error.message
+    assert not action.receipt.resource_id and (got.state, got.error.reason) == (action.state, action.error.reason)
+    assert len([s for s in raw.seen if s.method == "POST" and s.target == "/things"]) == 1

@@ -195,5 +195,16 @@ def json_bytes(draw: st.DrawFn) -> bytes | bytearray:
 @example(b"\xff\xfe{\x00}\x00")
 @example(bytearray(b'{"id":"t_1","version":1}'))
 def test_loads_of_bytes_says_what_json_loads_says(raw: bytes | bytearray) -> None:
-    """The answers and stored cards read with canonical.loads are the values (or the errors) json.loads gives."""
-    assert _loaded(loads, raw) == _loaded(json.loads, raw)
+    """The answers and stored cards read with canonical.loads are the values (or the errors) json.loads gives, with
+    NaN and Infinity refused (RFC 8259 has no such number)."""
+
+    def refused(name: str) -> None:
+        raise ValueError(f"{name} is not JSON (RFC 8259)")
+
+    assert _loaded(loads, raw) == _loaded(lambda r: json.loads(r, parse_constant=refused), raw)
+
+
+@pytest.mark.parametrize("raw", [b"NaN", b"[Infinity]", b'{"v": -Infinity}', "[NaN]".encode("utf-16")])
+def test_loads_refuses_nan_and_infinity(raw: bytes) -> None:
+    with pytest.raises(ValueError, match="not JSON"):
+        loads(raw)
