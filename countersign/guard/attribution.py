@@ -7,6 +7,9 @@ cancelled the subscription." passed with no receipt (I5). tests/unit/test_guard_
 One earlier cue still governs the next part: someone's words introduced by a colon ("小王说：我已经付了。", "The
 seller's message: we have shipped your order."): the first person there is the speaker's (``introduces``). A label
 or a record's name before a colon ("Status:", "状态：") introduces no one's words.
+Nor does a source named after a first-person claim ("We have cancelled the order, according to the log.", "我已经把订单
+取消了，据系统显示。"): a source says where a fact was read, not who acted (``trails``). A speech tag closing someone's
+words still quotes them (", your brother said."). tests/unit/test_guard_attribution_trailing.py.
 """
 
 from __future__ import annotations
@@ -37,12 +40,36 @@ def speaks(c: Candidate) -> bool:
     return _ZH_SPEAKER.match(c.sentence.text, c.part.start, c.vstart) is not None
 
 
-def earliest_from(cues: tuple[Cue, ...], text: str, start: int) -> tuple[int, str, str] | None:
+# a speech tag closing someone's words (", your brother said."): the first person before it is the speaker's; not
+# when the "speaker" is a record (", the history says."), which names where a fact was read
+_TAG = re.compile(
+    r"(?:wrote|writes|said|says|reports|reported|mentioned|claims|claimed|told\s+(?:me|us|you))\W*$", re.IGNORECASE
+)
+_RECORD = re.compile(
+    r"\b(?:logs?|history|records?|system|statement|data|ledger|audit|tracking|dashboard|calendar|app|page|portal|"
+    r"report|timeline|feed|database)\b",
+    re.IGNORECASE,
+)
+
+
+def trails(c: Candidate, start: int, cue: str) -> bool:
+    """The attribution cue found at ``start`` is a source named after c, a first-person claim ("…, according to the
+    log", "…，据系统显示"): it does not set c aside; the assistant still says it acted. A speech tag closing
+    someone's words (", Tom said.") is no source: the first person there is Tom's."""
+    return start >= c.end and speaks(c) and (_TAG.search(cue) is None or _RECORD.search(cue) is not None)
+
+
+def in_own_clause(rx: re.Pattern[str], text: str, c: Candidate) -> re.Match[str] | None:
+    """The first match of an attribution cue in c's own clause or after it that sets c aside (not ``trails``)."""
+    return next((m for m in rx.finditer(text, c.part.start) if not trails(c, m.start(), m.group(0))), None)
+
+
+def earliest_from(cues: tuple[Cue, ...], text: str, c: Candidate) -> tuple[int, str, str] | None:
     """The earliest cue of the sentence's ``cues`` (as exclusions._earliest finds it), with the attribution cues
-    searched from ``start`` on (their clause)."""
+    searched in c's own clause and after it (``in_own_clause``)."""
     best: tuple[int, str, str] | None = None
     for cue in cues:
-        m = cue.rx.search(text, start) if cue.rule in ATTRIBUTION else cue.rx.search(text)
+        m = in_own_clause(cue.rx, text, c) if cue.rule in ATTRIBUTION else cue.rx.search(text)
         if m is not None and (best is None or m.start() < best[0]):
             best = (m.start(), cue.rule, m.group(0) or "cue")
     return best
@@ -64,6 +91,9 @@ def introduces(start: int, cue: str, text: str, part_start: int) -> bool:
 
 def governs(c: Candidate, start: int, cue: str, text: str) -> bool:
     """An attribution cue found at ``start`` of the sentence's folded ``text`` sets ``c`` aside: it stands in c's
-    own part or after it, or c names no first-person subject, or the cue introduces c's part as someone's words."""
+    own part or after it (not as a source named after a first-person claim: ``trails``), or c names no
+    first-person subject, or the cue introduces c's part as someone's words."""
+    if trails(c, start, cue):
+        return False
     part_start = c.part.start
     return start >= part_start or not speaks(c) or introduces(start, cue, text, part_start)

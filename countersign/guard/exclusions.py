@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from countersign.guard.attribution import ATTRIBUTION, earliest_from, governs
+from countersign.guard.attribution import ATTRIBUTION, earliest_from, governs, in_own_clause
 from countersign.guard.claims import ASSISTANT, NOBODY, OTHER, Candidate
 from countersign.guard.labels import counted_label, status_list
 from countersign.guard.lexicon import EXCLUSION_RULES, Cue
@@ -132,7 +132,7 @@ def exclude(
             )
         hit = memo[key]
         if hit is not None and scope == "sentence" and hit[1] in ATTRIBUTION and not governs(c, hit[0], hit[2], text):
-            hit = earliest_from(cues, text, part.start)  # the attribution governs its own clause
+            hit = earliest_from(cues, text, c)  # the attribution governs its own clause
         # "before": the earliest cue in the part must start before the claim ends
         if hit is not None and (scope != "before" or hit[0] < c.end):
             return Exclusion(hit[1], hit[2])
@@ -392,7 +392,7 @@ def _one_by_one(c: Candidate, disabled: frozenset[str]) -> Exclusion | None:
             elif scope == "sentence":
                 m = rx.search(text)
                 if m is not None and rule in ATTRIBUTION and not governs(c, m.start(), m.group(0), text):
-                    m = rx.search(text, part.start)
+                    m = in_own_clause(rx, text, c)
             else:
                 m = rx.search(text[part.start : part.end])
             if m is not None:
