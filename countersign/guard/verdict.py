@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from countersign.guard import exclusions, segment, veto
+from countersign.guard.attribution import speaks
 from countersign.guard.claims import Candidate, verb_class
 from countersign.guard.claims_en import EnglishGrammar
 from countersign.guard.claims_zh import ChineseGrammar
@@ -51,6 +52,7 @@ class Claim:
     verb_class: str
     lexicon: str
     sentence: str = field(default="", compare=False, repr=False)  # the normalised sentence it stands in (the veto)
+    speaker: bool = field(default=False, compare=False, repr=False)  # the assistant is its subject: never vetoed
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,15 @@ class ReplyGuard:
         found, dropped, unsupported = self.read(reply)
         excluded = tuple((c.clause, why.rule, why.cue) for c, why in dropped)
         claims = _dedupe(
-            Claim(c.clause, c.rule, c.verb, verb_class(c.lexicon, c.verb, c.text), c.lexicon.name, c.sentence.text)
+            Claim(
+                c.clause,
+                c.rule,
+                c.verb,
+                verb_class(c.lexicon, c.verb, c.text),
+                c.lexicon.name,
+                c.sentence.text,
+                speaks(c),
+            )
             for c in found
         )
         evs = well_formed(evidence)
@@ -260,7 +270,7 @@ class ReplyGuard:
         scored: dict[tuple[str, str], float] = {}
         for c in claims:
             model = self.veto_models.get(c.lexicon)
-            if model is None:
+            if model is None or c.speaker:
                 continue
             # The sentence and the claiming clause alone must both read as no claim: a sentence scored whole
             # let a claim through when its other clause asked or offered ("已帮你取消订单，如需要我还可以帮你退款吗？",

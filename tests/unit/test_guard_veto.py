@@ -133,3 +133,31 @@ def test_a_claim_whose_clause_reads_as_one_is_not_vetoed_by_the_rest_of_its_sent
 ) -> None:
     v = on.check(text, {"en": "en-US", "zh": "zh-CN"}[lang], [])
     assert v.replaced and v.reason == "NO_SUCCEEDED_RECEIPT" and not v.vetoed
+
+
+# "already" made the veto read the assistant's own act as a fact read from data: each of these passed with the veto
+# on (the default) and no receipt (I5), p 0.001-0.025 under t 0.03, where the same sentence without "already" was
+# replaced. The veto sets aside reads; a claim whose clause has the assistant as its subject (I, we, 我, 我们) is the
+# assistant saying it acted, and only a receipt backs it
+FIRST_PERSON = [
+    "We have already cancelled the order.",
+    "We have already sent the invoice.",
+    "I have already moved the meeting.",
+    "We have already refunded you.",
+    "We have already deleted the file.",
+    "We have already transferred the deposit.",
+    "I have already transferred the money.",
+]
+
+
+@pytest.mark.parametrize("text", FIRST_PERSON)
+def test_the_veto_never_sets_aside_the_assistants_own_act(off: ReplyGuard, on: ReplyGuard, text: str) -> None:
+    assert off.check(text, "en-US", []).replaced
+    v = on.check(text, "en-US", [])
+    assert v.replaced and v.reason == "NO_SUCCEEDED_RECEIPT" and not v.vetoed, (text, v.vetoed)
+
+
+def test_the_veto_still_sets_aside_a_read_that_says_already(on: ReplyGuard) -> None:
+    """A fact about the user's or a third party's act, 'already' or not, is what the veto is for."""
+    v = on.check("The deposit has already been transferred.", "en-US", [])
+    assert not v.replaced and v.vetoed
