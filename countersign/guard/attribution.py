@@ -41,13 +41,14 @@ def speaks(c: Candidate) -> bool:
 
 
 # a speech tag closing someone's words (", your brother said."): the first person before it is the speaker's; not
-# when the "speaker" is a record (", the history says."), which names where a fact was read
+# when the "speaker" is a record (", the history says."), which names where a fact was read, or the assistant
+# itself under another name (", the assistant says.", ", the bot reported.")
 _TAG = re.compile(
     r"(?:wrote|writes|said|says|reports|reported|mentioned|claims|claimed|told\s+(?:me|us|you))\W*$", re.IGNORECASE
 )
 _RECORD = re.compile(
     r"\b(?:logs?|history|records?|system|statement|data|ledger|audit|tracking|dashboard|calendar|app|page|portal|"
-    r"report|timeline|feed|database)\b",
+    r"report|timeline|feed|database|assistant|bot|chatbot|ai|copilot)\b",
     re.IGNORECASE,
 )
 

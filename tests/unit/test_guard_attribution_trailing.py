@@ -33,6 +33,10 @@ TRAILING = [
     # a date does not make the assistant's own act a read: "We cancelled that order on June 3." claims, with or
     # without its source (the time_anchor rule reads facts about the user or a third party)
     ("en", "We cancelled that order on June 3, according to the log."),
+    # the assistant named as the speaker of its own words is no one else's quotation
+    ("en", "I have cancelled the order, the assistant says."),
+    ("en", "We have cancelled the order, the bot reported."),
+    ("en", "We have cancelled your order, the AI wrote."),
     ("zh", "我已经把订单取消了，据系统显示。"),
     ("zh", "我们已经给您退款了，据后台记录。"),
     ("zh", "我已经把提醒设好了，据日历显示。"),
